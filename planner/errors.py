@@ -1,0 +1,27 @@
+"""The error family the CLI catches once at the top and maps to an exit code.
+
+Every message is one line a person can act on: which file, which field, what was expected.
+"""
+from __future__ import annotations
+
+
+class PlannerError(Exception):
+    """Base of every error planner reports without a traceback."""
+
+    exit_code = 2
+
+
+class SpecError(PlannerError):
+    """Bad input: a file, preset name or option that does not describe something valid."""
+
+    def __init__(self, source: str, field: str, expected: str, got: object = None) -> None:
+        self.source, self.field, self.expected, self.got = source, field, expected, got
+        got_text = "" if got is None else f", got {got!r}"
+        where = f"{source}: {field}" if field else source
+        super().__init__(f"{where}: expected {expected}{got_text}")
+
+
+class InfeasibleError(PlannerError):
+    """A well-formed problem with no solution; the message names the binding constraint."""
+
+    exit_code = 3

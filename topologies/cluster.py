@@ -1,0 +1,246 @@
+"""Frozen cluster description and what a group of GPUs sees when it runs a collective.
+
+A :class:`Cluster` is a list of node groups (each: a node count, a GPU type, an intra-node
+fabric, NICs) under a scale-out network of tiers (leaf, spine, ...). Ranks are numbered node
+group by node group, node by node, GPU by GPU, which is the order torchrun assigns them when
+node ranks follow the node list.
+
+:func:`group_view` reduces any set of ranks to the facts the communication cost model needs:
+how many members share a fast domain (a node, or a rack-scale NVLink domain such as GB200
+NVL72), how many domains the group spans, and the bandwidth and latency of the tier inside and
+between domains.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Sequence
+
+from topologies.catalog import GpuSpec
+
+TRANSPORTS = ("ib", "roce", "tcp")
+FABRICS = ("nvswitch", "nvlink", "pcie", "xgmi")
+
+
+@dataclass(frozen=True)
+class Nic:
+    """NICs of one kind in a node. ``gbps`` is Gbit/s per NIC, as marketed."""
+
+    count: int
+    gbps: float
+    transport: str  # "ib" | "roce" | "tcp"
+    devices: tuple[str, ...] = ()
+    latency_s: float = 5e-6
+
+    def __post_init__(self) -> None:
+        if self.count < 0 or self.gbps <= 0:
+            raise ValueError(f"NIC count {self.count} must be >= 0 and speed {self.gbps} Gb/s > 0")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"NIC transport '{self.transport}' must be one of {TRANSPORTS}")
+        if self.devices and len(self.devices) != self.count:
+            raise ValueError(f"NIC has {len(self.devices)} device names for {self.count} NICs")
+
+    @property
+    def bw_bytes_per_s(self) -> float:
+        """Total one-direction bandwidth of these NICs, bytes/s."""
+        return self.count * self.gbps * 1e9 / 8
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """``count`` identical nodes."""
+
+    name: str
+    count: int
+    gpu: GpuSpec
+    gpus_per_node: int
+    fabric: str  # intra-node fabric: "nvswitch" | "nvlink" | "pcie" | "xgmi"
+    intra_bw_bytes_per_s: float  # one direction, per GPU, nominal
+    intra_latency_s: float
+    nics: tuple[Nic, ...]
+    nvlink_domain_nodes: int = 1  # nodes sharing one NVLink domain (GB200 NVL72: 18 trays)
+
+    def __post_init__(self) -> None:
+        if self.count < 1 or self.gpus_per_node < 1:
+            raise ValueError(f"node group '{self.name}': count {self.count} and gpus_per_node "
+                             f"{self.gpus_per_node} must be >= 1")
+        if self.fabric not in FABRICS:
+            raise ValueError(f"node group '{self.name}': fabric '{self.fabric}' not in {FABRICS}")
+        if self.nvlink_domain_nodes < 1:
+            raise ValueError(f"node group '{self.name}': nvlink_domain_nodes must be >= 1")
+
+    @property
+    def num_gpus(self) -> int:
+        return self.count * self.gpus_per_node
+
+    @property
+    def nic_bw_bytes_per_s(self) -> float:
+        """All NICs of one node, one direction, bytes/s."""
+        return sum(n.bw_bytes_per_s for n in self.nics)
+
+    @property
+    def nic_latency_s(self) -> float:
+        return max((n.latency_s for n in self.nics), default=10e-6)
+
+    @property
+    def transport(self) -> str:
+        """The fastest transport in the node (what NCCL would pick by default)."""
+        if not self.nics:
+            return "none"
+        return max(self.nics, key=lambda n: n.bw_bytes_per_s).transport
+
+
+@dataclass(frozen=True)
+class NetworkTier:
+    """One scale-out switching tier. ``nodes_per_switch`` nodes hang below one switch of it."""
+
+    name: str
+    nodes_per_switch: int
+    oversubscription: float = 1.0
+    latency_s: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if self.nodes_per_switch < 1 or self.oversubscription < 1:
+            raise ValueError(f"tier '{self.name}': nodes_per_switch {self.nodes_per_switch} "
+                             f"must be >= 1 and oversubscription {self.oversubscription} >= 1")
+
+
+@dataclass(frozen=True)
+class LinkTier:
+    """Bandwidth and latency one GPU sees on a tier. ``bw_bytes_per_s`` is one direction."""
+
+    name: str
+    bw_bytes_per_s: float
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """What a collective over a group of GPUs sees.
+
+    ``members_per_domain``: the most group members inside one fast domain (node or NVLink
+    domain). ``num_domains``: domains the group touches. ``intra``: the fast tier (None when
+    every member sits in its own domain). ``inter``: the scale-out tier as one GPU's share of
+    its node's NICs when every GPU of the node communicates at once, after oversubscription
+    (None when the group fits in one domain).
+    """
+
+    size: int
+    members_per_domain: int
+    num_domains: int
+    intra: LinkTier | None
+    inter: LinkTier | None
+
+    @property
+    def bottleneck(self) -> LinkTier:
+        """The tier that limits a ring over the group (the scale-out tier when it is used)."""
+        tiers = [t for t in (self.intra, self.inter) if t is not None]
+        if not tiers:
+            return LinkTier("local", float("inf"), 0.0)
+        return min(tiers, key=lambda t: t.bw_bytes_per_s * (self.members_per_domain
+                                                              if t is self.inter else 1))
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A whole cluster: node groups in rank order under scale-out tiers (leaf first)."""
+
+    name: str
+    node_groups: tuple[NodeGroup, ...]
+    tiers: tuple[NetworkTier, ...] = ()
+    rail_optimized: bool = True
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.node_groups:
+            raise ValueError(f"cluster '{self.name}' has no node groups")
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(g.num_gpus for g in self.node_groups)
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(g.count for g in self.node_groups)
+
+    @property
+    def homogeneous(self) -> bool:
+        first = self.node_groups[0]
+        return all(g.gpu.name == first.gpu.name and g.gpus_per_node == first.gpus_per_node
+                   for g in self.node_groups)
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs per node of the smallest node (the conservative figure for mixed clusters)."""
+        return min(g.gpus_per_node for g in self.node_groups)
+
+    @property
+    def slowest_gpu(self) -> GpuSpec:
+        """The GPU type with the lowest bf16 peak: the straggler in a synchronous job."""
+        return min((g.gpu for g in self.node_groups),
+                   key=lambda gpu: (gpu.peak_flops.get("bf16", 0.0), gpu.hbm_bytes))
+
+    @property
+    def min_hbm_bytes(self) -> float:
+        return min(g.gpu.hbm_bytes for g in self.node_groups)
+
+    @cached_property
+    def _rank_table(self) -> tuple[tuple[int, int, int], ...]:
+        """rank -> (node group index, global node index, local GPU index)."""
+        rows, node = [], 0
+        for gi, g in enumerate(self.node_groups):
+            for _ in range(g.count):
+                rows.extend((gi, node, local) for local in range(g.gpus_per_node))
+                node += 1
+        return tuple(rows)
+
+    def locate(self, rank: int) -> tuple[int, int, int]:
+        """(node group index, node index, local GPU index) of ``rank``."""
+        if not 0 <= rank < self.num_gpus:
+            raise ValueError(f"rank {rank} outside cluster of {self.num_gpus} GPUs")
+        return self._rank_table[rank]
+
+    def domain_of_node(self, node: int) -> int:
+        """Index of the NVLink domain holding ``node`` (== node for ordinary servers)."""
+        start, domain = 0, 0
+        for g in self.node_groups:
+            if node < start + g.count:
+                return domain + (node - start) // g.nvlink_domain_nodes
+            domain += -(-g.count // g.nvlink_domain_nodes)
+            start += g.count
+        raise ValueError(f"node {node} outside cluster of {self.num_nodes} nodes")
+
+
+def _inter_tier(cluster: Cluster, groups: set[int], num_nodes: int) -> LinkTier:
+    """One GPU's share of the scale-out network, limited by the slowest node group touched."""
+    share = min(cluster.node_groups[g].nic_bw_bytes_per_s / cluster.node_groups[g].gpus_per_node
+                for g in groups)
+    latency = max(cluster.node_groups[g].nic_latency_s for g in groups)
+    name = "/".join(sorted({cluster.node_groups[g].transport for g in groups}))
+    for tier in cluster.tiers:  # crossing a tier's switch costs its oversubscription
+        if num_nodes > 1:
+            latency += tier.latency_s
+        if num_nodes > tier.nodes_per_switch:
+            share /= tier.oversubscription
+            name = f"{name}+{tier.name}"
+    return LinkTier(name, share, latency)
+
+
+def _intra_tier(cluster: Cluster, groups: set[int]) -> LinkTier:
+    slowest = min((cluster.node_groups[g] for g in groups), key=lambda g: g.intra_bw_bytes_per_s)
+    return LinkTier(slowest.fabric, slowest.intra_bw_bytes_per_s, slowest.intra_latency_s)
+
+
+def group_view(cluster: Cluster, ranks: Sequence[int]) -> GroupView:
+    """Reduce a group of ranks to the tiers its collectives use (see :class:`GroupView`)."""
+    located = [cluster.locate(r) for r in ranks]
+    per_domain: dict[int, int] = {}
+    for _, node, _ in located:
+        d = cluster.domain_of_node(node)
+        per_domain[d] = per_domain.get(d, 0) + 1
+    groups = {g for g, _, _ in located}
+    nodes = {n for _, n, _ in located}
+    k = max(per_domain.values())
+    intra = _intra_tier(cluster, groups) if k > 1 else None
+    inter = _inter_tier(cluster, groups, len(nodes)) if len(per_domain) > 1 else None
+    return GroupView(len(located), k, len(per_domain), intra, inter)
