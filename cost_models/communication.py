@@ -1,0 +1,93 @@
+"""Alpha-beta time of collectives over a group of GPUs, from what the group sees.
+
+Bus-bandwidth factors are those of nccl-tests (``doc/PERFORMANCE.md``): for n ranks and a
+buffer of S bytes, all-reduce moves 2(n-1)/n * S per rank, all-gather and reduce-scatter
+(n-1)/n * S (S = the full, gathered size), all-to-all (n-1)/n * S (S = one rank's send
+buffer). Time = latency + bytes / bus bandwidth (Hockney's alpha-beta model).
+
+A ring over members spread across domains (nodes, NVL72 racks) is limited by the slower of
+the fast tier and the scale-out tier; the scale-out tier serves a node's ``k`` members through
+k NICs in parallel (NCCL builds one ring per NIC), so its bus bandwidth is k times one GPU's
+NIC share. Link tiers are data (``topologies.GroupView``); efficiencies are calibration
+parameters (``Profile.link_efficiency``).
+"""
+from __future__ import annotations
+
+import math
+
+from cost_models.profile import Profile
+from topologies.cluster import GroupView
+
+
+def bus_bandwidth(view: GroupView, prof: Profile) -> float:
+    """Bytes/s a ring collective over the group sustains per rank (nccl-tests busbw)."""
+    rates = []
+    if view.intra is not None:
+        rates.append(view.intra.bw_bytes_per_s * prof.link_eff(view.intra.name))
+    if view.inter is not None:
+        rates.append(view.members_per_domain * view.inter.bw_bytes_per_s
+                     * prof.link_eff(view.inter.name))
+    return min(rates) if rates else math.inf
+
+
+def _ring_latency_s(view: GroupView, steps_per_member: float) -> float:
+    """Latency of a ring: one hop per member, each paid on its tier."""
+    intra = view.intra.latency_s if view.intra else 0.0
+    inter = view.inter.latency_s if view.inter else 0.0
+    k, n_dom = view.members_per_domain, view.num_domains
+    return steps_per_member * ((k - 1) * n_dom * intra + n_dom * inter if n_dom > 1
+                               else (k - 1) * intra)
+
+
+def all_reduce_s(view: GroupView, size_bytes: float, prof: Profile) -> float:
+    """Ring all-reduce; latency is the smaller of ring and tree (NCCL picks per size)."""
+    n = view.size
+    if n <= 1 or size_bytes <= 0:
+        return 0.0
+    ring_lat = _ring_latency_s(view, 2.0)
+    inter = view.inter.latency_s if view.inter else 0.0
+    intra = view.intra.latency_s if view.intra else 0.0
+    tree_lat = 2.0 * (math.log2(max(view.num_domains, 1)) * inter + math.log2(
+        max(view.members_per_domain, 1)) * intra)
+    return min(ring_lat, tree_lat) + 2.0 * (n - 1) / n * size_bytes / bus_bandwidth(view, prof)
+
+
+def all_gather_s(view: GroupView, size_bytes: float, prof: Profile) -> float:
+    """Ring all-gather of a ``size_bytes`` result (each rank holds size/n)."""
+    n = view.size
+    if n <= 1 or size_bytes <= 0:
+        return 0.0
+    return _ring_latency_s(view, 1.0) + (n - 1) / n * size_bytes / bus_bandwidth(view, prof)
+
+
+def reduce_scatter_s(view: GroupView, size_bytes: float, prof: Profile) -> float:
+    """Ring reduce-scatter of a ``size_bytes`` input (same traffic as all-gather)."""
+    return all_gather_s(view, size_bytes, prof)
+
+
+def all_to_all_s(view: GroupView, send_bytes: float, prof: Profile) -> float:
+    """All-to-all where each rank sends ``send_bytes`` spread evenly over the group.
+
+    Traffic to peers in the same domain uses the fast tier, the rest one GPU's NIC share; the
+    two run in parallel, so the slower part decides.
+    """
+    n = view.size
+    if n <= 1 or send_bytes <= 0:
+        return 0.0
+    k = view.members_per_domain
+    t_intra = t_inter = 0.0
+    if view.intra is not None:
+        t_intra = (k - 1) / n * send_bytes / (
+            view.intra.bw_bytes_per_s * prof.link_eff(view.intra.name)) + view.intra.latency_s
+    if view.inter is not None:
+        t_inter = (n - k) / n * send_bytes / (
+            view.inter.bw_bytes_per_s * prof.link_eff(view.inter.name)) + view.inter.latency_s
+    return max(t_intra, t_inter)
+
+
+def send_recv_s(view: GroupView, size_bytes: float, prof: Profile) -> float:
+    """Point-to-point transfer between two group members (pipeline neighbours)."""
+    if view.size <= 1 or size_bytes <= 0:
+        return 0.0
+    tier = view.inter if view.inter is not None else view.intra
+    return tier.latency_s + size_bytes / (tier.bw_bytes_per_s * prof.link_eff(tier.name))

@@ -1,0 +1,258 @@
+"""FLOPs and memory traffic of one transformer layer, and their time on a GPU.
+
+Sources, per formula:
+* GEMM FLOPs = 2*M*N*K per matrix multiply; a layer's forward is 24*b*s*h^2 + 4*b*s^2*h for
+  GPT-3 (Narayanan et al., SC'21, sec. 5.1 / appendix eq. 3); we count each projection by its
+  real shape so GQA, GLU, MLA and MoE fall out of the same sums.
+* Backward = 2x forward for GEMMs (one GEMM for input grads, one for weight grads; SC'21
+  appendix). Flash-attention backward = 2.5x forward (5 matmuls vs 2; Dao 2023, FlashAttention-2
+  sec. 3.1 and its benchmark FLOP counts).
+* Causal attention with a fused kernel computes only the lower triangle: half of s^2
+  (FlashAttention-2 benchmark convention); an unfused kernel (Megatron 2021 softmax) computes
+  the full s^2 and moves 2-byte scores through HBM (Korthikanti et al. 2022, sec. 4.1: the
+  5*a*s^2*b activation terms are those tensors).
+* Elementwise kernels (norms, residual adds, activations, dropout, rotary) are memory bound:
+  time = bytes / (HBM bandwidth * efficiency), the roofline model (Williams et al. 2009).
+* GEMM efficiency falls for thin shards: eff = gemm_efficiency * n / (n + gemm_half_dim) with n
+  the smallest GEMM dimension (tile and wave quantisation; a calibration parameter).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models.model_spec import ModelSpec
+from cost_models.profile import Profile
+
+ACT_BYTES = 2  # bf16/fp16 activations
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One matrix multiply M x K @ K x N, repeated ``count`` times (experts, heads)."""
+
+    m: float
+    n: float
+    k: float
+    count: float = 1.0
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.count
+
+
+@dataclass(frozen=True)
+class LayerWork:
+    """Forward work of one layer on one GPU for one micro-batch.
+
+    ``gemms``: weight GEMMs (sharded). ``attn_flops``: attention-core FLOPs actually computed.
+    ``attn_unfused``: the core runs as batched GEMMs with s^2 scores in HBM.
+    ``elementwise_bytes``: HBM traffic of memory-bound kernels. ``kernels``: launches.
+    """
+
+    gemms: tuple[Gemm, ...]
+    attn_flops: float
+    attn_head_dim: int
+    attn_unfused: bool
+    elementwise_bytes: float
+    kernels: int
+
+    @property
+    def gemm_flops(self) -> float:
+        return sum(g.flops for g in self.gemms)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """How one layer is cut on a GPU: tokens it holds and the TP/EP factors."""
+
+    batch: int  # sequences per micro-batch
+    seq_len: int  # full sequence length
+    tp: int
+    cp: int
+    ep: int
+    etp: int
+    sequence_parallel: bool
+    unfused_attention: bool
+    dropout: bool
+    moe_imbalance: float = 1.0
+
+    @property
+    def tokens(self) -> float:
+        """Tokens whose projections this GPU computes (all TP ranks see the same tokens)."""
+        return self.batch * self.seq_len / self.cp
+
+
+def _attention_keys(model: ModelSpec, layer: int, seq_len: int, causal_skip: bool) -> float:
+    """Average keys each query attends to (causal; windowed layers see at most the window)."""
+    window = model.window(layer)
+    if window and window < seq_len:
+        return window - window * window / (2.0 * seq_len) if causal_skip else window
+    return seq_len / 2.0 if causal_skip else float(seq_len)
+
+
+def attention_gemms(model: ModelSpec, sh: Shard) -> tuple[Gemm, ...]:
+    """Projection GEMMs of the attention block (standard/GQA, or MLA)."""
+    h, a, t, m = model.hidden_size, model.num_heads, sh.tp, sh.tokens
+    if model.mla is not None:
+        ml = model.mla
+        q = ((Gemm(m, ml.q_lora_rank, h), Gemm(m, a * ml.qk_head_dim / t, ml.q_lora_rank))
+             if ml.q_lora_rank else (Gemm(m, a * ml.qk_head_dim / t, h),))
+        kv = (Gemm(m, ml.kv_lora_rank + ml.qk_rope_head_dim, h),
+              Gemm(m, a * (ml.qk_nope_head_dim + ml.v_head_dim) / t, ml.kv_lora_rank))
+        return q + kv + (Gemm(m, h, a * ml.v_head_dim / t),)
+    d, kv_heads = model.head_dim, model.num_kv_heads
+    qkv = Gemm(m, (a * d + 2 * kv_heads * d) / t, h)
+    return qkv, Gemm(m, h, a * d / t)
+
+
+def mlp_gemms(hidden: int, ffn: int, glu: bool, tokens: float, tp: int,
+              count: float = 1.0) -> tuple[Gemm, ...]:
+    """Up (and gate) and down projections of one (GLU-)MLP, ``count`` copies."""
+    up = Gemm(tokens, ffn * (2 if glu else 1) / tp, hidden, count)
+    return up, Gemm(tokens, hidden, ffn / tp, count)
+
+
+def moe_gemms(model: ModelSpec, sh: Shard) -> tuple[Gemm, ...]:
+    """Router, routed experts on this GPU (busiest GPU under imbalance), shared experts.
+
+    Tokens reaching this GPU's experts: every token of the EP group picks ``top_k`` experts,
+    spread over ``ep`` ranks, so a rank receives on average as many (token, slot) pairs as it
+    sent: tokens/tp * top_k (tokens are sequence-sharded over TP). With expert TP the etp ranks
+    of one expert slice each see those tokens and hold 1/etp of the FFN (Megatron-Core MoE
+    parallel folding).
+    """
+    moe = model.moe
+    h = model.hidden_size
+    local_experts = moe.num_experts / sh.ep
+    routed_tokens = sh.tokens * moe.top_k * sh.moe_imbalance * sh.etp / sh.tp
+    per_expert = routed_tokens / local_experts
+    gemms = (Gemm(sh.tokens / sh.tp, moe.num_experts, h),)
+    gemms += mlp_gemms(h, moe.expert_ffn_hidden, model.glu, per_expert, sh.etp, local_experts)
+    if moe.num_shared_experts:
+        width = (moe.shared_ffn_hidden or moe.expert_ffn_hidden) * moe.num_shared_experts
+        gemms += mlp_gemms(h, width, model.glu, sh.tokens, sh.tp)
+    return gemms
+
+
+def attention_core_flops(model: ModelSpec, layer: int, sh: Shard) -> tuple[float, int]:
+    """Forward FLOPs of softmax(QK^T)V on this GPU, and the head dim (the GEMMs' thin side)."""
+    a_local = model.num_heads / sh.tp
+    if model.mla is not None:
+        qk, v = model.mla.qk_head_dim, model.mla.v_head_dim
+    else:
+        qk = v = model.head_dim
+    keys = _attention_keys(model, layer, sh.seq_len, causal_skip=not sh.unfused_attention)
+    flops = 2.0 * sh.tokens * keys * a_local * (qk + v)
+    return flops, min(qk, v)
+
+
+def _elementwise_bytes(model: ModelSpec, layer: int, sh: Shard) -> float:
+    """HBM bytes of one layer's memory-bound forward kernels on this GPU.
+
+    Per token, 2-byte values: two norms (read h, write h), two residual adds (read 2h, write
+    h), rotary on q and k (read and write), the activation (GELU: read f, write f; GLU: read 2f,
+    write f), two dropouts (read, write, 1-byte mask). Norm/residual/dropout run on every TP rank
+    unless sequence parallelism shards them (Korthikanti et al. 2022, sec. 4.2.2).
+    """
+    h, t = model.hidden_size, sh.tp
+    replicated = 2 * 2 * h + 2 * 3 * h + (2 * 5 * h if sh.dropout else 0)
+    replicated /= t if sh.sequence_parallel else 1
+    rotary = 4 * (model.num_heads + model.num_kv_heads) * model.head_dim / t
+    if model.is_moe_layer(layer):
+        moe = model.moe
+        routed = moe.top_k * sh.moe_imbalance * sh.etp / sh.tp
+        ffn = routed * (3 if model.glu else 2) * moe.expert_ffn_hidden / sh.etp
+        ffn += moe.num_shared_experts * (3 if model.glu else 2) * (
+            moe.shared_ffn_hidden or moe.expert_ffn_hidden) / t
+        ffn += routed * 4 * h  # permute and un-permute: read and write each routed token
+    else:
+        ffn = (3 if model.glu else 2) * model.ffn_hidden_size / t
+    per_token = replicated + rotary + ACT_BYTES * ffn
+    scores = 0.0
+    if sh.unfused_attention:  # scale+mask+softmax (r/w 2 B), dropout (r/w 2 B + 1 B mask)
+        keys = _attention_keys(model, layer, sh.seq_len, causal_skip=False)
+        scores = keys * model.num_heads / t * (4 + (5 if sh.dropout else 0))
+    return sh.tokens * (per_token + scores)
+
+
+def layer_work(model: ModelSpec, layer: int, sh: Shard) -> LayerWork:
+    """Forward work of ``layer`` on one GPU (see :class:`LayerWork`)."""
+    gemms = attention_gemms(model, sh)
+    if model.is_moe_layer(layer):
+        gemms += moe_gemms(model, sh)
+    else:
+        gemms += mlp_gemms(model.hidden_size, model.ffn_hidden_size, model.glu, sh.tokens, sh.tp)
+    attn, head_dim = attention_core_flops(model, layer, sh)
+    kernels = 14 + (6 if sh.unfused_attention else 0) + (8 if model.is_moe_layer(layer) else 0)
+    return LayerWork(gemms, attn, head_dim, sh.unfused_attention,
+                     _elementwise_bytes(model, layer, sh), kernels)
+
+
+@dataclass(frozen=True)
+class GpuRates:
+    """What one GPU sustains: dense peak for the precision, HBM bandwidth."""
+
+    peak_flops: float
+    hbm_bytes_per_s: float
+    fp8: bool = False
+
+
+def gemm_time_s(g: Gemm, rates: GpuRates, prof: Profile) -> float:
+    """Time of one GEMM at the size-dependent efficiency (see module docstring)."""
+    n = min(g.m, g.n, g.k)
+    eff = prof.gemm_efficiency * n / (n + prof.gemm_half_dim)
+    speed = prof.fp8_speedup if rates.fp8 else 1.0
+    compute = g.flops / (rates.peak_flops * eff * speed)
+    memory = 2.0 * (g.m * g.k + g.k * g.n + g.m * g.n) * g.count / (
+        rates.hbm_bytes_per_s * prof.hbm_efficiency)
+    return max(compute, memory)
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """Forward times of one layer on one GPU, split by kind (seconds)."""
+
+    gemm_s: float
+    attention_s: float
+    elementwise_s: float
+    overhead_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.gemm_s + self.attention_s + self.elementwise_s + self.overhead_s
+
+
+def layer_forward_time(work: LayerWork, rates: GpuRates, prof: Profile) -> LayerTime:
+    """Time of one layer's forward pass; kernels run one after another."""
+    gemm = sum(gemm_time_s(g, rates, prof) for g in work.gemms)
+    if work.attn_unfused:  # batched GEMMs whose thin side is the head dim
+        n = work.attn_head_dim
+        eff = prof.gemm_efficiency * n / (n + prof.gemm_half_dim)
+        attn = work.attn_flops / (rates.peak_flops * eff)
+    else:
+        attn = work.attn_flops / (rates.peak_flops * prof.attention_efficiency)
+    elem = work.elementwise_bytes / (rates.hbm_bytes_per_s * prof.hbm_efficiency)
+    return LayerTime(gemm, attn, elem, work.kernels * prof.kernel_overhead_s)
+
+
+def lm_head_forward_time(model: ModelSpec, sh: Shard, rates: GpuRates, prof: Profile) -> float:
+    """Output projection plus fp32 cross-entropy (read/write logits three times, 4 B each)."""
+    g = Gemm(sh.tokens, model.vocab_size / sh.tp, model.hidden_size)
+    ce_bytes = sh.tokens * model.vocab_size / sh.tp * 4 * 3
+    return gemm_time_s(g, rates, prof) + ce_bytes / (rates.hbm_bytes_per_s * prof.hbm_efficiency)
+
+
+def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+    """Training FLOPs per token, forward + backward, no recompute: the MFU numerator.
+
+    Weight GEMMs: 6 FLOPs per active parameter (Kaplan et al. 2020, sec. 2.1); attention core:
+    12 * layers * s * head dims, counting the full s x s (PaLM, Chowdhery et al. 2022, app. B).
+    Embedding lookups cost no FLOPs; the LM head counts as weights.
+    """
+    sh = Shard(1, seq_len, 1, 1, 1, 1, False, True, False)
+    total = 0.0
+    for layer in range(model.num_layers):
+        work = layer_work(model, layer, sh)
+        total += work.gemm_flops + work.attn_flops
+    total += 2.0 * seq_len * model.hidden_size * model.vocab_size
+    return 3.0 * total / seq_len

@@ -1,0 +1,152 @@
+"""A training workload and one parallel configuration of it, checked for consistency.
+
+Degrees follow Megatron-LM: world = tp * cp * dp * pp; the expert layers fold the same
+tp * cp * dp ranks into etp * ep * edp (MoE parallel folding, Megatron-Core MoE docs), so
+``ep * etp`` must divide ``tp * cp * dp``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RECOMPUTE = ("none", "selective", "full")
+PRECISIONS = ("bf16", "fp16", "fp8")
+ATTENTION = ("flash", "unfused")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is trained: sequence length, global batch in sequences, precision, optimizer."""
+
+    seq_len: int
+    global_batch: int
+    precision: str = "bf16"
+    optimizer: str = "adam"
+
+    def __post_init__(self) -> None:
+        if self.seq_len < 1 or self.global_batch < 1:
+            raise ValueError(f"seq_len={self.seq_len} and global_batch={self.global_batch} "
+                             "must be >= 1")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision '{self.precision}' must be one of {PRECISIONS}")
+        if self.optimizer != "adam":
+            raise ValueError(f"optimizer '{self.optimizer}': only 'adam' (mixed precision) is "
+                             "modelled")
+
+    @property
+    def tokens(self) -> int:
+        return self.seq_len * self.global_batch
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """One way to cut the work. ``etp=None`` means expert TP equals attention TP.
+
+    ``zero``: 0 = plain data parallel, 1 = distributed optimizer (optimizer states sharded),
+    2 = also gradients, 3 = also weights (FSDP). ``attention``: ``flash`` (fused, no s^2
+    activations) or ``unfused`` (Megatron's 2021 softmax kernels, Korthikanti et al. 2022).
+    The overlap flags are the Megatron options of the same names.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int | None = None
+    vpp: int = 1
+    micro_batch: int = 1
+    recompute: str = "none"
+    recompute_layers: int | None = None  # with full recompute: layers per stage (None: all)
+    sequence_parallel: bool = False
+    zero: int = 1
+    attention: str = "flash"
+    dropout: bool = False
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    tp_comm_overlap: bool = False
+    moe_imbalance: float = 1.0  # busiest / average expert load (1.0 = forced balance)
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.etp is not None and self.etp < 1:
+            raise ValueError(f"etp={self.etp} must be >= 1")
+        if self.recompute not in RECOMPUTE:
+            raise ValueError(f"recompute '{self.recompute}' must be one of {RECOMPUTE}")
+        if self.zero not in (0, 1, 2, 3):
+            raise ValueError(f"zero={self.zero} must be 0, 1, 2 or 3")
+        if self.attention not in ATTENTION:
+            raise ValueError(f"attention '{self.attention}' must be one of {ATTENTION}")
+        if self.moe_imbalance < 1.0:
+            raise ValueError(f"moe_imbalance={self.moe_imbalance} must be >= 1 (busiest/average)")
+        if (self.tp * self.cp * self.dp) % (self.ep * self.expert_tp):
+            raise ValueError(f"ep*etp = {self.ep}*{self.expert_tp} must divide tp*cp*dp = "
+                             f"{self.tp}*{self.cp}*{self.dp} (MoE parallel folding)")
+
+    @property
+    def expert_tp(self) -> int:
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def expert_dp(self) -> int:
+        return self.tp * self.cp * self.dp // (self.ep * self.expert_tp)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.cp * self.dp * self.pp
+
+    def micro_batches(self, workload: Workload) -> int:
+        """Micro-batches per pipeline per step (gradient-accumulation steps)."""
+        return workload.global_batch // (self.dp * self.micro_batch)
+
+    @property
+    def schedule(self) -> str:
+        return "interleaved-1f1b" if self.vpp > 1 else "1f1b"
+
+
+class ConfigError(ValueError):
+    """A configuration that does not fit the model, workload or cluster; names the option."""
+
+    def __init__(self, option: str, expected: str, got: object) -> None:
+        self.option, self.expected, self.got = option, expected, got
+        super().__init__(f"{option}: expected {expected}, got {got!r}")
+
+
+def _divides(option: str, value: int, what: str, total: int) -> None:
+    if total % value:
+        raise ConfigError(option, f"a divisor of {what} ({total})", value)
+
+
+def check_config(model, workload: Workload, config: ParallelConfig, num_gpus: int) -> None:
+    """Raise :class:`ConfigError` naming the first option inconsistent with the others.
+
+    ``model`` is a :class:`cost_models.model_spec.ModelSpec` (untyped here to keep imports flat).
+    """
+    if config.num_gpus != num_gpus:
+        raise ConfigError("--tp/--pp/--dp/--cp", f"tp*pp*dp*cp equal to the cluster's "
+                          f"{num_gpus} GPUs", f"{config.tp}*{config.pp}*{config.dp}*{config.cp}"
+                          f" = {config.num_gpus}")
+    _divides("--tp", config.tp, "attention heads", model.num_heads)
+    if model.mla is None and model.num_kv_heads % config.tp and config.tp % model.num_kv_heads:
+        raise ConfigError("--tp", f"a divisor or multiple of the KV heads ({model.num_kv_heads})",
+                          config.tp)
+    if model.num_layers < config.pp * config.vpp:
+        raise ConfigError("--pp/--vpp", f"pp*vpp <= layers ({model.num_layers})",
+                          config.pp * config.vpp)
+    if config.vpp > 1 and model.num_layers % (config.pp * config.vpp):
+        raise ConfigError("--vpp", f"pp*vpp dividing the layers ({model.num_layers})",
+                          config.pp * config.vpp)
+    _divides("--cp", config.cp, "the sequence length", workload.seq_len)
+    if workload.global_batch % (config.dp * config.micro_batch):
+        raise ConfigError("--global-batch", f"a multiple of dp*micro_batch = "
+                          f"{config.dp}*{config.micro_batch}", workload.global_batch)
+    if config.vpp > 1 and config.micro_batches(workload) % config.pp:
+        raise ConfigError("--vpp", f"micro-batches ({config.micro_batches(workload)}) a multiple "
+                          f"of pp ({config.pp}) for the interleaved schedule", config.vpp)
+    if config.ep > 1 and not model.is_moe:
+        raise ConfigError("--ep", "1 for a dense model", config.ep)
+    if model.is_moe:
+        _divides("--ep", config.ep, "the routed experts", model.moe.num_experts)
+    if config.sequence_parallel and config.tp == 1:
+        raise ConfigError("--sequence-parallel", "tp > 1", config.tp)

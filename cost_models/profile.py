@@ -1,0 +1,89 @@
+"""Calibration parameters: every tunable number of the cost models, in one structure.
+
+A :class:`Profile` holds the efficiencies of one GPU type (compute, memory) and of each link
+tier (bandwidth efficiency and per-message latency). Defaults live in
+``data/profiles.json`` (fitted on the published runs, see ``docs/calibration.md``);
+``--calibration FILE`` overrides any of them with a JSON of the same shape.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Efficiencies are achieved / nominal, in (0, 1]. Sizes in bytes, times in seconds."""
+
+    gemm_efficiency: float = 0.75  # large bf16 GEMMs, fraction of dense peak
+    gemm_half_dim: float = 96.0  # GEMM dim at which efficiency halves (tile/wave quantisation)
+    attention_efficiency: float = 0.55  # fused (flash) attention, fraction of dense peak
+    fp8_speedup: float = 1.6  # GEMM time ratio bf16/fp8 actually reached (peak ratio is 2)
+    hbm_efficiency: float = 0.8  # memory-bound kernels, fraction of HBM bandwidth
+    kernel_overhead_s: float = 4e-6  # launch gap per kernel
+    link_efficiency: dict[str, float] = field(default_factory=lambda: {
+        "nvswitch": 0.8, "nvlink": 0.75, "xgmi": 0.7, "pcie": 0.7,
+        "ib": 0.85, "roce": 0.8, "tcp": 0.5})
+    reserved_bytes: float = 2.5 * 2**30  # CUDA context, NCCL and cuBLAS workspaces
+    fragmentation_fraction: float = 0.05  # allocator fragmentation, fraction of the rest
+
+    def __post_init__(self) -> None:
+        for name in ("gemm_efficiency", "attention_efficiency", "hbm_efficiency"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise ValueError(f"profile {name}={value} must be in (0, 1]")
+        for tier, value in self.link_efficiency.items():
+            if not 0 < value <= 1:
+                raise ValueError(f"profile link_efficiency.{tier}={value} must be in (0, 1]")
+
+    def link_eff(self, tier_name: str) -> float:
+        """Efficiency of a tier named like ``ib`` or ``roce+spine`` (the transport decides)."""
+        base = tier_name.split("+")[0].split("/")[0]
+        return self.link_efficiency.get(base, 0.7)
+
+
+def _merge(base: Profile, overrides: dict) -> Profile:
+    known = {f.name for f in fields(Profile)}
+    unknown = set(overrides) - known
+    if unknown:
+        raise ValueError(f"unknown profile field(s) {sorted(unknown)}; known: {sorted(known)}")
+    if "link_efficiency" in overrides:
+        overrides = {**overrides, "link_efficiency": {**base.link_efficiency,
+                                                      **overrides["link_efficiency"]}}
+    return replace(base, **overrides)
+
+
+@lru_cache(maxsize=1)
+def _defaults() -> dict:
+    text = resources.files("cost_models").joinpath("data/profiles.json").read_text()
+    return json.loads(text)
+
+
+def default_profile(gpu_name: str) -> Profile:
+    """Fitted defaults for ``gpu_name``: the common block, then the GPU's own entries.
+
+    GPU types without their own entry use the entry of their architecture family
+    (``arch_fallback``), else the common block.
+    """
+    data = _defaults()
+    profile = _merge(Profile(), data.get("common", {}))
+    key = gpu_name if gpu_name in data["gpus"] else data.get("arch_fallback", {}).get(gpu_name)
+    return _merge(profile, data["gpus"].get(key, {})) if key else profile
+
+
+def apply_overrides(profile: Profile, path: str | Path, gpu_name: str) -> Profile:
+    """Apply a calibration JSON: either flat fields, or ``{"common": {...}, "gpus": {...}}``."""
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict):
+        raise ValueError("a calibration file must hold a JSON object")
+    if "gpus" in data or "common" in data:
+        profile = _merge(profile, data.get("common", {}))
+        return _merge(profile, data.get("gpus", {}).get(gpu_name, {}))
+    return _merge(profile, data)
+
+
+def profile_to_dict(profile: Profile) -> dict:
+    return asdict(profile)

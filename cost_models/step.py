@@ -1,0 +1,295 @@
+"""Step time and memory of one parallel configuration: the composition of the cost models.
+
+Pipeline time (Narayanan et al., SC'21, sec. 2.2): with m micro-batches, p stages, v model
+chunks per stage and per-micro-batch stage times t_i, a step takes m*max(t_i) +
+(p-1)/v * mean(t_i); for equal stages that is the paper's (m + (p-1)/v) * t, whose bubble
+fraction is (p-1)/(v*m).
+
+Overlap assumptions (explicit, each a Megatron option in ``ParallelConfig``):
+* TP collectives are exposed, unless ``tp_comm_overlap``: then they hide behind the layer's
+  GEMMs and only the excess shows.
+* Context-parallel KV exchange hides behind the attention core it feeds (ring attention); only
+  the excess shows.
+* Expert all-to-all (dispatch, combine) and pipeline send/recv are exposed.
+* Data-parallel gradient reduce-scatter hides behind the last micro-batch's backward pass when
+  ``overlap_grad_reduce`` (buckets start as their gradients are final); the parameter
+  all-gather hides behind the first micro-batch's forward pass when ``overlap_param_gather``.
+* The optimizer step is memory bound and runs after the last reduction.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cost_models import communication as comm
+from cost_models.compute import (GpuRates, LayerTime, Shard, layer_forward_time, layer_work,
+                                 lm_head_forward_time, model_flops_per_token)
+from cost_models.groups import GroupViews, group_views
+from cost_models.memory import (ActivationShape, MemoryBreakdown, in_flight_chunks,
+                                layer_activation_bytes, layer_params_split, state_bytes)
+from cost_models.model_spec import ModelSpec
+from cost_models.parallel import ParallelConfig, Workload
+from cost_models.profile import Profile
+from topologies.cluster import Cluster
+
+ADAM_BYTES_PER_PARAM = 30  # fused Adam: read fp32 p, m, v, g (16); write p, m, v (12); bf16 p (2)
+BWD_GEMM, BWD_ATTN, BWD_ELEM = 2.0, 2.5, 2.0  # backward / forward work (see compute.py)
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """One pipeline stage, one micro-batch through all its chunks (seconds)."""
+
+    stage: int
+    layers: int
+    compute_s: float
+    recompute_s: float
+    tp_comm_s: float
+    cp_comm_s: float
+    ep_comm_s: float
+    pp_comm_s: float
+
+    @property
+    def total_s(self) -> float:
+        return (self.compute_s + self.recompute_s + self.tp_comm_s + self.cp_comm_s
+                + self.ep_comm_s + self.pp_comm_s)
+
+
+@dataclass(frozen=True)
+class TimeBreakdown:
+    """One training step (seconds). The parts add up to ``step_s``."""
+
+    compute_s: float
+    recompute_s: float
+    tp_comm_s: float
+    cp_comm_s: float
+    ep_comm_s: float
+    pp_comm_s: float
+    bubble_s: float
+    dp_comm_s: float  # exposed part only
+    optimizer_s: float
+
+    @property
+    def step_s(self) -> float:
+        return (self.compute_s + self.recompute_s + self.tp_comm_s + self.cp_comm_s
+                + self.ep_comm_s + self.pp_comm_s + self.bubble_s + self.dp_comm_s
+                + self.optimizer_s)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Predicted step time, throughput and memory of one configuration."""
+
+    model: str
+    cluster: str
+    num_gpus: int
+    workload: Workload
+    config: ParallelConfig
+    time: TimeBreakdown
+    memory: MemoryBreakdown
+    stages: tuple[StageCost, ...]
+    model_flops_per_step: float
+    peak_flops_per_gpu: float
+    tiers: dict[str, str] = field(default_factory=dict)  # group kind -> bottleneck tier
+    dp_comm_total_s: float = 0.0  # before overlap
+
+    @property
+    def step_time_s(self) -> float:
+        return self.time.step_s
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.workload.tokens / self.step_time_s / self.num_gpus
+
+    @property
+    def model_tflops_per_gpu(self) -> float:
+        return self.model_flops_per_step / self.step_time_s / self.num_gpus / 1e12
+
+    @property
+    def mfu(self) -> float:
+        return self.model_tflops_per_gpu * 1e12 / self.peak_flops_per_gpu
+
+
+def stage_layers(num_layers: int, pp: int, vpp: int) -> list[list[int]]:
+    """Layers of each stage: chunk j of L/(p*v) layers goes to stage j mod p (Megatron).
+
+    When p*v does not divide L the split is contiguous with the extra layers on the middle
+    stages, which carry neither the embedding nor the LM head.
+    """
+    if num_layers % (pp * vpp) == 0:
+        size = num_layers // (pp * vpp)
+        return [[l for j in range(s, pp * vpp, pp) for l in range(j * size, (j + 1) * size)]
+                for s in range(pp)]
+    base, extra = divmod(num_layers, pp)
+    order = sorted(range(pp), key=lambda s: (s in (0, pp - 1), abs(s - (pp - 1) / 2)))
+    counts = [base + (1 if s in order[:extra] else 0) for s in range(pp)]
+    starts = [sum(counts[:s]) for s in range(pp)]
+    return [list(range(starts[s], starts[s] + counts[s])) for s in range(pp)]
+
+
+@dataclass(frozen=True)
+class _Context:
+    model: ModelSpec
+    workload: Workload
+    cfg: ParallelConfig
+    prof: Profile
+    rates: GpuRates
+    views: GroupViews
+    shard: Shard
+
+
+def _layer_comm_fwd(ctx: _Context, layer: int) -> tuple[float, float, float]:
+    """(tp, cp, ep) collective time of one layer's forward, before overlap."""
+    m, cfg, sh, views, prof = ctx.model, ctx.cfg, ctx.shard, ctx.views, ctx.prof
+    act_bytes = sh.tokens * m.hidden_size * 2
+    moe_layer = m.is_moe_layer(layer)
+    tp_blocks = 1 + (0 if moe_layer and not m.moe.num_shared_experts else 1)
+    tp = tp_blocks * comm.all_reduce_s(views.tp, act_bytes, prof)  # AR == AG + RS in bytes
+    cp = 0.0
+    if cfg.cp > 1:
+        kv_width = (m.num_heads * (m.mla.qk_head_dim + m.mla.v_head_dim) if m.mla
+                    else 2 * m.num_kv_heads * m.head_dim) / cfg.tp
+        cp = comm.all_gather_s(views.cp, sh.tokens * kv_width * 2 * cfg.cp, prof)
+    ep = 0.0
+    if moe_layer and cfg.ep > 1:
+        send = sh.tokens / cfg.tp * m.moe.top_k * cfg.moe_imbalance * m.hidden_size * 2
+        ep = 2 * comm.all_to_all_s(views.ep, send, prof)  # dispatch + combine
+    return tp, cp, ep
+
+
+def _layer_cost(ctx: _Context, layer: int, recomputed: bool) -> tuple[float, ...]:
+    """(compute, recompute, tp, cp, ep) seconds of one layer, forward + backward."""
+    t: LayerTime = layer_forward_time(layer_work(ctx.model, layer, ctx.shard), ctx.rates, ctx.prof)
+    fwd = t.total_s
+    bwd = (BWD_GEMM * t.gemm_s + BWD_ATTN * t.attention_s + BWD_ELEM * t.elementwise_s
+           + 2 * t.overhead_s)
+    tp, cp, ep = _layer_comm_fwd(ctx, layer)
+    if ctx.cfg.tp_comm_overlap:
+        tp_fwd, tp_bwd = max(0.0, tp - t.gemm_s), max(0.0, tp - BWD_GEMM * t.gemm_s)
+    else:
+        tp_fwd = tp_bwd = tp
+    cp_fwd, cp_bwd = max(0.0, cp - t.attention_s), max(0.0, 2 * cp - BWD_ATTN * t.attention_s)
+    recompute = 0.0
+    if recomputed:
+        recompute = fwd + tp_fwd + cp_fwd + ep
+    elif ctx.cfg.recompute == "selective":
+        recompute = t.attention_s + (t.elementwise_s * 0.3 if ctx.shard.unfused_attention else 0)
+    return fwd + bwd, recompute, tp_fwd + tp_bwd, cp_fwd + cp_bwd, 2 * ep
+
+
+def _stage_cost(ctx: _Context, stage: int, layers: list[int]) -> StageCost:
+    cfg, m = ctx.cfg, ctx.model
+    n_recompute = 0
+    if cfg.recompute == "full":
+        n_recompute = len(layers) if cfg.recompute_layers is None else min(
+            len(layers), cfg.recompute_layers * cfg.vpp)
+    parts = [0.0] * 5
+    cache: dict[tuple, tuple[float, ...]] = {}
+    for i, layer in enumerate(layers):
+        key = (m.is_moe_layer(layer), m.window(layer), i < n_recompute)
+        if key not in cache:
+            cache[key] = _layer_cost(ctx, layer, i < n_recompute)
+        parts = [a + b for a, b in zip(parts, cache[key])]
+    if stage == cfg.pp - 1:  # LM head and loss: forward + 2x backward
+        parts[0] += 3 * lm_head_forward_time(m, ctx.shard, ctx.rates, ctx.prof)
+    # each TP rank sends 1/t of the boundary activation: sequence parallelism, or Megatron's
+    # scatter/gather optimisation without it (SC'21 sec. 4.1)
+    act_bytes = ctx.shard.tokens * m.hidden_size * 2 / cfg.tp
+    pp = 2 * cfg.vpp * comm.send_recv_s(ctx.views.pp, act_bytes, ctx.prof) if cfg.pp > 1 else 0.0
+    return StageCost(stage, len(layers), parts[0], parts[1], parts[2], parts[3], parts[4], pp)
+
+
+def _stage_params(model: ModelSpec, cfg: ParallelConfig, stage: int,
+                  layers: list[int]) -> tuple[float, float]:
+    """(non-expert, expert) parameters one GPU of ``stage`` holds, after TP/EP splits."""
+    dense = expert = 0.0
+    for layer in layers:
+        d, e = layer_params_split(model, layer)
+        dense, expert = dense + d, expert + e
+    vocab = model.vocab_size * model.hidden_size
+    if stage == 0:
+        dense += vocab + model.position_embeddings * model.hidden_size
+    if stage == cfg.pp - 1 and (not model.tied_embeddings or cfg.pp > 1):
+        dense += vocab
+    return dense / cfg.tp, expert / (cfg.ep * cfg.expert_tp)
+
+
+def _dp_comm(ctx: _Context, dense: float, expert: float) -> tuple[float, float]:
+    """(gradient reduction, parameter gather) seconds for one stage's parameters."""
+    cfg, views, prof = ctx.cfg, ctx.views, ctx.prof
+    if cfg.zero == 0:
+        return (comm.all_reduce_s(views.dp_cp, 4 * dense, prof)
+                + comm.all_reduce_s(views.edp, 4 * expert, prof)), 0.0
+    grads = (comm.reduce_scatter_s(views.dp_cp, 4 * dense, prof)
+             + comm.reduce_scatter_s(views.edp, 4 * expert, prof))
+    params = (comm.all_gather_s(views.dp_cp, 2 * dense, prof)
+              + comm.all_gather_s(views.edp, 2 * expert, prof))
+    return grads, params
+
+
+def _memory(ctx: _Context, stage: int, layers: list[int], capacity: float) -> MemoryBreakdown:
+    cfg, model, m = ctx.cfg, ctx.model, ctx.cfg.micro_batches(ctx.workload)
+    dense, expert = _stage_params(model, cfg, stage, layers)
+    weights, grads, optim = state_bytes(dense, expert, cfg.dp * cfg.cp, cfg.expert_dp, cfg.zero)
+    if cfg.zero >= 3:  # one layer gathered at a time, forward and backward prefetch
+        weights += 2 * 2 * max(sum(layer_params_split(model, l)) for l in layers) / cfg.tp
+    shape = ActivationShape(ctx.shard.tokens, ctx.workload.seq_len, cfg.tp, cfg.expert_tp,
+                            cfg.sequence_parallel, ctx.shard.unfused_attention, cfg.dropout,
+                            cfg.moe_imbalance)
+    n_full = 0 if cfg.recompute != "full" else (len(layers) if cfg.recompute_layers is None
+                                                else min(len(layers), cfg.recompute_layers * cfg.vpp))
+    per_mb = sum(layer_activation_bytes(model, l, shape, "full" if i < n_full else cfg.recompute)
+                 for i, l in enumerate(layers))
+    chunks = in_flight_chunks(stage, cfg.pp, cfg.vpp, m)
+    activations = per_mb * chunks / cfg.vpp
+    if cfg.recompute == "full" and n_full:  # one layer's full activations during recompute
+        activations += layer_activation_bytes(model, layers[0], shape, "none")
+    logits = (8 * ctx.shard.tokens * model.vocab_size / cfg.tp) if stage == cfg.pp - 1 else 0.0
+    base = weights + grads + optim + activations + logits
+    other = ctx.prof.reserved_bytes + ctx.prof.fragmentation_fraction * base
+    return MemoryBreakdown(weights, grads, optim, activations, logits, other, capacity, stage)
+
+
+def _make_context(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: ParallelConfig,
+                  prof: Profile) -> _Context:
+    gpu = cluster.slowest_gpu
+    fp8 = workload.precision == "fp8"
+    peak = gpu.peak_flops_for("bf16")
+    rates = GpuRates(peak, gpu.hbm_bw_bytes_per_s, fp8)
+    shard = Shard(cfg.micro_batch, workload.seq_len, cfg.tp, cfg.cp, cfg.ep, cfg.expert_tp,
+                  cfg.sequence_parallel, cfg.attention == "unfused", cfg.dropout,
+                  cfg.moe_imbalance)
+    return _Context(model, workload, cfg, prof, rates, group_views(cluster, cfg), shard)
+
+
+def estimate(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: ParallelConfig,
+             prof: Profile) -> Estimate:
+    """Predict step time and per-GPU memory of ``cfg`` (Megatron rank order) on ``cluster``."""
+    ctx = _make_context(model, cluster, workload, cfg, prof)
+    split = stage_layers(model.num_layers, cfg.pp, cfg.vpp)
+    stages = tuple(_stage_cost(ctx, s, layers) for s, layers in enumerate(split))
+    m = cfg.micro_batches(workload)
+    slow = max(stages, key=lambda s: s.total_s)
+    mean_s = sum(s.total_s for s in stages) / len(stages)
+    bubble = (cfg.pp - 1) / cfg.vpp * mean_s
+    dp_exposed = dp_total = optimizer = 0.0
+    for s, layers in enumerate(split):
+        dense, expert = _stage_params(model, cfg, s, layers)
+        grads, params = _dp_comm(ctx, dense, expert)
+        bwd_window = stages[s].compute_s * 2 / 3 if cfg.overlap_grad_reduce else 0.0
+        fwd_window = stages[s].compute_s / 3 if cfg.overlap_param_gather else 0.0
+        exposed = max(0.0, grads - bwd_window) + max(0.0, params - fwd_window)
+        shard = (dense / (cfg.dp * cfg.cp) + expert / cfg.expert_dp) if cfg.zero else dense + expert
+        opt = shard * ADAM_BYTES_PER_PARAM / (ctx.rates.hbm_bytes_per_s * prof.hbm_efficiency)
+        if exposed + opt > dp_exposed + optimizer:
+            dp_exposed, optimizer, dp_total = exposed, opt, grads + params
+    time = TimeBreakdown(m * slow.compute_s, m * slow.recompute_s, m * slow.tp_comm_s,
+                         m * slow.cp_comm_s, m * slow.ep_comm_s, m * slow.pp_comm_s, bubble,
+                         dp_exposed, optimizer)
+    capacity = cluster.min_hbm_bytes
+    memory = max((_memory(ctx, s, layers, capacity) for s, layers in enumerate(split)),
+                 key=lambda mb: mb.peak_bytes)
+    tiers = {k: getattr(ctx.views, k).bottleneck.name for k in ("tp", "cp", "dp_cp", "pp", "ep")
+             if getattr(ctx.views, k).size > 1}
+    flops = model_flops_per_token(model, workload.seq_len) * workload.tokens
+    return Estimate(model.name, cluster.name, cluster.num_gpus, workload, cfg, time, memory,
+                    stages, flops, ctx.rates.peak_flops, tiers, dp_total)

@@ -1,0 +1,273 @@
+"""Hugging Face ``config.json`` -> :class:`ModelSpec`.
+
+Owns the mapping from each supported ``model_type``'s config keys to our fields, following the
+weight shapes of the matching ``transformers`` modeling file (``modeling_<model_type>.py``).
+Families name the same thing differently (experts: ``num_local_experts`` / ``num_experts`` /
+``n_routed_experts``; top-k: ``num_experts_per_tok`` / ``experts_per_token``); this module is
+the one place that knows. A missing or bad key raises :class:`SpecError` naming file and key.
+
+Not represented (a few thousand parameters per model, below 0.001%): Qwen3's per-head q/k
+RMSNorm, gpt-oss attention sinks, the Qwen2-MoE shared-expert gate.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from cost_models.model_spec import ACTIVATIONS, MLASpec, ModelSpec, MoESpec
+from planner.errors import SpecError
+
+_MISSING = object()
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
+
+
+@dataclass(frozen=True)
+class _Config:
+    """A config mapping plus the file it came from; getters raise SpecError on bad values."""
+
+    data: dict[str, Any]
+    source: str
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def int(self, key: str, default: Any = _MISSING, minimum: int = 1) -> int:
+        """The integer at ``key`` (>= ``minimum``); ``default`` when absent or null."""
+        value = self.data.get(key)
+        if value is None:
+            if default is _MISSING:
+                raise SpecError(self.source, key, f"an integer >= {minimum} (key is missing)")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise SpecError(self.source, key, f"an integer >= {minimum}", value)
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise SpecError(self.source, key, "true or false", value)
+        return value
+
+    def first_int(self, keys: tuple[str, ...]) -> int:
+        """The integer under the first of ``keys`` that is present."""
+        for key in keys:
+            if self.has(key):
+                return self.int(key)
+        raise SpecError(self.source, keys[0], f"an integer >= 1 (one of {', '.join(keys)})")
+
+    def activation(self, key: str, default: str) -> str:
+        value = self.data.get(key) or default
+        if value not in ACTIVATIONS:
+            raise SpecError(self.source, key, f"one of {', '.join(ACTIVATIONS)}", value)
+        return value
+
+
+# --- pieces shared by several families -------------------------------------------------------
+
+def _common(c: _Config) -> dict[str, Any]:
+    """Fields named alike by every Llama-descended config."""
+    return dict(
+        name=str(c.data.get("_name_or_path") or Path(c.source).stem),
+        num_layers=c.int("num_hidden_layers"),
+        hidden_size=c.int("hidden_size"),
+        ffn_hidden_size=c.int("intermediate_size"),
+        vocab_size=c.int("vocab_size"),
+        activation=c.activation("hidden_act", "silu"),
+        tied_embeddings=c.flag("tie_word_embeddings", False),
+        source=c.source,
+    )
+
+
+def _attention(c: _Config, hidden: int, heads_key: str = "num_attention_heads",
+               kv_key: str = "num_key_value_heads") -> dict[str, int]:
+    """Head counts and head width; ``head_dim`` falls back to hidden / heads."""
+    heads = c.int(heads_key)
+    kv_heads = c.int(kv_key, default=heads)
+    if heads % kv_heads:
+        raise SpecError(c.source, kv_key, f"a divisor of {heads_key}={heads}", kv_heads)
+    if not c.has("head_dim") and hidden % heads:
+        raise SpecError(c.source, heads_key, f"a divisor of hidden size {hidden} "
+                        "(or give head_dim)", heads)
+    head_dim = c.int("head_dim", default=hidden // heads)
+    return dict(num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim)
+
+
+def _llama(c: _Config) -> dict[str, Any]:
+    """modeling_llama.py: RMSNorm, SwiGLU; q/k/v/o bias from ``attention_bias``."""
+    kw = _common(c)
+    attn_bias = c.flag("attention_bias", False)
+    kw.update(_attention(c, kw["hidden_size"]), qkv_bias=attn_bias, attn_out_bias=attn_bias,
+              mlp_bias=c.flag("mlp_bias", False))
+    return kw | _sliding(c, kw["num_layers"])
+
+
+def _sliding(c: _Config, num_layers: int) -> dict[str, Any]:
+    """Sliding-window attention: ``layer_types`` if given, else the family's convention."""
+    if isinstance(c.data.get("layer_types"), list):
+        types = c.data["layer_types"]
+        if len(types) != num_layers:
+            raise SpecError(c.source, "layer_types", f"{num_layers} entries", len(types))
+        sliding = tuple(t == "sliding_attention" for t in types)
+        if not any(sliding):
+            return {}
+        return dict(sliding_window=c.int("sliding_window"), sliding_layers=sliding)
+    qwen = str(c.data.get("model_type")).startswith("qwen")  # Qwen: off unless switched on
+    if not c.has("sliding_window") or not c.data.get("use_sliding_window", not qwen):
+        return {}
+    window = c.int("sliding_window")
+    first = c.int("max_window_layers", default=0, minimum=0)  # Qwen: layers >= this slide
+    return dict(sliding_window=window,
+                sliding_layers=tuple(i >= first for i in range(num_layers)) if first else ())
+
+
+def _moe(c: _Config, expert_ffn_key: str, **extra: Any) -> MoESpec:
+    """Routed experts under any of the three expert-count keys and two top-k keys."""
+    experts, top_k = c.first_int(EXPERT_KEYS), c.first_int(TOP_K_KEYS)
+    if top_k > experts:
+        raise SpecError(c.source, "num_experts_per_tok", f"at most the {experts} experts", top_k)
+    return MoESpec(num_experts=experts, top_k=top_k,
+                   expert_ffn_hidden=c.int(expert_ffn_key), **extra)
+
+
+def _qwen_moe_layers(c: _Config, num_layers: int) -> tuple[bool, ...]:
+    """modeling_qwen3_moe.py: MoE unless in ``mlp_only_layers``; every ``decoder_sparse_step``."""
+    step = c.int("decoder_sparse_step", default=1)
+    dense = c.data.get("mlp_only_layers") or []
+    if not isinstance(dense, list):
+        raise SpecError(c.source, "mlp_only_layers", "a list of layer indices", dense)
+    return tuple(i not in dense and (i + 1) % step == 0 for i in range(num_layers))
+
+
+# --- one builder per model_type ---------------------------------------------------------------
+
+def _mixtral(c: _Config) -> dict[str, Any]:
+    """modeling_mixtral.py: every layer MoE; experts as wide as ``intermediate_size``."""
+    return _llama(c) | dict(moe=_moe(c, "intermediate_size"))
+
+
+def _qwen2(c: _Config) -> dict[str, Any]:
+    """modeling_qwen2.py: q/k/v carry a bias, o_proj does not."""
+    return _llama(c) | dict(qkv_bias=True, attn_out_bias=False)
+
+
+def _qwen_moe(c: _Config, base: dict[str, Any], shared: bool) -> dict[str, Any]:
+    extra = {}
+    if shared:  # modeling_qwen2_moe.py: one shared expert of its own width
+        extra = dict(num_shared_experts=1,
+                     shared_ffn_hidden=c.int("shared_expert_intermediate_size"))
+    moe = _moe(c, "moe_intermediate_size", **extra)
+    return base | dict(moe=moe, moe_layers=_qwen_moe_layers(c, base["num_layers"]))
+
+
+def _qwen3_moe(c: _Config) -> dict[str, Any]:
+    return _qwen_moe(c, _llama(c), shared=False)
+
+
+def _qwen2_moe(c: _Config) -> dict[str, Any]:
+    return _qwen_moe(c, _qwen2(c), shared=True)
+
+
+def _mla(c: _Config) -> MLASpec:
+    return MLASpec(q_lora_rank=c.int("q_lora_rank", default=None),
+                   kv_lora_rank=c.int("kv_lora_rank"), qk_nope_head_dim=c.int("qk_nope_head_dim"),
+                   qk_rope_head_dim=c.int("qk_rope_head_dim"), v_head_dim=c.int("v_head_dim"))
+
+
+def _deepseek_v3(c: _Config) -> dict[str, Any]:
+    """modeling_deepseek_v3.py: MLA; dense below ``first_k_dense_replace``; sigmoid router
+    with a per-expert score-correction bias (``noaux_tc``); ``n_shared_experts`` shared."""
+    kw, mla = _common(c), _mla(c)
+    heads = c.int("num_attention_heads")
+    first_dense, freq = c.int("first_k_dense_replace", 0, minimum=0), c.int("moe_layer_freq", 1)
+    moe = _moe(c, "moe_intermediate_size", num_shared_experts=c.int("n_shared_experts", 0, 0),
+               shared_ffn_hidden=c.int("moe_intermediate_size"),
+               router_bias=c.data.get("topk_method", "noaux_tc") == "noaux_tc")
+    return kw | dict(
+        num_heads=heads, num_kv_heads=c.int("num_key_value_heads", default=heads),
+        head_dim=mla.qk_head_dim, mla=mla, moe=moe,
+        moe_layers=tuple(i >= first_dense and i % freq == 0 for i in range(kw["num_layers"])),
+        mtp_layers=c.int("num_nextn_predict_layers", default=0, minimum=0))
+
+
+def _gpt_oss(c: _Config) -> dict[str, Any]:
+    """modeling_gpt_oss.py: every layer MoE with biased experts and router; alternating
+    sliding/full attention from ``layer_types``."""
+    return _llama(c) | dict(moe=_moe(c, "intermediate_size", expert_bias=True, router_bias=True))
+
+
+def _gpt2(c: _Config) -> dict[str, Any]:
+    """modeling_gpt2.py: LayerNorm, biased linears, GELU MLP of ``n_inner`` (default 4h),
+    learned positions, embeddings always tied."""
+    hidden, heads = c.int("n_embd"), c.int("n_head")
+    if hidden % heads:
+        raise SpecError(c.source, "n_head", f"a divisor of n_embd={hidden}", heads)
+    return dict(
+        name=str(c.data.get("_name_or_path") or Path(c.source).stem), source=c.source,
+        num_layers=c.int("n_layer"), hidden_size=hidden, num_heads=heads, num_kv_heads=heads,
+        head_dim=hidden // heads, ffn_hidden_size=c.int("n_inner", default=4 * hidden),
+        vocab_size=c.int("vocab_size"), position_embeddings=c.int("n_positions"),
+        glu=False, activation=c.activation("activation_function", "gelu_new"),
+        tied_embeddings=c.flag("tie_word_embeddings", True), norm="layernorm",
+        qkv_bias=True, attn_out_bias=True, mlp_bias=True)
+
+
+def _gpt_neox(c: _Config) -> dict[str, Any]:
+    """modeling_gpt_neox.py: LayerNorm, biased linears, GELU MLP, rotary (parallel residual
+    changes no shapes)."""
+    kw = _common(c) | dict(activation=c.activation("hidden_act", "gelu"))
+    kw["num_heads"] = heads = c.int("num_attention_heads")
+    if kw["hidden_size"] % heads:
+        raise SpecError(c.source, "num_attention_heads",
+                        f"a divisor of hidden_size={kw['hidden_size']}", heads)
+    bias = c.flag("attention_bias", True)
+    return kw | dict(num_kv_heads=heads, head_dim=kw["hidden_size"] // heads, glu=False,
+                     norm="layernorm", qkv_bias=bias, attn_out_bias=bias, mlp_bias=True)
+
+
+_BUILDERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
+    "llama": _llama, "mistral": _llama, "mixtral": _mixtral,
+    "qwen2": _qwen2, "qwen2_moe": _qwen2_moe, "qwen3": _llama, "qwen3_moe": _qwen3_moe,
+    "deepseek_v3": _deepseek_v3, "gpt_oss": _gpt_oss, "gpt2": _gpt2, "gpt_neox": _gpt_neox,
+}
+SUPPORTED_MODEL_TYPES = tuple(_BUILDERS)
+
+
+# --- public API -------------------------------------------------------------------------------
+
+def model_from_hf_config(data: dict, source: str) -> ModelSpec:
+    """Build a ModelSpec from a parsed HF ``config.json``; ``source`` names it in errors."""
+    if not isinstance(data, dict):
+        raise SpecError(source, "", "a JSON object (a Hugging Face config.json)",
+                        type(data).__name__)
+    model_type = data.get("model_type")
+    if model_type not in _BUILDERS:
+        raise SpecError(source, "model_type", f"one of {', '.join(_BUILDERS)}", model_type)
+    kwargs = _BUILDERS[model_type](_Config(data, source))
+    try:
+        return ModelSpec(**kwargs)
+    except ValueError as err:  # a cross-field rule of ModelSpec the builders did not foresee
+        raise SpecError(source, "", f"a consistent model ({err})") from None
+
+
+def read_json(path: str | Path) -> Any:
+    """Parse a JSON file; a missing file or bad JSON raises SpecError naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpecError(str(path), "", "a readable file", err.strerror) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SpecError(str(path), f"line {err.lineno} column {err.colno}", "valid JSON",
+                        err.msg) from None
+
+
+def load_hf_config(path: str | Path) -> ModelSpec:
+    """Read a Hugging Face ``config.json`` file into a ModelSpec."""
+    return model_from_hf_config(read_json(path), str(path))

@@ -1,0 +1,241 @@
+"""Model import and presets: HF config.json import, the model YAML schema, the preset registry.
+
+Parameter counts are pinned to published totals (source beside each number) with a stated
+tolerance: 1% for totals, 3% for active parameters.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from cost_models.model_spec import active_params, count_params
+from planner.errors import SpecError
+from planner.hf_import import load_hf_config, model_from_hf_config
+from planner.model_file import model_from_yaml_dict
+from planner.models import load_model, model_presets
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
+TOTAL_TOL, ACTIVE_TOL = 0.01, 0.03
+
+# preset -> (published total, published active or None, source). "Active" as the source counts
+# it: every source below counts embedding and unembedding as active, except the gpt-oss model
+# card, whose active figure leaves out the embedding table (a lookup) but keeps the unembedding.
+PUBLISHED = {
+    "llama-3.1-8b": (8.03e9, None, "HF Hub meta-llama/Llama-3.1-8B, safetensors 'Model size'"),
+    "llama-3.1-70b": (70.6e9, None, "HF Hub meta-llama/Llama-3.1-70B, 'Model size'"),
+    "llama-3.1-405b": (405.9e9, None, "HF Hub meta-llama/Llama-3.1-405B, 'Model size' "
+                       "(the card's table says 405B)"),
+    "gpt3-175b": (175.0e9, None, "Brown et al. 2020, arXiv:2005.14165, Table 2.1"),
+    "mixtral-8x7b": (46.7e9, 12.9e9, "Mistral AI, 'Mixtral of experts' blog, Dec 2023"),
+    "mixtral-8x22b": (141e9, 39e9, "Mistral AI, 'Cheaper, Better, Faster, Stronger', Apr 2024"),
+    "qwen3-30b-a3b": (30.5e9, 3.3e9, "HF model card Qwen/Qwen3-30B-A3B"),
+    "qwen3-235b-a22b": (235e9, 22e9, "HF model card Qwen/Qwen3-235B-A22B"),
+    "deepseek-v3": (671e9, 37e9, "DeepSeek-V3 Technical Report, arXiv:2412.19437, abstract "
+                    "(HF card: 685B = 671B main model + 14B MTP module)"),
+    "gpt-oss-120b": (116.83e9, 5.13e9, "gpt-oss-120b & gpt-oss-20b Model Card, "
+                     "arXiv:2508.10925, Table 1"),
+    "gpt-oss-20b": (20.91e9, 3.61e9, "gpt-oss Model Card, arXiv:2508.10925, Table 1"),
+}
+ACTIVE_WITHOUT_EMBEDDING = {"gpt-oss-120b", "gpt-oss-20b"}
+
+
+def _tiny(model_type: str, **extra: object) -> dict:
+    """A made-up small Llama-style config."""
+    return dict(model_type=model_type, num_hidden_layers=2, hidden_size=64,
+                num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
+                vocab_size=100, tie_word_embeddings=False) | extra
+
+
+def _raises(fn, *args) -> str:
+    with pytest.raises(SpecError) as info:
+        fn(*args)
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+# --- every file imports; totals and active counts ---------------------------------------------
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.json")), ids=lambda p: p.stem)
+def test_every_fixture_imports(path: Path) -> None:
+    model = load_hf_config(path)
+    assert model.num_layers >= 1 and count_params(model).total > 0
+    assert model.source == str(path)
+
+
+def test_presets_all_listed_with_descriptions() -> None:
+    presets = model_presets()
+    assert set(presets) == set(PUBLISHED)
+    assert all(desc and "\n" not in desc for desc in presets.values())
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_total_params_match_published(name: str) -> None:
+    total, _, source = PUBLISHED[name]
+    got = count_params(load_model(name)).total
+    assert got == pytest.approx(total, rel=TOTAL_TOL), f"{name}: {got:,} vs {total:,.0f} ({source})"
+
+
+@pytest.mark.parametrize("name", sorted(n for n, row in PUBLISHED.items() if row[1]))
+def test_active_params_match_published(name: str) -> None:
+    _, active, source = PUBLISHED[name]
+    model = load_model(name)
+    got = active_params(model)
+    if name in ACTIVE_WITHOUT_EMBEDDING:
+        got -= count_params(model).embedding
+    message = f"{name}: {got:,} vs {active:,.0f} ({source})"
+    assert got == pytest.approx(active, rel=ACTIVE_TOL), message
+
+
+def test_deepseek_structure() -> None:
+    """DeepSeek-V3: 3 dense then 58 MoE layers, MLA, 1 MTP module counted apart."""
+    model = load_model("deepseek-v3")
+    assert (model.num_dense_layers, model.num_moe_layers, model.mtp_layers) == (3, 58, 1)
+    assert model.mla.q_lora_rank == 1536 and model.moe.num_shared_experts == 1
+    assert count_params(model).mtp > 0
+    r1 = load_hf_config(FIXTURES / "deepseek-r1.json")
+    assert count_params(r1).total == count_params(model).total
+
+
+def test_gpt_oss_sliding_layers_and_biases() -> None:
+    model = load_model("gpt-oss-20b")
+    assert model.window(0) == 128 and model.window(1) is None
+    assert model.qkv_bias and model.attn_out_bias
+    assert model.moe.expert_bias and model.moe.router_bias and model.moe.top_k == 4
+
+
+def test_preset_lookup_is_case_insensitive() -> None:
+    assert load_model("Llama-3.1-70B") == load_model("llama-3.1-70b")
+    assert load_model("GPT3-175B").name == "gpt3-175b"
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_yaml_schema_mirrors_model_spec(name: str) -> None:
+    """Every preset, written back in our schema, loads to the same ModelSpec."""
+    model = load_model(name)
+    data = {k: v for k, v in dataclasses.asdict(model).items() if k != "source"}
+    assert model_from_yaml_dict(data, "roundtrip.yaml") == model
+
+
+# --- small hand-written configs ---------------------------------------------------------------
+
+def test_gpt2_124m() -> None:
+    """124,439,808 = sum of GPT2LMHeadModel('gpt2') parameter numel (tied embeddings)."""
+    config = dict(model_type="gpt2", n_embd=768, n_layer=12, n_head=12, n_inner=None,
+                  n_positions=1024, vocab_size=50257, activation_function="gelu_new")
+    model = model_from_hf_config(config, "gpt2.json")
+    assert model.tied_embeddings and model.position_embeddings == 1024 and not model.glu
+    assert count_params(model).total == 124_439_808
+
+
+def test_pythia_160m() -> None:
+    """162,322,944: EleutherAI/pythia README, 'Total Params' of pythia-160m (untied)."""
+    config = dict(model_type="gpt_neox", hidden_size=768, num_hidden_layers=12,
+                  num_attention_heads=12, intermediate_size=3072, vocab_size=50304,
+                  hidden_act="gelu", rotary_pct=0.25, use_parallel_residual=True,
+                  tie_word_embeddings=False, max_position_embeddings=2048)
+    assert count_params(model_from_hf_config(config, "pythia-160m.json")).total == 162_322_944
+
+
+def test_qwen2_counts_qkv_bias() -> None:
+    qwen2 = model_from_hf_config(_tiny("qwen2"), "qwen2.json")
+    llama = model_from_hf_config(_tiny("llama"), "llama.json")
+    assert qwen2.qkv_bias and not qwen2.attn_out_bias
+    bias = 2 * (4 * 16 + 2 * 2 * 16)  # layers * (q bias + k and v bias)
+    assert count_params(qwen2).total - count_params(llama).total == bias
+    # embed + head + 2 layers * (q,o 64x64 + k,v 64x32 + 2 norms + SwiGLU 3x64x128) + final norm
+    assert count_params(llama).total == 2 * 6400 + 2 * (2 * 4096 + 2 * 2048 + 128 + 24576) + 64
+
+
+def test_qwen3_and_mistral_import() -> None:
+    qwen3 = model_from_hf_config(_tiny("qwen3", head_dim=32), "qwen3.json")
+    assert qwen3.head_dim == 32 and not qwen3.qkv_bias
+    mistral = model_from_hf_config(_tiny("mistral", sliding_window=4096), "mistral.json")
+    assert mistral.head_dim == 16 and mistral.window(1) == 4096
+
+
+def test_qwen_moe_layer_selection() -> None:
+    config = _tiny("qwen2_moe", num_hidden_layers=4, num_experts=8, num_experts_per_tok=2,
+                   moe_intermediate_size=32, shared_expert_intermediate_size=64,
+                   decoder_sparse_step=1, mlp_only_layers=[0])
+    model = model_from_hf_config(config, "qwen2-moe.json")
+    assert model.moe_layers == (False, True, True, True)
+    assert model.moe.num_shared_experts == 1 and model.moe.shared_ffn_hidden == 64
+
+
+# --- errors: one line, naming file and field --------------------------------------------------
+
+def test_unsupported_model_type() -> None:
+    message = _raises(model_from_hf_config, _tiny("bert"), "bert.json")
+    assert "bert.json" in message and "model_type" in message and "'bert'" in message
+
+
+def test_missing_key() -> None:
+    config = _tiny("llama")
+    del config["hidden_size"]
+    message = _raises(model_from_hf_config, config, "cfg.json")
+    assert message.startswith("cfg.json: hidden_size:")
+
+
+def test_negative_hidden_size() -> None:
+    message = _raises(model_from_hf_config, _tiny("llama") | {"hidden_size": -64}, "cfg.json")
+    assert "cfg.json: hidden_size" in message and "-64" in message
+
+
+def test_heads_not_multiple_of_kv_heads() -> None:
+    message = _raises(model_from_hf_config, _tiny("llama") | {"num_key_value_heads": 3}, "c.json")
+    assert "c.json: num_key_value_heads" in message
+
+
+def test_invalid_json_names_file(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama",}')
+    message = _raises(load_hf_config, path)
+    assert str(path) in message and "line 1" in message
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "model.yaml"
+    path.write_text("num_layers: 2\nhidden_size: [64\nnum_heads: 4\n")
+    message = _raises(load_model, str(path))
+    assert str(path) in message and "line " in message
+
+
+def test_extra_yaml_field(tmp_path: Path) -> None:
+    path = tmp_path / "model.yaml"
+    path.write_text("num_layers: 2\nhidden_size: 64\nnum_heads: 4\nffn_hidden_size: 128\n"
+                    "vocab_size: 100\nnum_experts: 8\n")
+    message = _raises(load_model, str(path))
+    assert message.startswith(f"{path}: num_experts:") and "a known field" in message
+
+
+def test_nested_yaml_field_path() -> None:
+    data = dict(num_layers=2, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=100,
+                moe=dict(num_experts=4, top_k=8, expert_ffn_hidden=32))
+    assert _raises(model_from_yaml_dict, data, "m.yaml").startswith("m.yaml: moe.top_k:")
+    data["moe"] = dict(num_experts=4, top_k=0, expert_ffn_hidden=32)
+    assert "greater than or equal to 1" in _raises(model_from_yaml_dict, data, "m.yaml")
+
+
+def test_yaml_cross_field_error() -> None:
+    data = dict(num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=3, ffn_hidden_size=128,
+                vocab_size=100)
+    assert _raises(model_from_yaml_dict, data, "m.yaml").startswith("m.yaml: num_kv_heads:")
+
+
+def test_hf_json_detected_by_model_type(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_tiny("llama")))
+    assert load_model(str(path)).num_layers == 2
+
+
+def test_unknown_preset_suggests_close_match() -> None:
+    message = _raises(load_model, "lama-3.1-70b")
+    assert message.startswith("--model:") and "llama-3.1-70b" in message
+
+
+def test_missing_file_named(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    assert str(path) in _raises(load_model, str(path))
