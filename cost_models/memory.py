@@ -110,7 +110,13 @@ def layer_activation_bytes(model: ModelSpec, layer: int, sh: ActivationShape,
     if recompute == "full":
         return sh.tokens * 2 * h / rep_div
     replicated = (8 * h + (2 * h if sh.dropout else 0)) / rep_div  # norms' and GEMMs' inputs
-    per_token = replicated + _attention_tensors(model, t) + _ffn_tensors(model, layer, sh)
+    ffn = _ffn_tensors(model, layer, sh)
+    if recompute == "selective" and not sh.unfused_attention:
+        # Megatron-Core --recompute-modules layernorm + (moe_)act: the norm outputs (2 x 2h) and
+        # the activation outputs (1/3 of a GLU's 6f, 1/2 of a plain MLP's 4f) are recomputed
+        replicated -= 4 * h / rep_div
+        ffn *= (2 / 3) if model.glu else 0.5
+    per_token = replicated + _attention_tensors(model, t) + ffn
     if sh.unfused_attention and recompute != "selective":
         keys = sh.seq_len if not model.window(layer) else min(sh.seq_len, model.window(layer))
         per_token += (5 if sh.dropout else 2) * model.num_heads * keys / t

@@ -44,7 +44,10 @@ class ParallelConfig:
     ``zero``: 0 = plain data parallel, 1 = distributed optimizer (optimizer states sharded),
     2 = also gradients, 3 = also weights (FSDP). ``attention``: ``flash`` (fused, no s^2
     activations) or ``unfused`` (Megatron's 2021 softmax kernels, Korthikanti et al. 2022).
-    The overlap flags are the Megatron options of the same names.
+    The overlap flags are the Megatron options of the same names. ``recompute="selective"``
+    recomputes what is cheap and large: with unfused attention the attention core (Korthikanti
+    et al. 2022, sec. 5); with flash attention, which keeps no s^2 tensors, the norms and
+    activation functions (Megatron-Core ``--recompute-modules layernorm mlp moe_act``).
     """
 
     tp: int = 1
@@ -131,11 +134,8 @@ def check_config(model, workload: Workload, config: ParallelConfig, num_gpus: in
     if model.mla is None and model.num_kv_heads % config.tp and config.tp % model.num_kv_heads:
         raise ConfigError("--tp", f"a divisor or multiple of the KV heads ({model.num_kv_heads})",
                           config.tp)
-    if model.num_layers < config.pp * config.vpp:
-        raise ConfigError("--pp/--vpp", f"pp*vpp <= layers ({model.num_layers})",
-                          config.pp * config.vpp)
-    if config.vpp > 1 and model.num_layers % (config.pp * config.vpp):
-        raise ConfigError("--vpp", f"pp*vpp dividing the layers ({model.num_layers})",
+    if model.num_layers + 2 < config.pp * config.vpp:  # embedding and loss may be own chunks
+        raise ConfigError("--pp/--vpp", f"pp*vpp <= layers + 2 ({model.num_layers + 2})",
                           config.pp * config.vpp)
     _divides("--cp", config.cp, "the sequence length", workload.seq_len)
     if workload.global_batch % (config.dp * config.micro_batch):

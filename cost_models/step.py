@@ -110,20 +110,20 @@ class Estimate:
 
 
 def stage_layers(num_layers: int, pp: int, vpp: int) -> list[list[int]]:
-    """Layers of each stage: chunk j of L/(p*v) layers goes to stage j mod p (Megatron).
+    """Layers of each stage: the layers are cut into p*v contiguous chunks and chunk j goes to
+    stage j mod p (Megatron's interleaved assignment; v = 1 is the plain split).
 
-    When p*v does not divide L the split is contiguous with the extra layers on the middle
-    stages, which carry neither the embedding nor the LM head.
+    When p*v does not divide L the extra layers go to the middle chunks, away from the
+    embedding (first chunk) and the LM head (last chunk), as Megatron's uneven layouts do.
     """
-    if num_layers % (pp * vpp) == 0:
-        size = num_layers // (pp * vpp)
-        return [[l for j in range(s, pp * vpp, pp) for l in range(j * size, (j + 1) * size)]
-                for s in range(pp)]
-    base, extra = divmod(num_layers, pp)
-    order = sorted(range(pp), key=lambda s: (s in (0, pp - 1), abs(s - (pp - 1) / 2)))
-    counts = [base + (1 if s in order[:extra] else 0) for s in range(pp)]
-    starts = [sum(counts[:s]) for s in range(pp)]
-    return [list(range(starts[s], starts[s] + counts[s])) for s in range(pp)]
+    chunks = pp * vpp
+    base, extra = divmod(num_layers, chunks)
+    middle_first = sorted(range(chunks), key=lambda j: (j in (0, chunks - 1),
+                                                          abs(j - (chunks - 1) / 2), j))
+    sizes = [base + (1 if j in middle_first[:extra] else 0) for j in range(chunks)]
+    starts = [sum(sizes[:j]) for j in range(chunks)]
+    return [[layer for j in range(s, chunks, pp) for layer in range(starts[j], starts[j] + sizes[j])]
+            for s in range(pp)]
 
 
 @dataclass(frozen=True)
@@ -171,8 +171,10 @@ def _layer_cost(ctx: _Context, layer: int, recomputed: bool) -> tuple[float, ...
     recompute = 0.0
     if recomputed:
         recompute = fwd + tp_fwd + cp_fwd + ep
+    elif ctx.cfg.recompute == "selective" and ctx.shard.unfused_attention:
+        recompute = t.attention_s + 0.3 * t.elementwise_s  # attention core: QK^T, softmax, AV
     elif ctx.cfg.recompute == "selective":
-        recompute = t.attention_s + (t.elementwise_s * 0.3 if ctx.shard.unfused_attention else 0)
+        recompute = 0.5 * t.elementwise_s  # norms and activation functions
     return fwd + bwd, recompute, tp_fwd + tp_bwd, cp_fwd + cp_bwd, 2 * ep
 
 

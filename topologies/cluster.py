@@ -211,18 +211,26 @@ class Cluster:
         raise ValueError(f"node {node} outside cluster of {self.num_nodes} nodes")
 
 
-def _inter_tier(cluster: Cluster, groups: set[int], num_nodes: int) -> LinkTier:
-    """One GPU's share of the scale-out network, limited by the slowest node group touched."""
+def _inter_tier(cluster: Cluster, groups: set[int], nodes: set[int]) -> LinkTier:
+    """One GPU's share of the scale-out network, limited by the slowest node group touched.
+
+    Node ``n`` sits below switch ``n // nodes_per_switch`` of each tier. The group crosses a
+    tier when its nodes sit below more than one switch of the tier beneath (a node alone is its
+    own unit), and pays a tier's oversubscription when it leaves that tier's switches.
+    """
     share = min(cluster.node_groups[g].nic_bw_bytes_per_s / cluster.node_groups[g].gpus_per_node
                 for g in groups)
     latency = max(cluster.node_groups[g].nic_latency_s for g in groups)
     name = "/".join(sorted({cluster.node_groups[g].transport for g in groups}))
-    for tier in cluster.tiers:  # crossing a tier's switch costs its oversubscription
-        if num_nodes > 1:
+    below = len(nodes)  # units of the tier beneath the group touches
+    for tier in cluster.tiers:
+        switches = len({n // tier.nodes_per_switch for n in nodes})
+        if below > 1:
             latency += tier.latency_s
-        if num_nodes > tier.nodes_per_switch:
+        if switches > 1:
             share /= tier.oversubscription
             name = f"{name}+{tier.name}"
+        below = switches
     return LinkTier(name, share, latency)
 
 
@@ -242,5 +250,5 @@ def group_view(cluster: Cluster, ranks: Sequence[int]) -> GroupView:
     nodes = {n for _, n, _ in located}
     k = max(per_domain.values())
     intra = _intra_tier(cluster, groups) if k > 1 else None
-    inter = _inter_tier(cluster, groups, len(nodes)) if len(per_domain) > 1 else None
+    inter = _inter_tier(cluster, groups, nodes) if len(per_domain) > 1 else None
     return GroupView(len(located), k, len(per_domain), intra, inter)

@@ -1,0 +1,207 @@
+"""Turn rows of ``published_runs_calibration.json`` into planner inputs and targets.
+
+Each row becomes (ModelSpec, Cluster, Workload, ParallelConfig) plus the published figure to
+compare with. What a row does not state is filled by a documented rule, never per row:
+
+* implementation era: rows from 2020-2022 (Megatron 2020 README, SC'21, Korthikanti et al.)
+  ran unfused softmax attention with dropout, no gradient-reduce overlap and no distributed
+  optimizer; rows from 2024 on ran flash attention, the distributed optimizer, the overlap
+  flags their commands list, and sequence parallelism with TP;
+* unknown micro-batch size: the fastest of 1, 2, 4, 8 that fits (the authors tuned it);
+* unknown recompute: full for 2020/21 rows (Megatron's scripts of the time passed
+  ``--checkpoint-activations``), else the fastest of none/selective/full that fits;
+* TP communication overlap only where the row's command lists ``--tp-comm-overlap``;
+* unknown interleaving: none (v = 1);
+* unknown expert TP in MoE rows: 1 (the MoE model zoo's recommended setting).
+
+FLOP conventions for rows published as TFLOP/s or MFU: ``sc21`` is SC'21 eq. (3),
+96*B*s*l*h^2*(1 + s/6h + V/16lh), which counts the recompute forward pass; ``megatron`` is
+``num_floating_point_operations`` of Megatron-LM ``training.py`` (GQA, SwiGLU and MoE aware;
+72*B*s*l*h^2*(1 + s/6h + V/12lh) for GPT), the convention of the 2024 H100 table, the MoE
+model zoo and Korthikanti et al.'s MFU.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from cost_models.model_spec import MoESpec, ModelSpec
+from cost_models.parallel import ParallelConfig, Workload, check_config
+from cost_models.profile import Profile
+from cost_models.step import Estimate, estimate
+from topologies.cluster import Cluster
+from topologies.spec import homogeneous_cluster
+
+DATA = Path(__file__).parent / "data" / "published_runs_calibration.json"
+MICRO_BATCHES = (1, 2, 4, 8)
+
+
+def load_rows(path: Path = DATA) -> list[dict]:
+    return json.loads(path.read_text())
+
+
+def era(row: dict) -> str:
+    """``2021`` for the Megatron 2020/2021 and Korthikanti rows, else ``2024``."""
+    return "2021" if row["id"].startswith(("megatron-sc21", "megatron-readme", "megatron-2020",
+                                           "korthikanti")) else "2024"
+
+
+def row_model(row: dict) -> ModelSpec:
+    m = row["model"]
+    moe = None
+    if m.get("moe"):
+        mo = m["moe"]
+        moe = MoESpec(mo["experts"], mo["topk"], mo["expert_ffn_hidden"],
+                      mo.get("shared_experts") or 0)
+    gpt = m.get("family", "").startswith("gpt")
+    head_dim = m.get("head_dim") or m["hidden"] // m["heads"]
+    ffn = m.get("ffn_hidden") or (moe.expert_ffn_hidden if moe else 4 * m["hidden"])
+    return ModelSpec(
+        name=m["name"], num_layers=m["layers"], hidden_size=m["hidden"], num_heads=m["heads"],
+        num_kv_heads=m.get("kv_heads") or m["heads"], head_dim=head_dim, ffn_hidden_size=ffn,
+        vocab_size=m["vocab"], glu=bool(m.get("glu")), activation=m.get("activation") or "gelu"
+        if not m.get("glu") else "silu", tied_embeddings=gpt, norm="layernorm" if gpt else "rmsnorm",
+        qkv_bias=gpt, attn_out_bias=gpt, mlp_bias=gpt, moe=moe)
+
+
+def row_cluster(row: dict) -> Cluster:
+    c = row["cluster"]
+    per_node = min(c["gpus_per_node"], c["num_gpus"])
+    return homogeneous_cluster(c["gpu_key"], c["num_gpus"] // per_node, per_node)
+
+
+def row_workload(row: dict) -> Workload:
+    gb = row["config"].get("global_batch") or row["config"]["dp"] * 8
+    precision = "fp8" if "fp8" in str(row["config"].get("precision", "")).lower() else "bf16"
+    return Workload(row["model"]["seq_len"], gb, precision)
+
+
+def _zero(row: dict) -> int:
+    z = str(row["config"].get("zero"))
+    if "FSDP" in z:
+        return 3
+    return 0 if era(row) == "2021" else 1
+
+
+def _recompute(row: dict) -> str:
+    default = "full" if era(row) == "2021" else "none"  # 2020/21 scripts: --checkpoint-activations
+    r = str(row["config"].get("recompute") or default).lower()
+    return "full" if r.startswith("full") else "selective" if r.startswith("selective") else "none"
+
+
+def row_config(row: dict, micro_batch: int = 1) -> ParallelConfig:
+    c, old = row["config"], era(row) == "2021"
+    tp = c.get("tp") or 1
+    sp = bool(c.get("seq_parallel")) if old or c.get("seq_parallel") is not None else tp > 1
+    return ParallelConfig(
+        tp=tp, pp=c.get("pp") or 1, dp=c.get("dp") or 1, cp=c.get("cp") or 1,
+        ep=c.get("ep") or 1, etp=c.get("expert_tp") or (1 if c.get("ep") else None), vpp=c.get("vpp") or 1,
+        micro_batch=c.get("micro_batch") or micro_batch, recompute=_recompute(row),
+        sequence_parallel=sp, zero=_zero(row), attention="unfused" if old else "flash",
+        dropout=old, overlap_grad_reduce=not old, overlap_param_gather=not old,
+        tp_comm_overlap="tp-comm-overlap" in str(c.get("overlap", "")))
+
+
+def megatron_flops(model: ModelSpec, batch: int, seq: int) -> float:
+    """Megatron-LM ``num_floating_point_operations`` (fwd + bwd, no recompute)."""
+    h, L, a = model.hidden_size, model.num_layers, model.num_heads
+    gated = 1.5 if model.glu else 1.0
+    q_ratio = a * model.head_dim / h
+    ffn, routed, shared = model.ffn_hidden_size, 1, 0
+    if model.moe is not None:
+        ffn, routed = model.moe.expert_ffn_hidden, model.moe.top_k
+        shared = model.moe.num_shared_experts * model.moe.expert_ffn_hidden
+    return 12 * batch * seq * L * h * h * (
+        (1 + model.num_kv_heads / a + seq / h) * q_ratio + ffn / h * routed * gated
+        + shared / h * gated + model.vocab_size / (2 * L * h))
+
+
+def sc21_flops(model: ModelSpec, batch: int, seq: int) -> float:
+    """SC'21 eq. (3): counts the full-recompute forward pass."""
+    h, L, V = model.hidden_size, model.num_layers, model.vocab_size
+    return 96 * batch * seq * L * h * h * (1 + seq / (6 * h) + V / (16 * L * h))
+
+
+@dataclass(frozen=True)
+class Target:
+    """The published figure of a row: ``metric`` is step_time_s, tokens_per_s_per_gpu,
+    tflops_per_gpu or mfu; ``scored`` rows count toward the headline median."""
+
+    metric: str
+    value: float
+    convention: str  # "", "sc21" or "megatron"
+    scored: bool
+    note: str = ""
+
+
+def row_target(row: dict) -> Target | None:
+    me, de, c = row["measured"], row.get("derived", {}), row["config"]
+    complete = all(c.get(k) for k in ("tp", "pp", "dp", "global_batch"))
+    if me.get("step_time_s"):
+        return Target("step_time_s", me["step_time_s"], "", True)
+    if de.get("tokens_per_sec_per_gpu"):
+        return Target("tokens_per_s_per_gpu", de["tokens_per_sec_per_gpu"], "", True)
+    conv = "sc21" if row["id"].startswith(("megatron-sc21", "megatron-readme")) else "megatron"
+    note = "" if complete else "config incomplete (degrees or batch not published)"
+    if me.get("tflops_per_gpu"):
+        return Target("tflops_per_gpu", me["tflops_per_gpu"], conv, complete, note)
+    if me.get("mfu"):
+        return Target("mfu", me["mfu"], "megatron", complete, note)
+    return None
+
+
+def predicted_metric(target: Target, est: Estimate, model: ModelSpec) -> float:
+    """The estimate expressed in the row's own metric and FLOP convention."""
+    if target.metric == "step_time_s":
+        return est.step_time_s
+    if target.metric == "tokens_per_s_per_gpu":
+        return est.tokens_per_s_per_gpu
+    w = est.workload
+    flops = (sc21_flops if target.convention == "sc21" else megatron_flops)(
+        model, w.global_batch, w.seq_len)
+    tflops = flops / est.step_time_s / est.num_gpus / 1e12
+    return tflops if target.metric == "tflops_per_gpu" else tflops * 1e12 / est.peak_flops_per_gpu
+
+
+def candidate_configs(row: dict, num_gpus: int):
+    """The row's configuration with its unpublished choices enumerated (see module docstring):
+    micro-batch, recompute for 2024+ rows, and for rows missing PP/DP: PP, EP and recompute."""
+    c = row["config"]
+    mbs = [c["micro_batch"]] if c.get("micro_batch") else MICRO_BATCHES
+    recomputes = [_recompute(row)]
+    if not c.get("recompute") and era(row) != "2021":
+        recomputes = ["none", "selective", "full"]
+    if c.get("pp") and c.get("dp"):
+        for mb, rc in ((mb, rc) for mb in mbs for rc in recomputes):
+            yield replace(row_config(row, mb), recompute=rc)
+        return
+    tp, cp = c.get("tp") or 1, c.get("cp") or 1
+    for pp in (1, 2, 4, 8, 16):
+        dp = num_gpus // (tp * cp * pp)
+        if dp * tp * cp * pp != num_gpus:
+            continue
+        for ep in (e for e in (1, 2, 4, 8, 16, 32, 64) if (tp * cp * dp) % e == 0):
+            for rc in recomputes:
+                base = replace(row_config(row, 1), pp=pp, dp=dp, ep=ep, etp=1, recompute=rc)
+                yield from (replace(base, micro_batch=mb) for mb in mbs)
+
+
+def best_estimate(row: dict, prof: Profile) -> Estimate:
+    """Estimate of the row's configuration; what is unpublished is the fastest that fits."""
+    model, cluster, workload = row_model(row), row_cluster(row), row_workload(row)
+    results = []
+    for cfg in candidate_configs(row, cluster.num_gpus):
+        try:
+            check_config(model, workload, cfg, cluster.num_gpus)
+        except ValueError:
+            continue
+        results.append(estimate(model, cluster, workload, cfg, prof))
+    if not results:
+        raise ValueError(f"row {row['id']}: no consistent configuration")
+    fitting = [e for e in results if e.memory.fits] or results
+    return min(fitting, key=lambda e: e.step_time_s)
+
+
+def profile_for(row: dict, profiles: dict[str, Profile]) -> Profile:
+    return profiles[row["cluster"]["gpu_key"]]

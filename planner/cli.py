@@ -1,0 +1,190 @@
+"""The ``planner`` command line: a thin Typer layer over the loaders, cost models and reports.
+
+Commands: ``presets`` (models, clusters, GPUs), ``topo show|list`` (clusters), ``estimate``
+(step time and memory of one parallel configuration). Errors are caught once, in the top-level
+group (:class:`PlannerGroup`), so the console script and ``CliRunner`` behave the same: a
+:class:`~planner.errors.PlannerError`, a usage error or a cost model's ``ValueError`` prints one
+line ``error: ...`` on stderr and exits with its code (2 for bad input, 3 for infeasible).
+"""
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, Optional
+
+import click
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+from planner.errors import PlannerError
+from planner.estimate_json import estimate_to_dict
+from planner.estimation import (DEFAULT_GPU, ClusterChoice, ParallelChoice, checked_estimate,
+                                load_profile, make_config, make_workload, resolve_cluster)
+from planner.models import load_model, model_presets
+from planner.presets_report import render_gpu_catalog, render_model_presets
+from planner.report import render_estimate
+from planner.topo_report import render_presets, render_topology
+from topologies.catalog import gpu_catalog
+from topologies.presets import cluster_presets
+
+USAGE_EXIT_CODE = 2
+
+
+def fail(message: str, exit_code: int) -> NoReturn:
+    """Print ``error: message`` as one line on stderr and exit with ``exit_code``."""
+    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    raise click.exceptions.Exit(exit_code)
+
+
+class PlannerGroup(TyperGroup):
+    """The top-level group: the one place where errors become a line on stderr and an exit code.
+
+    Sub-commands' options are parsed inside ``invoke``, so bad option values land here too.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as err:
+            where = err.ctx.command_path if err.ctx else "planner"
+            fail(f"{err.format_message()} (see '{where} --help')", err.exit_code)
+        except PlannerError as err:
+            fail(str(err), err.exit_code)
+        except ValueError as err:  # backstop: cost-model constructors reject bad input so
+            fail(str(err), USAGE_EXIT_CODE)
+
+
+app = typer.Typer(cls=PlannerGroup, no_args_is_help=True, add_completion=False,
+                  pretty_exceptions_show_locals=False,
+                  help="Plan the parallelism of LLM training on a GPU cluster.")
+topo_app = typer.Typer(no_args_is_help=True, help="Cluster topologies: node groups and tiers.")
+app.add_typer(topo_app, name="topo")
+
+
+class PresetKind(str, Enum):
+    models = "models"
+    clusters = "clusters"
+    gpus = "gpus"
+
+
+class Recompute(str, Enum):
+    none = "none"
+    selective = "selective"
+    full = "full"
+
+
+class Precision(str, Enum):
+    bf16 = "bf16"
+    fp8 = "fp8"
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+ClusterOpt = Annotated[Optional[str], typer.Option(
+    "--cluster", help="Cluster preset name (see 'planner presets clusters') or YAML/JSON file.")]
+GpuOpt = Annotated[Optional[str], typer.Option(
+    help="GPU type for a standard cluster (see 'planner presets gpus').")]
+NodesOpt = Annotated[Optional[int], typer.Option(min=1, help="Nodes of --gpu (default 8).")]
+GpusPerNodeOpt = Annotated[Optional[int], typer.Option(
+    min=1, help="GPUs per node (default: the GPU's usual node).")]
+
+
+def _console() -> Console:
+    return Console()
+
+
+@app.command()
+def presets(kind: Annotated[Optional[PresetKind], typer.Argument(
+        help="Which registry to list; all three when left out.")] = None) -> None:
+    """List the model presets, cluster presets and GPU types planner knows."""
+    tables = {PresetKind.models: lambda: render_model_presets(model_presets()),
+              PresetKind.clusters: lambda: render_presets(cluster_presets()),
+              PresetKind.gpus: lambda: render_gpu_catalog(gpu_catalog())}
+    console = _console()
+    for key in [kind] if kind else list(PresetKind):
+        console.print(tables[key]())
+
+
+@topo_app.command("show")
+def topo_show(
+    cluster: Annotated[Optional[str], typer.Argument(
+        help="Cluster preset name or YAML/JSON file; or use --gpu and --nodes.")] = None,
+    gpu: GpuOpt = None, nodes: NodesOpt = None, gpus_per_node: GpusPerNodeOpt = None,
+) -> None:
+    """Show a cluster: node groups, link tiers with per-GPU bandwidth, totals."""
+    resolved = resolve_cluster(ClusterChoice(cluster, gpu, nodes, gpus_per_node))
+    _console().print(render_topology(resolved))
+
+
+@topo_app.command("list")
+def topo_list() -> None:
+    """List the cluster presets."""
+    _console().print(render_presets(cluster_presets()))
+
+
+@app.command()
+def estimate(
+    model: Annotated[str, typer.Option(
+        help="Model preset (see 'planner presets models'), model YAML/JSON or HF config.json."
+    )] = "llama-3.1-70b",
+    cluster: ClusterOpt = None, gpu: GpuOpt = None, nodes: NodesOpt = None,
+    gpus_per_node: GpusPerNodeOpt = None,
+    tp: Annotated[int, typer.Option(min=1, help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option(min=1, help="Pipeline-parallel degree.")] = 1,
+    dp: Annotated[Optional[int], typer.Option(
+        min=1, help="Data-parallel degree (default: GPUs / (tp*pp*cp)).")] = None,
+    cp: Annotated[int, typer.Option(min=1, help="Context-parallel degree.")] = 1,
+    ep: Annotated[int, typer.Option(min=1, help="Expert-parallel degree (MoE).")] = 1,
+    etp: Annotated[Optional[int], typer.Option(
+        min=1, help="Expert tensor-parallel degree (default: --tp).")] = None,
+    vpp: Annotated[int, typer.Option(
+        min=1, help="Model chunks per pipeline stage (interleaved 1F1B when > 1).")] = 1,
+    micro_batch: Annotated[int, typer.Option(min=1, help="Sequences per micro-batch.")] = 1,
+    global_batch: Annotated[int, typer.Option(min=1, help="Sequences per step.")] = 1024,
+    seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sequence.")] = 4096,
+    recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = Recompute.none,
+    recompute_layers: Annotated[Optional[int], typer.Option(
+        min=1, help="With --recompute full: layers per stage to recompute (default: all).")] = None,
+    sequence_parallel: Annotated[Optional[bool], typer.Option(
+        "--sequence-parallel/--no-sequence-parallel",
+        help="Megatron sequence parallelism (default: on when tp > 1).")] = None,
+    zero: Annotated[int, typer.Option(
+        min=0, max=3, help="0 plain DP, 1 distributed optimizer, 2 + gradients, 3 + weights.")] = 1,
+    precision: Annotated[Precision, typer.Option(help="GEMM precision.")] = Precision.bf16,
+    calibration: Annotated[Optional[Path], typer.Option(
+        help="JSON overriding calibration parameters (see docs/calibration.md).")] = None,
+    output_format: Annotated[OutputFormat, typer.Option(
+        "--format", help="table for people, json for tools.")] = OutputFormat.table,
+) -> None:
+    """Estimate step time, throughput and per-GPU memory of one parallel configuration.
+
+    Without --cluster or --gpu the cluster is 8 nodes of H100.
+    """
+    spec = load_model(model)
+    hardware = resolve_cluster(ClusterChoice(cluster, gpu, nodes, gpus_per_node), DEFAULT_GPU)
+    workload = make_workload(seq_len, global_batch, precision.value)
+    choice = ParallelChoice(tp, pp, dp, cp, ep, etp, vpp, micro_batch, recompute.value,
+                            recompute_layers, sequence_parallel, zero)
+    cfg = make_config(choice, hardware.num_gpus)
+    profile = load_profile(hardware.slowest_gpu.name, calibration)
+    est = checked_estimate(spec, hardware, workload, cfg, profile)
+    if output_format is OutputFormat.json:
+        typer.echo(json.dumps(estimate_to_dict(est), sort_keys=True, indent=2))
+    else:
+        _console().print(render_estimate(est, spec, hardware))
+
+
+def main() -> None:
+    """Console-script entry point (``planner``); errors are handled by :class:`PlannerGroup`."""
+    app(prog_name="planner")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,339 @@
+"""Cluster spec files: the pydantic schema at the file boundary, and standard clusters by GPU.
+
+A cluster YAML/JSON file is checked here (unknown keys, non-positive numbers, unknown GPUs,
+inconsistent fabrics) and converted into the frozen :class:`~topologies.cluster.Cluster` the
+cost models read. Figures a file may leave out are filled from the GPU catalog
+(``data/gpu_specs.json``) and the defaults below, each with its source.
+
+Units in the file: bandwidths in GB/s one direction per GPU (``intra_bw_GBps``) or Gbit/s per
+NIC port as marketed (``gbps``); latencies in microseconds. Inside :class:`Cluster` everything
+is bytes/s and seconds.
+
+This module raises ``pydantic.ValidationError`` (a ``ValueError``) and never imports
+``planner``; ``planner.clusters`` turns those errors into one-line ``SpecError`` messages.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Sequence, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from topologies.catalog import GB, GpuSpec, UnknownGpuError, get_gpu
+from topologies.cluster import Cluster, NetworkTier, Nic, NodeGroup
+
+# Effective one-direction GPU-to-GPU bandwidth over PCIe x16, GB/s: about 80% of the raw
+# 16/32/64 GB/s of Gen3/4/5 (catalog "pcie" entries: Gen4 x16 = 64 GB/s bidir; Gen5 = 128).
+PCIE_X16_EFFECTIVE_GBPS: dict[int, float] = {3: 12.0, 4: 25.0, 5: 50.0}
+
+# Default intra-domain latency per fabric, us. NVSwitch: ASTRA-sim's validated HGX H100 model
+# uses 936 ns (shared/data/topology/astra-sim_HGX-H100-validated.yml); NCCL's hwLat table
+# (src/graph/tuning.cc) puts PCIe at about twice NVLink. xGMI: estimate, between the two.
+INTRA_LATENCY_US: dict[str, float] = {"nvswitch": 1.0, "nvlink": 1.0, "xgmi": 1.5, "pcie": 2.0}
+
+# Default end-to-end NIC latency per transport, us. IB: NCCL hwLat NET (Tree/LL) = 5 us, also
+# Nic's own default. RoCE: slightly above IB (estimate). TCP: kernel sockets (estimate).
+NIC_LATENCY_US: dict[str, float] = {"ib": 5.0, "roce": 6.0, "tcp": 25.0}
+
+
+def pcie_generation(gpu: GpuSpec) -> int:
+    """PCIe generation of a GPU's host link, read from its architecture."""
+    if gpu.arch.startswith("Volta"):
+        return 3
+    if gpu.arch.startswith(("Hopper", "Blackwell", "CDNA3")):
+        return 5
+    return 4
+
+
+class _Strict(BaseModel):
+    """Base of every spec model: unknown keys are errors, instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NicSpec(_Strict):
+    """NICs of one kind in a node."""
+
+    count: int = Field(ge=1, description="NICs of this kind in one node.")
+    gbps: float = Field(gt=0, description="Line rate of one NIC, Gbit/s as marketed (NDR = 400).")
+    transport: Literal["ib", "roce", "tcp"] = Field(
+        description="ib (InfiniBand), roce (RDMA over Ethernet) or tcp (plain Ethernet sockets).")
+    devices: list[str] | None = Field(
+        default=None, description="Device names (mlx5_0, ...), one per NIC, in GPU order.")
+    latency_us: float | None = Field(
+        default=None, gt=0, description="End-to-end latency, us; default by transport.")
+
+    @model_validator(mode="after")
+    def _one_device_per_nic(self) -> NicSpec:
+        if self.devices is not None and len(self.devices) != self.count:
+            raise ValueError(f"one device name per NIC: list {self.count} names in devices "
+                             f"(got {len(self.devices)}) or drop devices")
+        return self
+
+    def to_nic(self) -> Nic:
+        """The frozen NIC this entry describes."""
+        latency_us = self.latency_us or NIC_LATENCY_US[self.transport]
+        return Nic(self.count, self.gbps, self.transport, tuple(self.devices or ()),
+                   latency_us * 1e-6)
+
+
+class NodeGroupSpec(_Strict):
+    """``count`` identical nodes (servers, or GB200 compute trays)."""
+
+    name: str = Field(min_length=1, description="Name of the group, unique in the cluster.")
+    count: int = Field(ge=1, description="Number of nodes in the group.")
+    gpu: str = Field(description="GPU catalog name or alias (H100, A100, GB200, ...).")
+    gpus_per_node: int = Field(ge=1, description="GPUs in one node (GB200 tray: 4).")
+    fabric: Literal["nvswitch", "nvlink", "pcie", "xgmi"] = Field(
+        description="Intra-node fabric: nvswitch, nvlink (direct links), pcie or xgmi (AMD).")
+    intra_bw_GBps: float | None = Field(
+        default=None, gt=0, description="Intra-domain bandwidth, GB/s one direction per GPU; "
+        "default: catalog NVLink/xGMI figure, or PCIe x16 effective for fabric pcie.")
+    intra_latency_us: float | None = Field(
+        default=None, gt=0, description="Intra-domain latency, us; default by fabric.")
+    nics: list[NicSpec] = Field(default_factory=list, description="Scale-out NICs of one node.")
+    nvlink_domain_nodes: int = Field(
+        default=1, ge=1, description="Nodes sharing one NVLink domain (GB200 NVL72: 18 trays).")
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, name: str) -> str:
+        try:
+            return get_gpu(name).name
+        except UnknownGpuError as err:
+            raise ValueError(f"a GPU from the catalog: {err}") from None
+
+    @model_validator(mode="after")
+    def _fabric_fits_gpu(self) -> NodeGroupSpec:
+        gpu = get_gpu(self.gpu)
+        if self.fabric != "pcie" and self.intra_bw_GBps is None and gpu.nvlink_bw_bytes_per_s <= 0:
+            raise ValueError(f"fabric: pcie, or an explicit intra_bw_GBps: the catalog gives "
+                             f"{gpu.name} no NVLink/xGMI bandwidth for fabric '{self.fabric}'")
+        if self.nvlink_domain_nodes > 1 and self.fabric == "pcie":
+            raise ValueError(f"nvlink_domain_nodes: 1 for fabric pcie (got "
+                             f"{self.nvlink_domain_nodes}), or an NVLink fabric such as nvswitch")
+        return self
+
+    @model_validator(mode="after")
+    def _domain_fits_gpu(self) -> NodeGroupSpec:
+        limit = get_gpu(self.gpu).nvlink_domain_gpus
+        domain_gpus = self.nvlink_domain_nodes * self.gpus_per_node
+        if limit and domain_gpus > limit:
+            raise ValueError(f"at most {limit} GPUs per {self.gpu} NVLink domain: "
+                             f"nvlink_domain_nodes {self.nvlink_domain_nodes} x gpus_per_node "
+                             f"{self.gpus_per_node} = {domain_gpus}; lower nvlink_domain_nodes")
+        return self
+
+    @property
+    def num_domains(self) -> int:
+        """NVLink domains the group fills (the last one may be partial)."""
+        return -(-self.count // self.nvlink_domain_nodes)
+
+    def intra_bw_bytes_per_s(self) -> float:
+        """The given intra-domain bandwidth, else the catalog or PCIe figure."""
+        if self.intra_bw_GBps is not None:
+            return self.intra_bw_GBps * GB
+        gpu = get_gpu(self.gpu)
+        if self.fabric == "pcie":
+            return PCIE_X16_EFFECTIVE_GBPS[pcie_generation(gpu)] * GB
+        return gpu.nvlink_bw_bytes_per_s
+
+    def to_node_group(self) -> NodeGroup:
+        """The frozen node group this entry describes."""
+        latency_us = self.intra_latency_us or INTRA_LATENCY_US[self.fabric]
+        return NodeGroup(self.name, self.count, get_gpu(self.gpu), self.gpus_per_node,
+                         self.fabric, self.intra_bw_bytes_per_s(), latency_us * 1e-6,
+                         tuple(n.to_nic() for n in self.nics), self.nvlink_domain_nodes)
+
+
+class NetworkTierSpec(_Strict):
+    """One scale-out switching tier."""
+
+    name: str = Field(min_length=1, description="Tier name: leaf, spine, core, ...")
+    nodes_per_switch: int = Field(ge=1, description="Nodes below one switch of this tier.")
+    oversubscription: float = Field(
+        default=1.0, ge=1,
+        description="Downlink:uplink ratio of this tier's switches (1 = non-blocking).")
+    latency_us: float = Field(
+        default=1.0, gt=0, description="Latency added by going through this tier, us.")
+
+    def to_tier(self) -> NetworkTier:
+        """The frozen tier this entry describes."""
+        return NetworkTier(self.name, self.nodes_per_switch, self.oversubscription,
+                           self.latency_us * 1e-6)
+
+
+class NetworkSpec(_Strict):
+    """The scale-out network: tiers listed leaf first."""
+
+    rail_optimized: bool = Field(
+        default=True, description="NIC i of every node goes to its own leaf (rail) switch.")
+    tiers: list[NetworkTierSpec] = Field(default_factory=list, description="Leaf first.")
+
+    @model_validator(mode="after")
+    def _tiers_widen(self) -> NetworkSpec:
+        names = [t.name for t in self.tiers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"a distinct name per tier: rename the repeats in {names}")
+        for lower, upper in zip(self.tiers, self.tiers[1:]):
+            if upper.nodes_per_switch < lower.nodes_per_switch:
+                raise ValueError(f"tiers listed leaf first, each reaching at least as many nodes "
+                                 f"as the one below: '{upper.name}' has nodes_per_switch "
+                                 f"{upper.nodes_per_switch} < '{lower.name}' "
+                                 f"{lower.nodes_per_switch}")
+        return self
+
+
+class ClusterSpec(_Strict):
+    """A whole cluster file."""
+
+    name: str = Field(default="cluster", min_length=1, description="Cluster name.")
+    description: str = Field(default="", description="One line: what this cluster is for.")
+    node_groups: list[NodeGroupSpec] = Field(min_length=1, description="Node groups, rank order.")
+    network: NetworkSpec = Field(default_factory=NetworkSpec, description="Scale-out network.")
+
+    @model_validator(mode="after")
+    def _unique_group_names(self) -> ClusterSpec:
+        names = [g.name for g in self.node_groups]
+        if len(set(names)) != len(names):
+            raise ValueError(f"a distinct name per node group: rename the repeats in {names}")
+        return self
+
+    @model_validator(mode="after")
+    def _network_reaches_every_domain(self) -> ClusterSpec:
+        if sum(g.num_domains for g in self.node_groups) == 1:
+            return self  # one NVLink domain (or one node): no scale-out traffic
+        for g in self.node_groups:
+            if not g.nics:
+                raise ValueError(f"a nics entry for node group '{g.name}': the cluster has more "
+                                 f"than one NVLink domain, so every node needs scale-out NICs")
+        nodes = sum(g.count for g in self.node_groups)
+        tiers = self.network.tiers
+        if not tiers or tiers[-1].nodes_per_switch < nodes:
+            reach = tiers[-1].nodes_per_switch if tiers else 0
+            raise ValueError(f"network.tiers whose top tier reaches all {nodes} nodes (now "
+                             f"{reach}): raise its nodes_per_switch or add a tier above it")
+        return self
+
+    def to_cluster(self) -> Cluster:
+        """The frozen cluster this file describes."""
+        return Cluster(self.name, tuple(g.to_node_group() for g in self.node_groups),
+                       tuple(t.to_tier() for t in self.network.tiers),
+                       self.network.rail_optimized, self.description)
+
+
+def cluster_from_dict(data: Mapping[str, Any]) -> Cluster:
+    """Validate a parsed cluster file and build the :class:`Cluster`.
+
+    Raises ``pydantic.ValidationError`` (field path in ``loc``) or ``ValueError``.
+    """
+    return ClusterSpec.model_validate(data).to_cluster()
+
+
+def fields_at(loc: Sequence[str | int]) -> list[str]:
+    """Field names allowed in the spec object at ``loc`` (``("node_groups", 0, "nics", 0)``)."""
+    model: type[BaseModel] | None = ClusterSpec
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            continue
+        field = model.model_fields.get(part)
+        model = _model_in(field.annotation) if field else None
+    return list(model.model_fields) if model else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The spec model inside ``list[X]`` / ``X | None`` / ``X``, if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        if (found := _model_in(arg)) is not None:
+            return found
+    return None
+
+
+# --- Standard clusters by GPU -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeType:
+    """A vendor's usual node for one GPU: GPUs, fabric and compute NICs (storage NICs left out)."""
+
+    label: str
+    gpus_per_node: int
+    fabric: str
+    nic_count: int
+    nic_gbps: float
+    transport: str
+    nvlink_domain_gpus: int = 0  # rack-scale NVLink domain (GB200 NVL72: 72); 0 = one node
+
+
+# Node types: shared/data/gpu_specs.json "node_types" (DGX A100/H100/B200/B300, HGX H800 per
+# the DeepSeek-V3 report, GB200 NVL72); DGX-1/DGX-2 from NVIDIA's system guides; the PCIe,
+# H20 and MI300X servers are typical configurations (estimates).
+NODE_TYPES: dict[str, NodeType] = {
+    "dgx-1": NodeType("DGX-1 (V100)", 8, "nvlink", 4, 100, "ib"),
+    "dgx-2": NodeType("DGX-2", 16, "nvswitch", 8, 100, "ib"),
+    "dgx-a100": NodeType("DGX A100", 8, "nvswitch", 8, 200, "ib"),
+    "dgx-h100": NodeType("DGX H100", 8, "nvswitch", 8, 400, "ib"),
+    "hgx-h800": NodeType("HGX H800", 8, "nvswitch", 8, 400, "ib"),
+    "hgx-h20": NodeType("HGX H20", 8, "nvswitch", 4, 400, "roce"),
+    "dgx-b200": NodeType("DGX B200", 8, "nvswitch", 8, 400, "ib"),
+    "dgx-b300": NodeType("DGX B300", 8, "nvswitch", 8, 800, "roce"),
+    "gb200-nvl72": NodeType("GB200 NVL72 tray", 4, "nvswitch", 4, 400, "ib", 72),
+    "gb300-nvl72": NodeType("GB300 NVL72 tray", 4, "nvswitch", 4, 800, "ib", 72),
+    "pcie-gen4": NodeType("PCIe Gen4 server", 8, "pcie", 4, 200, "roce"),
+    "pcie-gen5": NodeType("PCIe Gen5 server", 8, "pcie", 4, 400, "roce"),
+    "l40s-pcie": NodeType("L40S PCIe server", 8, "pcie", 2, 200, "roce"),
+    "mi300x": NodeType("MI300X platform", 8, "xgmi", 8, 400, "roce"),
+}
+
+# DGX-1 carries V100-SXM2 (hybrid cube-mesh NVLink); DGX-2 carries the SXM3 part.
+GPU_NODE_TYPES: dict[str, str] = {
+    "V100-SXM2-32GB": "dgx-1", "V100-SXM3-32GB": "dgx-2",
+    "A100-SXM4-40GB": "dgx-a100", "A100-SXM4-80GB": "dgx-a100", "A100-PCIe-80GB": "pcie-gen4",
+    "H100-SXM5-80GB": "dgx-h100", "H100-SXM5-96GB-HBM2e-500W": "dgx-h100",
+    "H100-PCIe-80GB": "pcie-gen5", "H100-NVL-94GB": "pcie-gen5", "H200-SXM-141GB": "dgx-h100",
+    "H800-SXM5-80GB": "hgx-h800", "H20-96GB": "hgx-h20", "B200": "dgx-b200", "B300": "dgx-b300",
+    "GB200": "gb200-nvl72", "GB300": "gb300-nvl72", "L40S": "l40s-pcie",
+    "MI300X": "mi300x", "MI325X": "mi300x",
+}
+
+LEAF_GPUS = 256  # GPUs below one rail leaf: a DGX SuperPOD scalable unit is 32 x 8 GPUs
+
+
+def node_type_for(gpu: GpuSpec) -> NodeType:
+    """The usual node for ``gpu``; GPUs new to the catalog get an 8-GPU IB node."""
+    if gpu.name in GPU_NODE_TYPES:
+        return NODE_TYPES[GPU_NODE_TYPES[gpu.name]]
+    fabric = "nvswitch" if gpu.nvlink_bw_bytes_per_s > 0 else "pcie"
+    return NodeType(f"8-GPU {fabric} server", 8, fabric, 8, 400, "ib")
+
+
+def homogeneous_cluster(gpu_name: str, nodes: int, gpus_per_node: int | None = None) -> Cluster:
+    """``nodes`` of ``gpu_name``'s usual node under a non-blocking rail-optimised leaf/spine.
+
+    For rack-scale parts (GB200, GB300) a node is one compute tray of 4 GPUs and 18 trays share
+    an NVLink domain. ``gpus_per_node`` overrides the node size; NICs scale with it. Raises
+    ``UnknownGpuError`` for a GPU not in the catalog, ``ValueError`` for counts below 1.
+    """
+    gpu = get_gpu(gpu_name)
+    if nodes < 1 or (gpus_per_node is not None and gpus_per_node < 1):
+        raise ValueError(f"nodes ({nodes}) and gpus_per_node ({gpus_per_node}) must be >= 1")
+    node = node_type_for(gpu)
+    per_node = gpus_per_node or node.gpus_per_node
+    domain_nodes = max(1, node.nvlink_domain_gpus // per_node)
+    leaf_nodes = max(domain_nodes, LEAF_GPUS // per_node // domain_nodes * domain_nodes)
+    group = {
+        "name": "nodes", "count": nodes, "gpu": gpu.name, "gpus_per_node": per_node,
+        "fabric": node.fabric, "nvlink_domain_nodes": min(domain_nodes, nodes),
+        "nics": [{"count": max(1, round(node.nic_count * per_node / node.gpus_per_node)),
+                  "gbps": node.nic_gbps, "transport": node.transport}],
+    }
+    tiers = [{"name": "leaf", "nodes_per_switch": leaf_nodes},
+             {"name": "spine", "nodes_per_switch": max(nodes, leaf_nodes)}]
+    return cluster_from_dict({
+        "name": f"{gpu.name}-x{nodes * per_node}",
+        "description": f"{nodes} x {node.label} ({nodes * per_node} {gpu.name}), non-blocking "
+                       f"rail-optimised leaf/spine",
+        "node_groups": [group], "network": {"rail_optimized": True, "tiers": tiers},
+    })
