@@ -1,0 +1,196 @@
+"""Cost models against published numbers and analytic identities.
+
+Published figures: Korthikanti et al. 2022 (arXiv:2205.05198) Figure 1 memory per GPU, as
+encoded in the reference set benchmarks/data/published_runs_calibration.json.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from cost_models import communication as comm
+from cost_models.memory import in_flight_chunks
+from cost_models.model_spec import ModelSpec, count_params
+from cost_models.parallel import ConfigError, ParallelConfig, Workload, check_config
+from cost_models.profile import Profile, default_profile
+from cost_models.step import estimate, stage_layers
+from planner.models import load_model
+from topologies.cluster import GroupView, LinkTier
+from topologies.spec import homogeneous_cluster
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import published_runs as pr  # noqa: E402
+
+GIB = 2**30
+ROWS = pr.load_rows()
+
+
+def gpt(layers: int, hidden: int, heads: int) -> ModelSpec:
+    return ModelSpec("gpt", layers, hidden, heads, heads, hidden // heads, 4 * hidden, 51200,
+                     glu=False, activation="gelu", norm="layernorm", tied_embeddings=True)
+
+
+@pytest.mark.parametrize("row", [r for r in ROWS if r["kind"] == "memory"], ids=lambda r: r["id"])
+def test_memory_matches_korthikanti(row):
+    """Activations within 1% and model states within 10% (ours add the embedding table)."""
+    est = pr.best_estimate(row, default_profile(row["cluster"]["gpu_key"]))
+    me = row["measured"]
+    acts = est.memory.activations_bytes / GIB
+    state = (est.memory.weights_bytes + est.memory.grads_bytes + est.memory.optimizer_bytes) / GIB
+    assert acts == pytest.approx(me["memory_activations_gib_per_gpu"], rel=0.01)
+    assert state == pytest.approx(me["memory_params_grads_optimizer_gib_per_gpu"], rel=0.10)
+
+
+def test_calibration_median_error_within_10_percent():
+    """Rows with a published step time or tokens/s/GPU: median |error| <= 10%, all fit."""
+    rows = [r for r in ROWS if r["kind"] == "training" and pr.row_target(r)
+            and pr.row_target(r).metric in ("step_time_s", "tokens_per_s_per_gpu")]
+    errors, fits = [], []
+    for row in rows:
+        est = pr.best_estimate(row, default_profile(row["cluster"]["gpu_key"]))
+        target = pr.row_target(row)
+        errors.append(abs(pr.predicted_metric(target, est, pr.row_model(row)) / target.value - 1))
+        fits.append(est.memory.fits)
+    assert len(rows) >= 20
+    assert statistics.median(errors) <= 0.10
+    assert all(fits)
+
+
+@pytest.mark.parametrize("layers,pp,vpp", [(96, 8, 1), (96, 8, 3), (94, 8, 4), (94, 32, 3),
+                                           (61, 16, 1), (7, 3, 1)])
+def test_stage_layers_partition_every_layer_once(layers, pp, vpp):
+    split = stage_layers(layers, pp, vpp)
+    assert len(split) == pp
+    assert sorted(l for stage in split for l in stage) == list(range(layers))
+    sizes = [len(s) for s in split]
+    assert max(sizes) - min(sizes) <= vpp
+
+
+@pytest.mark.parametrize("pp,vpp,m", [(4, 1, 16), (8, 1, 64), (4, 2, 16), (8, 4, 32)])
+def test_bubble_matches_closed_form(pp, vpp, m):
+    """Uniform stages: bubble / (compute part) = (p-1)/(v*m) (Narayanan et al. 2021, sec. 2.2)."""
+    model = gpt(32 * vpp, 4096, 32)
+    cluster = homogeneous_cluster("H100-SXM5-80GB", pp)
+    cfg = ParallelConfig(tp=8, pp=pp, dp=1, vpp=vpp, sequence_parallel=True)
+    est = estimate(model, cluster, Workload(2048, m), cfg, Profile())
+    per_mb = est.stages[1].total_s  # a middle stage: no embedding or LM head
+    assert est.time.bubble_s == pytest.approx((pp - 1) / vpp * sum(
+        s.total_s for s in est.stages) / pp)
+    assert est.time.bubble_s / (m * per_mb) == pytest.approx((pp - 1) / (vpp * m), rel=0.1)
+
+
+def _view(n: int, k: int, intra_bw: float, inter_bw: float) -> GroupView:
+    intra = LinkTier("nvswitch", intra_bw, 0.0) if k > 1 else None
+    inter = LinkTier("ib", inter_bw, 0.0) if n > k else None
+    return GroupView(n, k, n // k, intra, inter)
+
+
+@pytest.mark.parametrize("n,k,expected_busbw", [
+    (8, 8, 400e9),  # one node: NVSwitch
+    (16, 8, 8 * 50e9),  # two nodes, 8 per node: 8 NICs in parallel (NCCL one ring per NIC)
+    (16, 1, 50e9),  # one per node: one NIC
+    (64, 2, 100e9),
+])
+def test_bus_bandwidth_tiers(n, k, expected_busbw):
+    prof = Profile(link_efficiency={"nvswitch": 1.0, "ib": 1.0})
+    assert comm.bus_bandwidth(_view(n, k, 400e9, 50e9), prof) == pytest.approx(expected_busbw)
+
+
+def test_collective_volumes_follow_nccl_tests_factors():
+    """all-reduce moves 2(n-1)/n S, all-gather and reduce-scatter (n-1)/n S (nccl-tests)."""
+    prof = Profile(link_efficiency={"nvswitch": 1.0, "ib": 1.0})
+    view = _view(8, 8, 100e9, 1.0)
+    size = 1e9
+    assert comm.all_reduce_s(view, size, prof) == pytest.approx(2 * 7 / 8 * size / 100e9)
+    assert comm.all_gather_s(view, size, prof) == pytest.approx(7 / 8 * size / 100e9)
+    assert comm.reduce_scatter_s(view, size, prof) == comm.all_gather_s(view, size, prof)
+    assert comm.all_reduce_s(_view(1, 1, 1.0, 1.0), size, prof) == 0.0
+
+
+def test_all_to_all_splits_intra_and_inter_traffic():
+    prof = Profile(link_efficiency={"nvswitch": 1.0, "ib": 1.0})
+    view = _view(16, 8, 400e9, 50e9)
+    send = 16e6
+    expected = max(7 / 16 * send / 400e9, 8 / 16 * send / 50e9)
+    assert comm.all_to_all_s(view, send, prof) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("stage,pp,vpp,m,expected", [
+    (0, 8, 1, 64, 8), (7, 8, 1, 64, 1), (0, 8, 1, 4, 4), (0, 8, 3, 64, 2 * 7 + 2 * 8 + 1)])
+def test_in_flight_micro_batches(stage, pp, vpp, m, expected):
+    assert in_flight_chunks(stage, pp, vpp, m) == expected
+
+
+def test_interleaved_first_stage_factor_is_korthikanti():
+    """First stage holds p*(1 + (p-1)/(p*v)) micro-batches' worth (Korthikanti sec. 4.2.3)."""
+    p, v = 8, 3
+    assert in_flight_chunks(0, p, v, 1000) / v == pytest.approx(p * (1 + (p - 1) / (p * v)))
+
+
+def test_state_bytes_per_param_match_megatron_table():
+    """18 bytes/param without, 6 + 12/d with the distributed optimizer (Megatron docs)."""
+    model = load_model("llama-3.1-8b")
+    cluster = homogeneous_cluster("H100-SXM5-80GB", 1)
+    w = Workload(4096, 64)
+    params = count_params(model).total
+    for zero, per_param in ((0, 18.0), (1, 6 + 12 / 8)):
+        est = estimate(model, cluster, w, ParallelConfig(dp=8, zero=zero), Profile())
+        mem = est.memory
+        state = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes
+        assert state / params == pytest.approx(per_param, rel=1e-6)
+
+
+def test_moe_expert_parallel_adds_all_to_all_and_imbalance_slows():
+    model = load_model("qwen3-30b-a3b")
+    cluster = homogeneous_cluster("H100-SXM5-80GB", 2)
+    w = Workload(4096, 256)
+    base = ParallelConfig(dp=16, ep=16, etp=1)
+    est = estimate(model, cluster, w, base, Profile())
+    assert est.time.ep_comm_s > 0
+    skewed = estimate(model, cluster, w, replace(base, moe_imbalance=1.5), Profile())
+    assert skewed.step_time_s > est.step_time_s
+    assert skewed.memory.activations_bytes > est.memory.activations_bytes
+
+
+def test_more_recompute_means_less_memory_and_more_time():
+    model = load_model("llama-3.1-70b")
+    cluster = homogeneous_cluster("H100-SXM5-80GB", 8)
+    w = Workload(4096, 512)
+    ests = [estimate(model, cluster, w, ParallelConfig(tp=8, pp=4, dp=2, recompute=r,
+                                                       sequence_parallel=True), Profile())
+            for r in ("none", "selective", "full")]
+    mems = [e.memory.activations_bytes for e in ests]
+    times = [e.step_time_s for e in ests]
+    assert mems[0] > mems[1] > mems[2]
+    assert times[0] < times[1] < times[2]
+
+
+def test_breakdown_adds_up_and_mfu_is_consistent():
+    model = load_model("llama-3.1-70b")
+    cluster = homogeneous_cluster("H100-SXM5-80GB", 8)
+    est = estimate(model, cluster, Workload(4096, 512),
+                   ParallelConfig(tp=8, pp=4, dp=2, vpp=2, sequence_parallel=True), Profile())
+    t = est.time
+    parts = (t.compute_s + t.recompute_s + t.tp_comm_s + t.cp_comm_s + t.ep_comm_s + t.pp_comm_s
+             + t.bubble_s + t.dp_comm_s + t.optimizer_s)
+    assert est.step_time_s == pytest.approx(parts)
+    assert 0 < est.mfu < 1
+    assert est.tokens_per_s_per_gpu * est.step_time_s * 64 == pytest.approx(4096 * 512)
+
+
+@pytest.mark.parametrize("kwargs,gpus,option", [
+    (dict(tp=3, dp=21), 63, "--tp"),
+    (dict(tp=8, pp=2, dp=3), 64, "--tp/--pp/--dp/--cp"),
+    (dict(tp=8, dp=8, ep=2), 64, "--ep"),
+    (dict(tp=8, dp=4, pp=2, micro_batch=3), 64, "--global-batch"),
+])
+def test_check_config_names_the_option(kwargs, gpus, option):
+    model = load_model("llama-3.1-70b")
+    with pytest.raises(ConfigError) as err:
+        check_config(model, Workload(4096, 512), ParallelConfig(**kwargs), gpus)
+    assert err.value.option == option
