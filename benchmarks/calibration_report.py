@@ -95,4 +95,17 @@ def write_outputs(results: list[dict], memory: list[dict], json_path: Path, md_p
                       for rid in skipped], ""])
     md_path.parent.mkdir(parents=True, exist_ok=True)
     md_path.write_text(md)
+    from doc_tables import update_section
+    update_section("calibration", [
+        "## Cost-model calibration (`benchmarks/calibration.py`)", "",
+        "| rows | count | median abs error |", "|---|---:|---:|",
+        f"| published step time or tokens/s/GPU | {s['rows_strict_step_time_or_tokens']} | "
+        f"{s['median_abs_error_strict']:.1%} |",
+        f"| scored (also TFLOP/s, MFU with full config) | {s['rows_scored']} | "
+        f"{s['median_abs_error_scored']:.1%} |",
+        f"| all predicted training rows | {s['rows_all']} | {s['median_abs_error_all']:.1%} |",
+        "", f"Training rows predicted to fit in memory: {s['training_rows_predicted_to_fit']} of "
+        f"{s['rows_all']}. Korthikanti et al. memory rows: activations within "
+        f"{s['memory_max_abs_error_activations']:.1%}, model states within "
+        f"{s['memory_max_abs_error_state']:.1%}. Row by row: `docs/calibration.md`."])
     print(json.dumps(s, indent=1))
