@@ -13,6 +13,14 @@ PRECISIONS = ("bf16", "fp16", "fp8")
 ATTENTION = ("flash", "unfused")
 
 
+class ConfigError(ValueError):
+    """A configuration that does not fit the model, workload or cluster; names the option."""
+
+    def __init__(self, option: str, expected: str, got: object) -> None:
+        self.option, self.expected, self.got = option, expected, got
+        super().__init__(f"{option}: expected {expected}, got {got!r}")
+
+
 @dataclass(frozen=True)
 class Workload:
     """What is trained: sequence length, global batch in sequences, precision, optimizer."""
@@ -84,8 +92,10 @@ class ParallelConfig:
         if self.moe_imbalance < 1.0:
             raise ValueError(f"moe_imbalance={self.moe_imbalance} must be >= 1 (busiest/average)")
         if (self.tp * self.cp * self.dp) % (self.ep * self.expert_tp):
-            raise ValueError(f"ep*etp = {self.ep}*{self.expert_tp} must divide tp*cp*dp = "
-                             f"{self.tp}*{self.cp}*{self.dp} (MoE parallel folding)")
+            raise ConfigError("--ep/--etp", f"ep*etp dividing tp*cp*dp = {self.tp}*{self.cp}*"
+                              f"{self.dp} (MoE parallel folding)", f"{self.ep}*{self.expert_tp}")
+        if self.vpp > 1 and self.pp == 1:
+            raise ConfigError("--vpp", "1 without pipeline parallelism (pp = 1)", self.vpp)
 
     @property
     def expert_tp(self) -> int:
@@ -106,14 +116,6 @@ class ParallelConfig:
     @property
     def schedule(self) -> str:
         return "interleaved-1f1b" if self.vpp > 1 else "1f1b"
-
-
-class ConfigError(ValueError):
-    """A configuration that does not fit the model, workload or cluster; names the option."""
-
-    def __init__(self, option: str, expected: str, got: object) -> None:
-        self.option, self.expected, self.got = option, expected, got
-        super().__init__(f"{option}: expected {expected}, got {got!r}")
 
 
 def _divides(option: str, value: int, what: str, total: int) -> None:

@@ -31,12 +31,23 @@ class Profile:
     fragmentation_fraction: float = 0.05  # allocator fragmentation, fraction of the rest
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name != "link_efficiency" and (not isinstance(value, (int, float))
+                                                or isinstance(value, bool) or value < 0):
+                raise ValueError(f"profile {f.name}={value!r} must be a number >= 0")
+        if not isinstance(self.link_efficiency, dict):
+            raise ValueError(f"profile link_efficiency must be an object of tier -> efficiency, "
+                             f"got {self.link_efficiency!r}")
+        if self.fp8_speedup < 1 or self.fragmentation_fraction >= 1:
+            raise ValueError(f"profile fp8_speedup={self.fp8_speedup} must be >= 1 and "
+                             f"fragmentation_fraction={self.fragmentation_fraction} < 1")
         for name in ("gemm_efficiency", "attention_efficiency", "hbm_efficiency"):
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ValueError(f"profile {name}={value} must be in (0, 1]")
         for tier, value in self.link_efficiency.items():
-            if not 0 < value <= 1:
+            if not isinstance(value, (int, float)) or not 0 < value <= 1:
                 raise ValueError(f"profile link_efficiency.{tier}={value} must be in (0, 1]")
 
     def link_eff(self, tier_name: str) -> float:
@@ -46,6 +57,8 @@ class Profile:
 
 
 def _merge(base: Profile, overrides: dict) -> Profile:
+    if not isinstance(overrides, dict):
+        raise ValueError(f"profile overrides must be a JSON object, got {overrides!r}")
     known = {f.name for f in fields(Profile)}
     unknown = set(overrides) - known
     if unknown:
@@ -81,7 +94,10 @@ def apply_overrides(profile: Profile, path: str | Path, gpu_name: str) -> Profil
         raise ValueError("a calibration file must hold a JSON object")
     if "gpus" in data or "common" in data:
         profile = _merge(profile, data.get("common", {}))
-        return _merge(profile, data.get("gpus", {}).get(gpu_name, {}))
+        gpus = data.get("gpus", {})
+        if not isinstance(gpus, dict):
+            raise ValueError(f"'gpus' must map GPU names to profile fields, got {gpus!r}")
+        return _merge(profile, gpus.get(gpu_name, {}))
     return _merge(profile, data)
 
 

@@ -13,7 +13,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, Optional
 
-import click
 import typer
 from rich.console import Console
 from typer.core import TyperGroup
@@ -30,12 +29,15 @@ from topologies.catalog import gpu_catalog
 from topologies.presets import cluster_presets
 
 USAGE_EXIT_CODE = 2
+# click's UsageError (bad option value, unknown option, missing argument), found through the
+# class typer re-exports: typer >= 0.2x vendors its own copy of click.
+UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
 def fail(message: str, exit_code: int) -> NoReturn:
     """Print ``error: message`` as one line on stderr and exit with ``exit_code``."""
     typer.echo(f"error: {' '.join(message.split())}", err=True)
-    raise click.exceptions.Exit(exit_code)
+    raise typer.Exit(exit_code)
 
 
 class PlannerGroup(TyperGroup):
@@ -44,17 +46,17 @@ class PlannerGroup(TyperGroup):
     Sub-commands' options are parsed inside ``invoke``, so bad option values land here too.
     """
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
-        except click.exceptions.NoArgsIsHelpError:
-            raise
-        except click.UsageError as err:
+        except UsageError as err:
+            if type(err).__name__ == "NoArgsIsHelpError":  # ``planner topo``: show the help
+                raise
             where = err.ctx.command_path if err.ctx else "planner"
             fail(f"{err.format_message()} (see '{where} --help')", err.exit_code)
         except PlannerError as err:
             fail(str(err), err.exit_code)
-        except ValueError as err:  # backstop: cost-model constructors reject bad input so
+        except ValueError as err:  # backstop: a cost-model constructor rejecting user input
             fail(str(err), USAGE_EXIT_CODE)
 
 
@@ -170,8 +172,10 @@ def estimate(
     spec = load_model(model)
     hardware = resolve_cluster(ClusterChoice(cluster, gpu, nodes, gpus_per_node), DEFAULT_GPU)
     workload = make_workload(seq_len, global_batch, precision.value)
-    choice = ParallelChoice(tp, pp, dp, cp, ep, etp, vpp, micro_batch, recompute.value,
-                            recompute_layers, sequence_parallel, zero)
+    choice = ParallelChoice(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp,
+                            micro_batch=micro_batch, recompute=recompute.value,
+                            recompute_layers=recompute_layers,
+                            sequence_parallel=sequence_parallel, zero=zero)
     cfg = make_config(choice, hardware.num_gpus)
     profile = load_profile(hardware.slowest_gpu.name, calibration)
     est = checked_estimate(spec, hardware, workload, cfg, profile)

@@ -73,9 +73,9 @@ def default_dp(choice: ParallelChoice, num_gpus: int) -> int:
         return choice.dp
     model_parallel = choice.tp * choice.pp * choice.cp
     if num_gpus % model_parallel:
-        raise SpecError(OPTIONS_SOURCE, "--dp", f"--dp given, or tp*pp*cp = {choice.tp}*"
-                        f"{choice.pp}*{choice.cp} = {model_parallel} dividing the cluster's "
-                        f"{num_gpus} GPUs (change --tp/--pp/--cp or the cluster)")
+        raise SpecError(OPTIONS_SOURCE, "--tp/--pp/--cp", f"tp*pp*cp dividing the cluster's "
+                        f"{num_gpus} GPUs when --dp is left out (or give --dp)",
+                        f"{choice.tp}*{choice.pp}*{choice.cp} = {model_parallel}")
     return num_gpus // model_parallel
 
 
@@ -138,4 +138,6 @@ def checked_estimate(model: ModelSpec, cluster: Cluster, workload: Workload,
 
 def _options_error(err: ValueError) -> SpecError:
     """A cost-model constructor's complaint about the options, as one SpecError line."""
+    if isinstance(err, ConfigError):
+        return SpecError(OPTIONS_SOURCE, err.option, err.expected, err.got)
     return SpecError(OPTIONS_SOURCE, "", f"options the cost model accepts ({err})")

@@ -70,9 +70,9 @@ def render_topology(cluster: Cluster) -> RenderableType:
                  _totals(cluster))
 
 
-def render_presets(rows: Mapping[str, str]) -> Table:
-    """The ``topo list`` view: preset name and what it is for."""
-    table = Table(title="Cluster presets", title_justify="left")
+def render_presets(rows: Mapping[str, str], title: str = "Cluster presets") -> Table:
+    """A preset list (``topo list``, ``presets``): name and what it is for."""
+    table = Table(title=title, title_justify="left")
     table.add_column("Name", style="bold", no_wrap=True)
     table.add_column("Description")
     for name, description in rows.items():
