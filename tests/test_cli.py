@@ -206,3 +206,15 @@ def test_module_bad_input_exit_code(args):
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1
     assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+
+
+def test_installed_script_runs_outside_the_checkout(tmp_path):
+    """The console script works from any directory: presets and profiles ship as package data."""
+    exe = Path(sys.executable).parent / "planner"
+    if not exe.exists():
+        pytest.skip("planner is not installed in this interpreter's environment")
+    proc = subprocess.run([str(exe), "estimate", "--model", "qwen3-30b-a3b", "--cluster",
+                           "dgx-h100", "--ep", "8", "--format", "json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["step_time_s"] > 0
