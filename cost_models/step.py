@@ -178,12 +178,18 @@ def _layer_cost(ctx: _Context, layer: int, recomputed: bool) -> tuple[float, ...
     return fwd + bwd, recompute, tp_fwd + tp_bwd, cp_fwd + cp_bwd, 2 * ep
 
 
+def _fully_recomputed(cfg: ParallelConfig, layers: list[int]) -> int:
+    """How many of a stage's layers full recompute covers (``recompute_layers`` per chunk)."""
+    if cfg.recompute != "full":
+        return 0
+    if cfg.recompute_layers is None:
+        return len(layers)
+    return min(len(layers), cfg.recompute_layers * cfg.vpp)
+
+
 def _stage_cost(ctx: _Context, stage: int, layers: list[int]) -> StageCost:
     cfg, m = ctx.cfg, ctx.model
-    n_recompute = 0
-    if cfg.recompute == "full":
-        n_recompute = len(layers) if cfg.recompute_layers is None else min(
-            len(layers), cfg.recompute_layers * cfg.vpp)
+    n_recompute = _fully_recomputed(cfg, layers)
     parts = [0.0] * 5
     cache: dict[tuple, tuple[float, ...]] = {}
     for i, layer in enumerate(layers):
@@ -237,8 +243,7 @@ def _memory(ctx: _Context, stage: int, layers: list[int], capacity: float) -> Me
     shape = ActivationShape(ctx.shard.tokens, ctx.workload.seq_len, cfg.tp, cfg.expert_tp,
                             cfg.sequence_parallel, ctx.shard.unfused_attention, cfg.dropout,
                             cfg.moe_imbalance)
-    n_full = 0 if cfg.recompute != "full" else (len(layers) if cfg.recompute_layers is None
-                                                else min(len(layers), cfg.recompute_layers * cfg.vpp))
+    n_full = _fully_recomputed(cfg, layers)
     per_mb = sum(layer_activation_bytes(model, l, shape, "full" if i < n_full else cfg.recompute)
                  for i, l in enumerate(layers))
     chunks = in_flight_chunks(stage, cfg.pp, cfg.vpp, m)
