@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from cost_models import profile as profile_module  # noqa: E402
 from cost_models.profile import Profile, default_profile  # noqa: E402
 from cost_models.step import estimate  # noqa: E402
 from published_runs import (best_estimate, era, load_rows, predicted_metric,  # noqa: E402
@@ -55,7 +55,6 @@ def evaluate_row(row: dict, prof: Profile) -> dict:
         "note": target.note, "fits": est.memory.fits, "era": era(row),
         "peak_gib": est.memory.peak_bytes / 2**30, "micro_batch": est.config.micro_batch,
         "step_time_s": est.step_time_s, "mfu": est.mfu,
-        "memory_rows": None,
     }
 
 
@@ -138,7 +137,7 @@ def main() -> None:
     if args.fit:
         params = fit(scored_rows(rows))
         write_profiles(params, _loss(_pinned(scored_rows(rows)), params))
-        default_profile.__globals__["_defaults"].cache_clear()
+        profile_module._defaults.cache_clear()  # re-read the refitted JSON
     usable = [r for r in rows if r["kind"] == "training" and row_target(r) is not None]
     skipped = [r["id"] for r in usable if not r["config"].get("global_batch")]
     results = [evaluate_row(r, default_profile(r["cluster"]["gpu_key"]))
