@@ -12,7 +12,10 @@ compare with. What a row does not state is filled by a documented rule, never pe
   ``--checkpoint-activations``), else the fastest of none/selective/full that fits;
 * TP communication overlap only where the row's command lists ``--tp-comm-overlap``;
 * unknown interleaving: none (v = 1);
-* unknown expert TP in MoE rows: 1 (the MoE model zoo's recommended setting).
+* unknown expert TP in MoE rows: 1 (the MoE model zoo's recommended setting);
+* a job on NVL72 racks (GB200/GB300) whose GPU count is a multiple of 64 but not of 72 runs on
+  16 of each rack's 18 trays (64 GPUs per NVLink domain), so power-of-two groups align with
+  racks.
 
 FLOP conventions for rows published as TFLOP/s or MFU: ``sc21`` is SC'21 eq. (3),
 96*B*s*l*h^2*(1 + s/6h + V/16lh), which counts the recompute forward pass; ``megatron`` is
@@ -30,6 +33,7 @@ from cost_models.model_spec import MoESpec, ModelSpec
 from cost_models.parallel import ParallelConfig, Workload, check_config
 from cost_models.profile import Profile
 from cost_models.step import Estimate, estimate
+from topologies.catalog import get_gpu
 from topologies.cluster import Cluster
 from topologies.spec import homogeneous_cluster
 
@@ -68,7 +72,9 @@ def row_model(row: dict) -> ModelSpec:
 def row_cluster(row: dict) -> Cluster:
     c = row["cluster"]
     per_node = min(c["gpus_per_node"], c["num_gpus"])
-    return homogeneous_cluster(c["gpu_key"], c["num_gpus"] // per_node, per_node)
+    n, domain = c["num_gpus"], get_gpu(c["gpu_key"]).nvlink_domain_gpus
+    aligned = 64 if domain == 72 and n % 64 == 0 and n % 72 else None
+    return homogeneous_cluster(c["gpu_key"], n // per_node, per_node, aligned)
 
 
 def row_workload(row: dict) -> Workload:

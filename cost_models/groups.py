@@ -1,66 +1,81 @@
-"""Process groups under Megatron-LM's default rank order, and the worst view of each kind.
+"""Process groups of a parallel configuration, where they land on the cluster, and the worst
+view of each kind per pipeline stage.
 
-Megatron's order is tp-cp-ep-dp-pp: rank = tp_r + tp*(cp_r + cp*(dp_r + dp*pp_r))
-(``megatron/core/parallel_state.py``, ``RankGenerator``). The expert layers re-cut each
-stage's tp*cp*dp ranks as etp-ep-edp (MoE parallel folding).
+Logical ranks follow Megatron-LM's default order tp-cp-ep-dp-pp: rank = tp_r + tp*(cp_r +
+cp*(dp_r + dp*pp_r)) (``megatron/core/parallel_state.py``, ``RankGenerator``). The expert
+layers re-cut each stage's tp*cp*dp ranks as etp-ep-edp (MoE parallel folding).
+
+A *placement* says which physical node serves each block of logical ranks: ``node_order[i]``
+is the cluster node that torchrun gives node rank ``i`` (so logical ranks fill the nodes in
+that order). ``None`` is the cluster's own listing order, i.e. Megatron's default mapping.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Sequence
+
+import numpy as np
 
 from cost_models.parallel import ParallelConfig
-from topologies.cluster import Cluster, GroupView, group_view
+from topologies.cluster import Cluster, GroupView, worst_group_views
 
 KINDS = ("tp", "cp", "dp", "dp_cp", "pp", "ep", "edp")
 
 
-def _strided(start: int, stride: int, size: int) -> list[int]:
-    return [start + i * stride for i in range(size)]
+def _grid(cfg: ParallelConfig) -> np.ndarray:
+    """Logical ranks as an array indexed [pp, dp, cp, tp] (Megatron order)."""
+    return np.arange(cfg.num_gpus, dtype=np.int64).reshape(cfg.pp, cfg.dp, cfg.cp, cfg.tp)
 
 
-def groups_of(cfg: ParallelConfig, kind: str) -> Iterator[list[int]]:
-    """Every group of ``kind`` as a list of global ranks."""
-    tp, cp, dp, pp = cfg.tp, cfg.cp, cfg.dp, cfg.pp
-    block = tp * cp * dp  # ranks of one pipeline stage
-    if kind == "pp":
-        yield from (_strided(r, block, pp) for r in range(block))
-        return
-    for stage in range(pp):
-        base = stage * block
-        yield from (_stage_groups(cfg, kind, base))
+def stage_groups(cfg: ParallelConfig, kind: str) -> np.ndarray:
+    """Groups of ``kind`` as an int array [stage, group, member] of logical ranks.
 
-
-def _stage_groups(cfg: ParallelConfig, kind: str, base: int) -> Iterator[list[int]]:
-    tp, cp, dp = cfg.tp, cfg.cp, cfg.dp
+    For ``pp`` the "groups" of stage s are the pairs (rank in s, its peer in s + 1): the links a
+    stage's activations cross (the last stage: pairs with the stage before it).
+    """
+    g, pp = _grid(cfg), cfg.pp
     if kind == "tp":
-        yield from (_strided(base + i * tp, 1, tp) for i in range(cp * dp))
-    elif kind == "cp":
-        yield from (_strided(base + t + tp * cp * d, tp, cp) for d in range(dp) for t in range(tp))
-    elif kind == "dp":
-        yield from (_strided(base + t + tp * c, tp * cp, dp) for c in range(cp) for t in range(tp))
-    elif kind == "dp_cp":
-        yield from (_strided(base + t, tp, cp * dp) for t in range(tp))
-    elif kind in ("ep", "edp"):
-        etp, ep, edp = cfg.expert_tp, cfg.ep, cfg.expert_dp
+        return g.reshape(pp, -1, cfg.tp)
+    if kind == "cp":
+        return g.transpose(0, 1, 3, 2).reshape(pp, -1, cfg.cp)
+    if kind == "dp":
+        return g.transpose(0, 2, 3, 1).reshape(pp, -1, cfg.dp)
+    if kind == "dp_cp":
+        return g.transpose(0, 3, 1, 2).reshape(pp, -1, cfg.dp * cfg.cp)
+    if kind in ("ep", "edp"):
+        e = g.reshape(pp, cfg.expert_dp, cfg.ep, cfg.expert_tp)
         if kind == "ep":
-            yield from (_strided(base + e + etp * ep * d, etp, ep)
-                        for d in range(edp) for e in range(etp))
-        else:
-            yield from (_strided(base + e, etp * ep, edp) for e in range(etp * ep))
-    else:
-        raise ValueError(f"unknown group kind '{kind}', expected one of {KINDS}")
+            return e.transpose(0, 1, 3, 2).reshape(pp, -1, cfg.ep)
+        return e.transpose(0, 2, 3, 1).reshape(pp, -1, cfg.expert_dp)
+    if kind == "pp":
+        flat = g.reshape(pp, -1)
+        if pp == 1:
+            return flat[:, :, None]
+        nxt = np.concatenate([flat[1:], flat[-2:-1]])
+        return np.stack([flat, nxt], axis=2)
+    raise ValueError(f"unknown group kind '{kind}', expected one of {KINDS}")
 
 
-def _slowness(view: GroupView) -> tuple[float, float]:
-    """Sort key: smaller bottleneck bandwidth first, then larger latency."""
-    b = view.bottleneck
-    return (b.bw_bytes_per_s * (view.members_per_domain if b is view.inter else 1), -b.latency_s)
+def groups_of(cfg: ParallelConfig, kind: str) -> list[list[int]]:
+    """Every group of ``kind`` as a list of logical ranks (``pp``: the whole pipelines)."""
+    if kind == "pp":
+        return _grid(cfg).reshape(cfg.pp, -1).T.tolist()
+    return stage_groups(cfg, kind).reshape(-1, stage_groups(cfg, kind).shape[2]).tolist()
+
+
+def rank_map(cluster: Cluster, node_order: Sequence[int] | None) -> np.ndarray:
+    """Physical rank of each logical rank when nodes take node ranks in ``node_order``."""
+    if node_order is None:
+        return np.arange(cluster.num_gpus, dtype=np.int64)
+    node = cluster.rank_arrays.node
+    firsts = np.searchsorted(node, np.arange(cluster.num_nodes))
+    sizes = np.bincount(node, minlength=cluster.num_nodes)
+    return np.concatenate([np.arange(firsts[n], firsts[n] + sizes[n]) for n in node_order])
 
 
 @dataclass(frozen=True)
 class GroupViews:
-    """The slowest group of each kind: in a synchronous step the slowest one sets the pace."""
+    """The slowest group of each kind in one stage: the slowest one sets the stage's pace."""
 
     tp: GroupView
     cp: GroupView
@@ -71,11 +86,21 @@ class GroupViews:
     edp: GroupView
 
 
-def worst_view(cluster: Cluster, cfg: ParallelConfig, kind: str) -> GroupView:
-    """The slowest view among all groups of ``kind``."""
-    return min((group_view(cluster, ranks) for ranks in groups_of(cfg, kind)), key=_slowness)
+def stage_views(cluster: Cluster, cfg: ParallelConfig,
+                node_order: Sequence[int] | None = None) -> tuple[GroupViews, ...]:
+    """Views of every group kind, per pipeline stage, for ``cfg`` placed by ``node_order``."""
+    physical = rank_map(cluster, node_order)
+    per_kind = {kind: worst_group_views(cluster, physical[stage_groups(cfg, kind)], kind == "ep")
+                for kind in KINDS}
+    return tuple(GroupViews(**{kind: per_kind[kind][s] for kind in KINDS}) for s in range(cfg.pp))
 
 
-def group_views(cluster: Cluster, cfg: ParallelConfig) -> GroupViews:
-    """Views of every group kind for ``cfg`` placed in Megatron order on ``cluster``."""
-    return GroupViews(**{kind: worst_view(cluster, cfg, kind) for kind in KINDS})
+def _slowness(view: GroupView) -> tuple[float, float]:
+    """Sort key: smaller bottleneck bandwidth first, then larger latency."""
+    b = view.bottleneck
+    return (b.bw_bytes_per_s * (view.members_per_domain if b is view.inter else 1), -b.latency_s)
+
+
+def worst_of(views: Sequence[GroupView]) -> GroupView:
+    """The slowest of several views (e.g. one kind over all stages)."""
+    return min(views, key=_slowness)

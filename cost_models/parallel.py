@@ -76,6 +76,8 @@ class ParallelConfig:
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
     moe_imbalance: float = 1.0  # busiest / average expert load (1.0 = forced balance)
+    zero_bubble: bool = False  # ZB-H1 schedule (Qi et al. 2023): 1F1B with weight grads deferred
+    stage_layer_counts: tuple[int, ...] | None = None  # layers per stage (None: even split)
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch"):
@@ -96,6 +98,15 @@ class ParallelConfig:
                               f"{self.dp} (MoE parallel folding)", f"{self.ep}*{self.expert_tp}")
         if self.vpp > 1 and self.pp == 1:
             raise ConfigError("--vpp", "1 without pipeline parallelism (pp = 1)", self.vpp)
+        if self.zero_bubble and self.vpp > 1:
+            raise ConfigError("--schedule", "zb-h1 only with vpp = 1", self.vpp)
+        if self.stage_layer_counts is not None:
+            if self.vpp > 1:
+                raise ConfigError("stage_layer_counts", "an even split (none) with vpp > 1",
+                                  self.stage_layer_counts)
+            if len(self.stage_layer_counts) != self.pp or min(self.stage_layer_counts) < 0:
+                raise ConfigError("stage_layer_counts", f"{self.pp} counts >= 0, one per stage",
+                                  self.stage_layer_counts)
 
     @property
     def expert_tp(self) -> int:
@@ -115,6 +126,9 @@ class ParallelConfig:
 
     @property
     def schedule(self) -> str:
+        """Pipeline schedule: ``zb-h1``, ``interleaved-1f1b`` (vpp > 1) or ``1f1b``."""
+        if self.zero_bubble:
+            return "zb-h1"
         return "interleaved-1f1b" if self.vpp > 1 else "1f1b"
 
 
@@ -139,6 +153,10 @@ def check_config(model, workload: Workload, config: ParallelConfig, num_gpus: in
     if model.num_layers + 2 < config.pp * config.vpp:  # embedding and loss may be own chunks
         raise ConfigError("--pp/--vpp", f"pp*vpp <= layers + 2 ({model.num_layers + 2})",
                           config.pp * config.vpp)
+    if (config.stage_layer_counts is not None
+            and sum(config.stage_layer_counts) != model.num_layers):
+        raise ConfigError("stage_layer_counts", f"counts summing to the {model.num_layers} "
+                          "layers", config.stage_layer_counts)
     _divides("--cp", config.cp, "the sequence length", workload.seq_len)
     if workload.global_batch % (config.dp * config.micro_batch):
         raise ConfigError("--global-batch", f"a multiple of dp*micro_batch = "

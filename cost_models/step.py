@@ -3,7 +3,15 @@
 Pipeline time (Narayanan et al., SC'21, sec. 2.2): with m micro-batches, p stages, v model
 chunks per stage and per-micro-batch stage times t_i, a step takes m*max(t_i) +
 (p-1)/v * mean(t_i); for equal stages that is the paper's (m + (p-1)/v) * t, whose bubble
-fraction is (p-1)/(v*m).
+fraction is (p-1)/(v*m). ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", sec. 3.1)
+defers each backward's weight-gradient half W into the cool-down and so shrinks the bubble to
+(p-1)(T_F + T_B - T_W) = (p-1) * mean(t_i - w_i), w_i the stage's weight-gradient time, at
+1F1B's peak memory. ``solvers.pipeline_sim`` checks these closed forms event by event.
+
+Groups are placed by ``node_order`` (see ``cost_models.groups``) and viewed per stage: each
+stage's TP/CP/EP/DP collectives run over that stage's own groups, and its send/recv over the
+links to its pipeline neighbour, so a stage on slower nodes is a slower stage (which the
+layer-partition DP can then give fewer layers: ``ParallelConfig.stage_layer_counts``).
 
 Overlap assumptions (explicit, each a Megatron option in ``ParallelConfig``):
 * TP collectives are exposed, unless ``tp_comm_overlap``: then they hide behind the layer's
@@ -23,7 +31,7 @@ from dataclasses import dataclass, field
 from cost_models import communication as comm
 from cost_models.compute import (GpuRates, LayerTime, Shard, layer_forward_time, layer_work,
                                  lm_head_forward_time, model_flops_per_token)
-from cost_models.groups import GroupViews, group_views
+from cost_models.groups import GroupViews, KINDS, stage_views, worst_of
 from cost_models.memory import (ActivationShape, MemoryBreakdown, in_flight_chunks,
                                 layer_activation_bytes, layer_params_split, state_bytes)
 from cost_models.model_spec import ModelSpec
@@ -47,6 +55,7 @@ class StageCost:
     cp_comm_s: float
     ep_comm_s: float
     pp_comm_s: float
+    weight_grad_s: float = 0.0  # the part of compute_s that is weight gradients (ZB-H1's W)
 
     @property
     def total_s(self) -> float:
@@ -91,6 +100,8 @@ class Estimate:
     peak_flops_per_gpu: float
     tiers: dict[str, str] = field(default_factory=dict)  # group kind -> bottleneck tier
     dp_comm_total_s: float = 0.0  # before overlap
+    node_order: tuple[int, ...] | None = None  # placement (None: the cluster's listing order)
+    stage_memory: tuple[MemoryBreakdown, ...] = ()  # per stage; ``memory`` is the peak one
 
     @property
     def step_time_s(self) -> float:
@@ -107,6 +118,14 @@ class Estimate:
     @property
     def mfu(self) -> float:
         return self.model_tflops_per_gpu * 1e12 / self.peak_flops_per_gpu
+
+
+def config_stage_layers(num_layers: int, cfg: ParallelConfig) -> list[list[int]]:
+    """Layers of each stage: ``cfg.stage_layer_counts`` when set, else :func:`stage_layers`."""
+    if cfg.stage_layer_counts is None:
+        return stage_layers(num_layers, cfg.pp, cfg.vpp)
+    starts = [sum(cfg.stage_layer_counts[:s]) for s in range(cfg.pp)]
+    return [list(range(a, a + n)) for a, n in zip(starts, cfg.stage_layer_counts)]
 
 
 def stage_layers(num_layers: int, pp: int, vpp: int) -> list[list[int]]:
@@ -133,13 +152,13 @@ class _Context:
     cfg: ParallelConfig
     prof: Profile
     rates: GpuRates
-    views: GroupViews
+    views: tuple[GroupViews, ...]  # per stage
     shard: Shard
 
 
-def _layer_comm_fwd(ctx: _Context, layer: int) -> tuple[float, float, float]:
+def _layer_comm_fwd(ctx: _Context, views: GroupViews, layer: int) -> tuple[float, float, float]:
     """(tp, cp, ep) collective time of one layer's forward, before overlap."""
-    m, cfg, sh, views, prof = ctx.model, ctx.cfg, ctx.shard, ctx.views, ctx.prof
+    m, cfg, sh, prof = ctx.model, ctx.cfg, ctx.shard, ctx.prof
     act_bytes = sh.tokens * m.hidden_size * 2
     moe_layer = m.is_moe_layer(layer)
     tp_blocks = 1 + (0 if moe_layer and not m.moe.num_shared_experts else 1)
@@ -156,13 +175,14 @@ def _layer_comm_fwd(ctx: _Context, layer: int) -> tuple[float, float, float]:
     return tp, cp, ep
 
 
-def _layer_cost(ctx: _Context, layer: int, recomputed: bool) -> tuple[float, ...]:
-    """(compute, recompute, tp, cp, ep) seconds of one layer, forward + backward."""
+def _layer_cost(ctx: _Context, views: GroupViews, layer: int,
+                recomputed: bool) -> tuple[float, ...]:
+    """(compute, recompute, tp, cp, ep, weight-grad) seconds of one layer, forward + backward."""
     t: LayerTime = layer_forward_time(layer_work(ctx.model, layer, ctx.shard), ctx.rates, ctx.prof)
     fwd = t.total_s
     bwd = (BWD_GEMM * t.gemm_s + BWD_ATTN * t.attention_s + BWD_ELEM * t.elementwise_s
            + 2 * t.overhead_s)
-    tp, cp, ep = _layer_comm_fwd(ctx, layer)
+    tp, cp, ep = _layer_comm_fwd(ctx, views, layer)
     if ctx.cfg.tp_comm_overlap:
         tp_fwd, tp_bwd = max(0.0, tp - t.gemm_s), max(0.0, tp - BWD_GEMM * t.gemm_s)
     else:
@@ -175,7 +195,8 @@ def _layer_cost(ctx: _Context, layer: int, recomputed: bool) -> tuple[float, ...
         recompute = t.attention_s + 0.3 * t.elementwise_s  # attention core: QK^T, softmax, AV
     elif ctx.cfg.recompute == "selective":
         recompute = 0.5 * t.elementwise_s  # norms and activation functions
-    return fwd + bwd, recompute, tp_fwd + tp_bwd, cp_fwd + cp_bwd, 2 * ep
+    weight_grad = (BWD_GEMM - 1) * t.gemm_s  # dW = x^T dy: one forward GEMM's worth
+    return fwd + bwd, recompute, tp_fwd + tp_bwd, cp_fwd + cp_bwd, 2 * ep, weight_grad
 
 
 def _fully_recomputed(cfg: ParallelConfig, layers: list[int]) -> int:
@@ -187,23 +208,26 @@ def _fully_recomputed(cfg: ParallelConfig, layers: list[int]) -> int:
     return min(len(layers), cfg.recompute_layers * cfg.vpp)
 
 
-def _stage_cost(ctx: _Context, stage: int, layers: list[int]) -> StageCost:
+def _stage_cost(ctx: _Context, stage: int, layers: list[int],
+                cache: dict[tuple, tuple[float, ...]]) -> StageCost:
     cfg, m = ctx.cfg, ctx.model
     n_recompute = _fully_recomputed(cfg, layers)
-    parts = [0.0] * 5
-    cache: dict[tuple, tuple[float, ...]] = {}
+    views = ctx.views[stage]
+    parts = [0.0] * 6
     for i, layer in enumerate(layers):
-        key = (m.is_moe_layer(layer), m.window(layer), i < n_recompute)
+        key = (m.is_moe_layer(layer), m.window(layer), i < n_recompute, id(views.tp),
+               id(views.cp), id(views.ep))
         if key not in cache:
-            cache[key] = _layer_cost(ctx, layer, i < n_recompute)
+            cache[key] = _layer_cost(ctx, views, layer, i < n_recompute)
         parts = [a + b for a, b in zip(parts, cache[key])]
     if stage == cfg.pp - 1:  # LM head and loss: forward + 2x backward
         parts[0] += 3 * lm_head_forward_time(m, ctx.shard, ctx.rates, ctx.prof)
     # each TP rank sends 1/t of the boundary activation: sequence parallelism, or Megatron's
     # scatter/gather optimisation without it (SC'21 sec. 4.1)
     act_bytes = ctx.shard.tokens * m.hidden_size * 2 / cfg.tp
-    pp = 2 * cfg.vpp * comm.send_recv_s(ctx.views.pp, act_bytes, ctx.prof) if cfg.pp > 1 else 0.0
-    return StageCost(stage, len(layers), parts[0], parts[1], parts[2], parts[3], parts[4], pp)
+    pp = 2 * cfg.vpp * comm.send_recv_s(views.pp, act_bytes, ctx.prof) if cfg.pp > 1 else 0.0
+    return StageCost(stage, len(layers), parts[0], parts[1], parts[2], parts[3], parts[4], pp,
+                     parts[5])
 
 
 def _stage_params(model: ModelSpec, cfg: ParallelConfig, stage: int,
@@ -221,9 +245,9 @@ def _stage_params(model: ModelSpec, cfg: ParallelConfig, stage: int,
     return dense / cfg.tp, expert / (cfg.ep * cfg.expert_tp)
 
 
-def _dp_comm(ctx: _Context, dense: float, expert: float) -> tuple[float, float]:
+def _dp_comm(ctx: _Context, stage: int, dense: float, expert: float) -> tuple[float, float]:
     """(gradient reduction, parameter gather) seconds for one stage's parameters."""
-    cfg, views, prof = ctx.cfg, ctx.views, ctx.prof
+    cfg, views, prof = ctx.cfg, ctx.views[stage], ctx.prof
     if cfg.zero == 0:
         return (comm.all_reduce_s(views.dp_cp, 4 * dense, prof)
                 + comm.all_reduce_s(views.edp, 4 * expert, prof)), 0.0
@@ -239,7 +263,8 @@ def _memory(ctx: _Context, stage: int, layers: list[int], capacity: float) -> Me
     dense, expert = _stage_params(model, cfg, stage, layers)
     weights, grads, optim = state_bytes(dense, expert, cfg.dp * cfg.cp, cfg.expert_dp, cfg.zero)
     if cfg.zero >= 3:  # one layer gathered at a time, forward and backward prefetch
-        weights += 2 * 2 * max(sum(layer_params_split(model, l)) for l in layers) / cfg.tp
+        weights += 2 * 2 * max((sum(layer_params_split(model, l)) for l in layers),
+                               default=0.0) / cfg.tp
     shape = ActivationShape(ctx.shard.tokens, ctx.workload.seq_len, cfg.tp, cfg.expert_tp,
                             cfg.sequence_parallel, ctx.shard.unfused_attention, cfg.dropout,
                             cfg.moe_imbalance)
@@ -248,7 +273,7 @@ def _memory(ctx: _Context, stage: int, layers: list[int], capacity: float) -> Me
                  for i, l in enumerate(layers))
     chunks = in_flight_chunks(stage, cfg.pp, cfg.vpp, m)
     activations = per_mb * chunks / cfg.vpp
-    if cfg.recompute == "full" and n_full:  # one layer's full activations during recompute
+    if cfg.recompute == "full" and n_full and layers:  # one layer's full activations
         activations += layer_activation_bytes(model, layers[0], shape, "none")
     logits = (8 * ctx.shard.tokens * model.vocab_size / cfg.tp) if stage == cfg.pp - 1 else 0.0
     base = weights + grads + optim + activations + logits
@@ -257,7 +282,7 @@ def _memory(ctx: _Context, stage: int, layers: list[int], capacity: float) -> Me
 
 
 def _make_context(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: ParallelConfig,
-                  prof: Profile) -> _Context:
+                  prof: Profile, views: tuple[GroupViews, ...]) -> _Context:
     gpu = cluster.slowest_gpu
     fp8 = workload.precision == "fp8"
     peak = gpu.peak_flops_for("bf16")
@@ -265,26 +290,55 @@ def _make_context(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: P
     shard = Shard(cfg.micro_batch, workload.seq_len, cfg.tp, cfg.cp, cfg.ep, cfg.expert_tp,
                   cfg.sequence_parallel, cfg.attention == "unfused", cfg.dropout,
                   cfg.moe_imbalance)
-    return _Context(model, workload, cfg, prof, rates, group_views(cluster, cfg), shard)
+    return _Context(model, workload, cfg, prof, rates, views, shard)
+
+
+def estimate_memory(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: ParallelConfig,
+                    prof: Profile) -> MemoryBreakdown:
+    """Peak per-GPU memory of ``cfg`` (the stage that needs most); no time, no group views."""
+    ctx = _make_context(model, cluster, workload, cfg, prof, ())
+    split = config_stage_layers(model.num_layers, cfg)
+    return max((_memory(ctx, s, layers, cluster.min_hbm_bytes) for s, layers in enumerate(split)),
+               key=lambda mb: mb.peak_bytes)
+
+
+def bubble_s(cfg: ParallelConfig, stages: tuple[StageCost, ...]) -> float:
+    """Pipeline bubble of the schedule (module docstring): (p-1)/v * mean(t_i), and for ZB-H1
+    (p-1) * mean(t_i - w_i)."""
+    mean_s = sum(s.total_s for s in stages) / len(stages)
+    if cfg.zero_bubble:
+        mean_s -= sum(s.weight_grad_s for s in stages) / len(stages)
+    return (cfg.pp - 1) / cfg.vpp * mean_s
 
 
 def estimate(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: ParallelConfig,
-             prof: Profile) -> Estimate:
-    """Predict step time and per-GPU memory of ``cfg`` (Megatron rank order) on ``cluster``."""
-    ctx = _make_context(model, cluster, workload, cfg, prof)
-    split = stage_layers(model.num_layers, cfg.pp, cfg.vpp)
-    stages = tuple(_stage_cost(ctx, s, layers) for s, layers in enumerate(split))
+             prof: Profile, node_order: tuple[int, ...] | None = None,
+             views: tuple[GroupViews, ...] | None = None) -> Estimate:
+    """Predict step time and per-GPU memory of ``cfg`` on ``cluster``, its ranks placed on the
+    nodes in ``node_order`` (None: listing order, Megatron's default). ``views`` (from
+    :func:`cost_models.groups.stage_views`) may be passed in when already computed."""
+    if views is None:
+        views = stage_views(cluster, cfg, node_order)
+    ctx = _make_context(model, cluster, workload, cfg, prof, views)
+    split = config_stage_layers(model.num_layers, cfg)
+    cache: dict[tuple, tuple[float, ...]] = {}  # layer costs, shared by stages with equal views
+    stages = tuple(_stage_cost(ctx, s, layers, cache) for s, layers in enumerate(split))
     m = cfg.micro_batches(workload)
     slow = max(stages, key=lambda s: s.total_s)
-    mean_s = sum(s.total_s for s in stages) / len(stages)
-    bubble = (cfg.pp - 1) / cfg.vpp * mean_s
+    bubble = bubble_s(cfg, stages)
     dp_exposed = dp_total = optimizer = 0.0
     for s, layers in enumerate(split):
         dense, expert = _stage_params(model, cfg, s, layers)
-        grads, params = _dp_comm(ctx, dense, expert)
+        grads, params = _dp_comm(ctx, s, dense, expert)
         bwd_window = stages[s].compute_s * 2 / 3 if cfg.overlap_grad_reduce else 0.0
         fwd_window = stages[s].compute_s / 3 if cfg.overlap_param_gather else 0.0
         exposed = max(0.0, grads - bwd_window) + max(0.0, params - fwd_window)
+        if cfg.zero >= 3:  # FSDP (Zhao et al. 2023, sec. 3.2): per micro-batch, weights gathered
+            # before forward and again before backward, gradients reduce-scattered after it,
+            # each prefetched behind the neighbouring layers' compute
+            fwd_c, bwd_c = stages[s].compute_s / 3, stages[s].compute_s * 2 / 3
+            exposed = m * (max(0.0, params - fwd_c) + max(0.0, params + grads - bwd_c))
+            grads, params = m * grads, 2 * m * params
         shard = (dense / (cfg.dp * cfg.cp) + expert / cfg.expert_dp) if cfg.zero else dense + expert
         opt = shard * ADAM_BYTES_PER_PARAM / (ctx.rates.hbm_bytes_per_s * prof.hbm_efficiency)
         if exposed + opt > dp_exposed + optimizer:
@@ -293,10 +347,16 @@ def estimate(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: Parall
                          m * slow.cp_comm_s, m * slow.ep_comm_s, m * slow.pp_comm_s, bubble,
                          dp_exposed, optimizer)
     capacity = cluster.min_hbm_bytes
-    memory = max((_memory(ctx, s, layers, capacity) for s, layers in enumerate(split)),
-                 key=lambda mb: mb.peak_bytes)
-    tiers = {k: getattr(ctx.views, k).bottleneck.name for k in ("tp", "cp", "dp_cp", "pp", "ep")
-             if getattr(ctx.views, k).size > 1}
+    stage_memory = tuple(_memory(ctx, s, layers, capacity) for s, layers in enumerate(split))
+    memory = max(stage_memory, key=lambda mb: mb.peak_bytes)
     flops = model_flops_per_token(model, workload.seq_len) * workload.tokens
     return Estimate(model.name, cluster.name, cluster.num_gpus, workload, cfg, time, memory,
-                    stages, flops, ctx.rates.peak_flops, tiers, dp_total)
+                    stages, flops, ctx.rates.peak_flops, bottleneck_tiers(views), dp_total,
+                    None if node_order is None else tuple(node_order), stage_memory)
+
+
+def bottleneck_tiers(views: tuple[GroupViews, ...]) -> dict[str, str]:
+    """Group kind -> name of the link tier that limits its slowest group, over all stages."""
+    worst = {k: worst_of([getattr(v, k) for v in views]) for k in KINDS}
+    return {k: worst[k].bottleneck.name for k in ("tp", "cp", "dp_cp", "pp", "ep")
+            if worst[k].size > 1}

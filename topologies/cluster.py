@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Sequence
 
+import numpy as np
+
 from topologies.catalog import GpuSpec
 
 TRANSPORTS = ("ib", "roce", "tcp")
@@ -59,8 +61,12 @@ class NodeGroup:
     intra_latency_s: float
     nics: tuple[Nic, ...]
     nvlink_domain_nodes: int = 1  # nodes sharing one NVLink domain (GB200 NVL72: 18 trays)
+    hosts: tuple[str, ...] = ()  # host names, one per node; () = "<name>-<index>"
 
     def __post_init__(self) -> None:
+        if self.hosts and len(self.hosts) != self.count:
+            raise ValueError(f"node group '{self.name}': {len(self.hosts)} host names for "
+                             f"{self.count} nodes")
         if self.count < 1 or self.gpus_per_node < 1:
             raise ValueError(f"node group '{self.name}': count {self.count} and gpus_per_node "
                              f"{self.gpus_per_node} must be >= 1")
@@ -200,6 +206,37 @@ class Cluster:
             raise ValueError(f"rank {rank} outside cluster of {self.num_gpus} GPUs")
         return self._rank_table[rank]
 
+    @cached_property
+    def rank_arrays(self) -> RankArrays:
+        """Per-rank facts as numpy arrays, for vectorised group views (:func:`worst_group_view`)."""
+        table = np.array(self._rank_table, dtype=np.int64).reshape(-1, 3)
+        domains = np.array([self.domain_of_node(n) for n in range(self.num_nodes)], dtype=np.int64)
+        g = self.node_groups
+        return RankArrays(
+            group=table[:, 0], node=table[:, 1], domain=domains[table[:, 1]],
+            nic_share=np.array([x.nic_bw_bytes_per_s / x.gpus_per_node for x in g])[table[:, 0]],
+            nic_latency_s=np.array([x.nic_latency_s for x in g])[table[:, 0]],
+            intra_bw=np.array([x.intra_bw_bytes_per_s for x in g])[table[:, 0]],
+            intra_latency_s=np.array([x.intra_latency_s for x in g])[table[:, 0]])
+
+    def host_of_node(self, node: int) -> str:
+        """Host name of global node ``node``: from the spec, else ``<group name>-<index>``."""
+        start = 0
+        for g in self.node_groups:
+            if node < start + g.count:
+                return g.hosts[node - start] if g.hosts else f"{g.name}-{node - start}"
+            start += g.count
+        raise ValueError(f"node {node} outside cluster of {self.num_nodes} nodes")
+
+    def group_of_node(self, node: int) -> int:
+        """Index of the node group holding global node ``node``."""
+        start = 0
+        for gi, g in enumerate(self.node_groups):
+            if node < start + g.count:
+                return gi
+            start += g.count
+        raise ValueError(f"node {node} outside cluster of {self.num_nodes} nodes")
+
     def domain_of_node(self, node: int) -> int:
         """Index of the NVLink domain holding ``node`` (== node for ordinary servers)."""
         start, domain = 0, 0
@@ -209,6 +246,94 @@ class Cluster:
             domain += -(-g.count // g.nvlink_domain_nodes)
             start += g.count
         raise ValueError(f"node {node} outside cluster of {self.num_nodes} nodes")
+
+
+@dataclass(frozen=True, eq=False)
+class RankArrays:
+    """Per-rank arrays (index = rank): node group, node, NVLink domain, and the link figures
+    of the rank's node group (NIC share per GPU, NIC latency, intra-domain bandwidth/latency)."""
+
+    group: np.ndarray
+    node: np.ndarray
+    domain: np.ndarray
+    nic_share: np.ndarray
+    nic_latency_s: np.ndarray
+    intra_bw: np.ndarray
+    intra_latency_s: np.ndarray
+
+
+def _max_run_length(sorted_rows: np.ndarray) -> np.ndarray:
+    """Per row of a row-sorted array, the length of its longest run of equal values."""
+    size = sorted_rows.shape[1]
+    starts = np.ones(sorted_rows.shape, dtype=bool)
+    starts[:, 1:] = sorted_rows[:, 1:] != sorted_rows[:, :-1]
+    idx = np.broadcast_to(np.arange(size), sorted_rows.shape)
+    last_start = np.maximum.accumulate(np.where(starts, idx, 0), axis=1)
+    return (idx - last_start + 1).max(axis=1)
+
+
+def worst_group_view(cluster: Cluster, groups: np.ndarray, all_to_all: bool = False) -> GroupView:
+    """The slowest of many equal-size groups (rows of ``groups``, physical ranks).
+
+    For ring collectives, exactly ``min(group_view(row) ...)`` by bottleneck bandwidth then
+    latency, vectorised. With ``all_to_all``, the row whose all-to-all takes longest: traffic to
+    the n - k members outside the fullest domain over the NIC share, to the k - 1 inside over
+    the fast tier, the slower of the two (as ``cost_models.communication.all_to_all_s``, before
+    link efficiencies)."""
+    return worst_group_views(cluster, np.asarray(groups)[None], all_to_all)[0]
+
+
+def worst_group_views(cluster: Cluster, groups: np.ndarray,
+                      all_to_all: bool = False) -> list[GroupView]:
+    """:func:`worst_group_view` of each block ``groups[b]`` of a [block, group, member] array,
+    in one vectorised pass (blocks are pipeline stages)."""
+    groups = np.asarray(groups, dtype=np.int64)
+    blocks, per_block, size = groups.shape
+    if size <= 1:
+        return [group_view(cluster, groups[b, 0].tolist()) for b in range(blocks)]
+    flat = groups.reshape(-1, size)
+    a = cluster.rank_arrays
+    dom = np.sort(a.domain[flat], axis=1)
+    k = _max_run_length(dom)
+    num_domains = 1 + (dom[:, 1:] != dom[:, :-1]).sum(axis=1)
+    intra_bw = np.where(k > 1, a.intra_bw[flat].min(axis=1), np.inf)
+    intra_lat = np.where(k > 1, a.intra_latency_s[flat].max(axis=1), 0.0)
+    # scale-out tier, as _inter_tier: a tier's latency counts when the group spans several units
+    # of the tier beneath, its oversubscription when the group spans several of its switches
+    node = a.node[flat]
+    share = a.nic_share[flat].min(axis=1)
+    inter_lat = a.nic_latency_s[flat].max(axis=1)
+    multi_below = node.max(axis=1) != node.min(axis=1)
+    for tier in cluster.tiers:
+        sw = node // tier.nodes_per_switch
+        multi = sw.max(axis=1) != sw.min(axis=1)
+        inter_lat = inter_lat + np.where(multi_below, tier.latency_s, 0.0)
+        share = np.where(multi, share / tier.oversubscription, share)
+        multi_below = multi
+    if all_to_all:
+        t_out = np.where(num_domains > 1, (size - k) / size / share, 0.0)
+        t_in = np.where(k > 1, (k - 1) / size / intra_bw, 0.0)
+        worst = np.argmax(np.maximum(t_out, t_in).reshape(blocks, per_block), axis=1)
+    else:
+        inter_key = np.where(num_domains > 1, share * k, np.inf)
+        use_inter = inter_key < intra_bw  # GroupView.bottleneck: the smaller of the two rates
+        key_bw = np.minimum(intra_bw, inter_key).reshape(blocks, per_block)
+        key_lat = np.where(use_inter, inter_lat, intra_lat).reshape(blocks, per_block)
+        worst = [int(np.lexsort((-key_lat[b], key_bw[b]))[0]) for b in range(blocks)]
+    views: list[GroupView] = []
+    memo: dict[tuple, GroupView] = {}
+    for b in range(blocks):
+        row = groups[b, int(worst[b])]
+        nodes = a.node[row]
+        # what group_view reads: domain counts, node groups, and which tiers the nodes span
+        signature = (tuple(np.unique(a.domain[row], return_counts=True)[1].tolist()),
+                     tuple(np.unique(a.group[row]).tolist()),
+                     tuple(len(np.unique(nodes // t.nodes_per_switch)) > 1 for t in cluster.tiers),
+                     len(np.unique(nodes)) > 1)
+        if signature not in memo:
+            memo[signature] = group_view(cluster, row.tolist())
+        views.append(memo[signature])
+    return views
 
 
 def _inter_tier(cluster: Cluster, groups: set[int], nodes: set[int]) -> LinkTier:

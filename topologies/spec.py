@@ -94,6 +94,9 @@ class NodeGroupSpec(_Strict):
     nics: list[NicSpec] = Field(default_factory=list, description="Scale-out NICs of one node.")
     nvlink_domain_nodes: int = Field(
         default=1, ge=1, description="Nodes sharing one NVLink domain (GB200 NVL72: 18 trays).")
+    hosts: list[str] | None = Field(
+        default=None, description="Host names of the nodes, one per node in order (used by the "
+        "launch emitters); default '<group name>-<index>'.")
 
     @field_validator("gpu")
     @classmethod
@@ -124,6 +127,15 @@ class NodeGroupSpec(_Strict):
                              f"{self.gpus_per_node} = {domain_gpus}; lower nvlink_domain_nodes")
         return self
 
+    @model_validator(mode="after")
+    def _one_host_per_node(self) -> NodeGroupSpec:
+        if self.hosts is not None and len(self.hosts) != self.count:
+            raise ValueError(f"one host name per node: list {self.count} names in hosts "
+                             f"(got {len(self.hosts)}) or drop hosts")
+        if self.hosts is not None and any(not h for h in self.hosts):
+            raise ValueError("hosts: non-empty host names")
+        return self
+
     @property
     def num_domains(self) -> int:
         """NVLink domains the group fills (the last one may be partial)."""
@@ -143,7 +155,8 @@ class NodeGroupSpec(_Strict):
         latency_us = self.intra_latency_us or INTRA_LATENCY_US[self.fabric]
         return NodeGroup(self.name, self.count, get_gpu(self.gpu), self.gpus_per_node,
                          self.fabric, self.intra_bw_bytes_per_s(), latency_us * 1e-6,
-                         tuple(n.to_nic() for n in self.nics), self.nvlink_domain_nodes)
+                         tuple(n.to_nic() for n in self.nics), self.nvlink_domain_nodes,
+                         tuple(self.hosts or ()))
 
 
 class NetworkTierSpec(_Strict):
@@ -309,11 +322,14 @@ def node_type_for(gpu: GpuSpec) -> NodeType:
     return NodeType(f"8-GPU {fabric} server", 8, fabric, 8, 400, "ib")
 
 
-def homogeneous_cluster(gpu_name: str, nodes: int, gpus_per_node: int | None = None) -> Cluster:
+def homogeneous_cluster(gpu_name: str, nodes: int, gpus_per_node: int | None = None,
+                        domain_gpus: int | None = None) -> Cluster:
     """``nodes`` of ``gpu_name``'s usual node under a non-blocking rail-optimised leaf/spine.
 
     For rack-scale parts (GB200, GB300) a node is one compute tray of 4 GPUs and 18 trays share
-    an NVLink domain. ``gpus_per_node`` overrides the node size; NICs scale with it. Raises
+    an NVLink domain. ``gpus_per_node`` overrides the node size; NICs scale with it;
+    ``domain_gpus`` overrides the GPUs used per NVLink domain (a job on 16 of a rack's 18 trays:
+    64). Raises
     ``UnknownGpuError`` for a GPU not in the catalog, ``ValueError`` for counts below 1.
     """
     gpu = get_gpu(gpu_name)
@@ -321,7 +337,7 @@ def homogeneous_cluster(gpu_name: str, nodes: int, gpus_per_node: int | None = N
         raise ValueError(f"nodes ({nodes}) and gpus_per_node ({gpus_per_node}) must be >= 1")
     node = node_type_for(gpu)
     per_node = gpus_per_node or node.gpus_per_node
-    domain_nodes = max(1, node.nvlink_domain_gpus // per_node)
+    domain_nodes = max(1, (domain_gpus or node.nvlink_domain_gpus) // per_node)
     leaf_nodes = max(domain_nodes, LEAF_GPUS // per_node // domain_nodes * domain_nodes)
     group = {
         "name": "nodes", "count": nodes, "gpu": gpu.name, "gpus_per_node": per_node,
