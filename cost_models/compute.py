@@ -19,6 +19,7 @@ Sources, per formula:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from cost_models.model_spec import ModelSpec
 from cost_models.profile import Profile
@@ -242,6 +243,7 @@ def lm_head_forward_time(model: ModelSpec, sh: Shard, rates: GpuRates, prof: Pro
     return gemm_time_s(g, rates, prof) + ce_bytes / (rates.hbm_bytes_per_s * prof.hbm_efficiency)
 
 
+@lru_cache(maxsize=64)
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     """Training FLOPs per token, forward + backward, no recompute: the MFU numerator.
 

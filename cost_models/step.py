@@ -27,6 +27,7 @@ Overlap assumptions (explicit, each a Megatron option in ``ParallelConfig``):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from cost_models import communication as comm
 from cost_models.compute import (GpuRates, LayerTime, Shard, layer_forward_time, layer_work,
@@ -230,13 +231,21 @@ def _stage_cost(ctx: _Context, stage: int, layers: list[int],
                      parts[5])
 
 
+@lru_cache(maxsize=32)
+def _layer_tables(model: ModelSpec) -> tuple[tuple[tuple[float, float], ...], tuple[tuple, ...]]:
+    """Per layer: (non-expert, expert) parameters, and the kind that decides its activation
+    bytes (MoE or dense, attention window). Computed once per model: the search asks often."""
+    params = tuple(layer_params_split(model, l) for l in range(model.num_layers))
+    kinds = tuple((model.is_moe_layer(l), model.window(l)) for l in range(model.num_layers))
+    return params, kinds
+
+
 def _stage_params(model: ModelSpec, cfg: ParallelConfig, stage: int,
                   layers: list[int]) -> tuple[float, float]:
     """(non-expert, expert) parameters one GPU of ``stage`` holds, after TP/EP splits."""
-    dense = expert = 0.0
-    for layer in layers:
-        d, e = layer_params_split(model, layer)
-        dense, expert = dense + d, expert + e
+    table = _layer_tables(model)[0]
+    dense = sum(table[l][0] for l in layers)
+    expert = sum(table[l][1] for l in layers)
     vocab = model.vocab_size * model.hidden_size
     if stage == 0:
         dense += vocab + model.position_embeddings * model.hidden_size
@@ -262,15 +271,23 @@ def _memory(ctx: _Context, stage: int, layers: list[int], capacity: float) -> Me
     cfg, model, m = ctx.cfg, ctx.model, ctx.cfg.micro_batches(ctx.workload)
     dense, expert = _stage_params(model, cfg, stage, layers)
     weights, grads, optim = state_bytes(dense, expert, cfg.dp * cfg.cp, cfg.expert_dp, cfg.zero)
+    params, kinds = _layer_tables(model)
     if cfg.zero >= 3:  # one layer gathered at a time, forward and backward prefetch
-        weights += 2 * 2 * max((sum(layer_params_split(model, l)) for l in layers),
-                               default=0.0) / cfg.tp
+        weights += 2 * 2 * max((sum(params[l]) for l in layers), default=0.0) / cfg.tp
     shape = ActivationShape(ctx.shard.tokens, ctx.workload.seq_len, cfg.tp, cfg.expert_tp,
                             cfg.sequence_parallel, ctx.shard.unfused_attention, cfg.dropout,
                             cfg.moe_imbalance)
     n_full = _fully_recomputed(cfg, layers)
-    per_mb = sum(layer_activation_bytes(model, l, shape, "full" if i < n_full else cfg.recompute)
-                 for i, l in enumerate(layers))
+    cache: dict[tuple, float] = {}  # layers of one kind and recompute mode store the same
+
+    def act(i: int, layer: int) -> float:
+        mode = "full" if i < n_full else cfg.recompute
+        key = (kinds[layer], mode)
+        if key not in cache:
+            cache[key] = layer_activation_bytes(model, layer, shape, mode)
+        return cache[key]
+
+    per_mb = sum(act(i, l) for i, l in enumerate(layers))
     chunks = in_flight_chunks(stage, cfg.pp, cfg.vpp, m)
     activations = per_mb * chunks / cfg.vpp
     if cfg.recompute == "full" and n_full and layers:  # one layer's full activations
@@ -360,3 +377,71 @@ def bottleneck_tiers(views: tuple[GroupViews, ...]) -> dict[str, str]:
     worst = {k: worst_of([getattr(v, k) for v in views]) for k in KINDS}
     return {k: worst[k].bottleneck.name for k in ("tp", "cp", "dp_cp", "pp", "ep")
             if worst[k].size > 1}
+
+
+@dataclass(frozen=True)
+class PartitionInputs:
+    """What a layer-to-stage partition needs, per layer and per stage (1F1B, vpp = 1).
+
+    ``layer_time_s[l]``: forward + backward (+ recompute, TP/CP/EP comm) of layer l for one
+    micro-batch on stage 0's links; ``stage_slowdown[s]``: how much slower the same layers run
+    on stage s's links; ``head_time_s``: LM head and loss on the last stage. Memory:
+    ``layer_state_bytes`` (weights, grads, optimizer after sharding), ``layer_activation_bytes``
+    (one micro-batch), ``in_flight[s]`` micro-batches held by stage s, the embedding's and
+    head's bytes, and ``limit_bytes``: what states + activations may use on one GPU.
+    """
+
+    layer_time_s: tuple[float, ...]
+    stage_slowdown: tuple[float, ...]
+    head_time_s: float
+    layer_state_bytes: tuple[float, ...]
+    layer_activation_bytes: tuple[float, ...]
+    in_flight: tuple[int, ...]
+    embedding_bytes: float
+    head_bytes: float
+    limit_bytes: float
+
+
+def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: ParallelConfig,
+                     prof: Profile, views: tuple[GroupViews, ...]) -> PartitionInputs:
+    """Per-layer costs for the partition DP (``solvers.pipeline_dp``); see the dataclass."""
+    ctx = _make_context(model, cluster, workload, cfg, prof, views)
+    recomputed = cfg.recompute == "full" and cfg.recompute_layers is None
+    layers = range(model.num_layers)
+
+    def on_stage(s: int) -> list[float]:
+        cache: dict[tuple, float] = {}
+        out = []
+        for layer in layers:
+            key = (model.is_moe_layer(layer), model.window(layer))
+            if key not in cache:
+                cache[key] = sum(_layer_cost(ctx, views[s], layer, recomputed)[:5])
+            out.append(cache[key])
+        return out
+
+    base = on_stage(0)
+    slowdown = [1.0] + [sum(on_stage(s)) / sum(base) for s in range(1, cfg.pp)]
+    head = 3 * lm_head_forward_time(model, ctx.shard, ctx.rates, prof)
+    dp_shard, edp = cfg.dp * cfg.cp, cfg.expert_dp
+    states = []
+    for layer in layers:
+        dense, expert = layer_params_split(model, layer)
+        states.append(sum(state_bytes(dense / cfg.tp, expert / (cfg.ep * cfg.expert_tp),
+                                      dp_shard, edp, cfg.zero)))
+    shape = ActivationShape(ctx.shard.tokens, workload.seq_len, cfg.tp, cfg.expert_tp,
+                            cfg.sequence_parallel, ctx.shard.unfused_attention, cfg.dropout,
+                            cfg.moe_imbalance)
+    acts = [layer_activation_bytes(model, l, shape, cfg.recompute) for l in layers]
+    vocab = model.vocab_size * model.hidden_size / cfg.tp
+    emb = sum(state_bytes(vocab + model.position_embeddings * model.hidden_size / cfg.tp, 0.0,
+                          dp_shard, edp, cfg.zero))
+    head_states = 0.0 if model.tied_embeddings and cfg.pp == 1 else sum(
+        state_bytes(vocab, 0.0, dp_shard, edp, cfg.zero))
+    logits = 8 * ctx.shard.tokens * model.vocab_size / cfg.tp
+    m = cfg.micro_batches(workload)
+    limit = (cluster.min_hbm_bytes - prof.reserved_bytes) / (1 + prof.fragmentation_fraction)
+    if cfg.recompute == "full":  # one layer's full activations live during its recompute
+        limit -= max(layer_activation_bytes(model, l, shape, "none") for l in layers)
+    return PartitionInputs(tuple(base), tuple(slowdown), head, tuple(states), tuple(acts),
+                           tuple(in_flight_chunks(s, cfg.pp, 1, m) for s in range(cfg.pp)),
+                           emb, head_states + logits, limit)

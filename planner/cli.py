@@ -1,7 +1,8 @@
 """The ``planner`` command line: a thin Typer layer over the loaders, cost models and reports.
 
 Commands: ``presets`` (models, clusters, GPUs), ``topo show|list`` (clusters), ``estimate``
-(step time and memory of one parallel configuration). Errors are caught once, in the top-level
+(step time and memory of one parallel configuration), ``solve`` (search, place, slice: the best
+plans), ``explain`` / ``compare`` (plan files), ``emit`` (launch configs of a plan). Errors are caught once, in the top-level
 group (:class:`PlannerGroup`), so the console script and ``CliRunner`` behave the same: a
 :class:`~planner.errors.PlannerError`, a usage error or a cost model's ``ValueError`` prints one
 line ``error: ...`` on stderr and exits with its code (2 for bad input, 3 for infeasible).
@@ -17,8 +18,9 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from planner.errors import PlannerError
+from planner.errors import PlannerError, SpecError
 from planner.estimate_json import estimate_to_dict
+from planner.files import write_atomic
 from planner.estimation import (DEFAULT_GPU, ClusterChoice, ParallelChoice, checked_estimate,
                                 load_profile, make_config, make_workload, resolve_cluster)
 from planner.models import load_model, model_presets
@@ -183,6 +185,176 @@ def estimate(
         typer.echo(json.dumps(estimate_to_dict(est), sort_keys=True, indent=2))
     else:
         _console().print(render_estimate(est, spec, hardware))
+
+
+class Objective(str, Enum):
+    throughput = "throughput"
+    min_gpus = "min-gpus"
+
+
+class Schedule(str, Enum):
+    one_f_one_b = "1f1b"
+    interleaved = "interleaved-1f1b"
+    zb_h1 = "zb-h1"
+
+
+@app.command()
+def solve(
+    model: Annotated[str, typer.Option(
+        help="Model preset (see 'planner presets models'), model YAML/JSON or HF config.json."
+    )] = "llama-3.1-70b",
+    cluster: ClusterOpt = None, gpu: GpuOpt = None, nodes: NodesOpt = None,
+    gpus_per_node: GpusPerNodeOpt = None,
+    global_batch: Annotated[int, typer.Option(min=1, help="Sequences per step.")] = 1024,
+    seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sequence.")] = 4096,
+    precision: Annotated[Precision, typer.Option(help="GEMM precision.")] = Precision.bf16,
+    top_k: Annotated[int, typer.Option(min=1, max=100, help="Plans to show.")] = 10,
+    objective: Annotated[Objective, typer.Option(
+        help="throughput: fastest plan on all GPUs; min-gpus: fewest GPUs reaching "
+             "--target-tokens-per-s.")] = Objective.throughput,
+    target_tokens_per_s: Annotated[Optional[float], typer.Option(
+        min=0, help="With --objective min-gpus: tokens/s the whole job must reach.")] = None,
+    tp: Annotated[Optional[int], typer.Option(min=1, help="Fix the TP degree.")] = None,
+    pp: Annotated[Optional[int], typer.Option(min=1, help="Fix the PP degree.")] = None,
+    cp: Annotated[Optional[int], typer.Option(min=1, help="Fix the CP degree.")] = None,
+    ep: Annotated[Optional[int], typer.Option(min=1, help="Fix the EP degree.")] = None,
+    micro_batch: Annotated[Optional[int], typer.Option(min=1, help="Fix the micro-batch.")] = None,
+    schedule: Annotated[Optional[list[Schedule]], typer.Option(
+        help="Allowed pipeline schedules (repeat the option); default all.")] = None,
+    calibration: Annotated[Optional[Path], typer.Option(
+        help="JSON overriding calibration parameters (see docs/calibration.md).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Write the best plan to this JSON file.")] = None,
+    out_dir: Annotated[Optional[Path], typer.Option(
+        help="Write every shown plan as plan-01.json, plan-02.json, ... in this folder.")] = None,
+    output_format: Annotated[OutputFormat, typer.Option(
+        "--format", help="table for people, json for tools (the plans).")] = OutputFormat.table,
+) -> None:
+    """Search parallel configurations, place them on the cluster, slice the pipeline, and
+    print the best plans. Without options: Llama-3.1-70B on 8 nodes of H100 (64 GPUs)."""
+    from planner.plan import plan_to_json
+    from planner.search import SearchSpace
+    from planner.solve import solve as run_solve
+    from planner.solve_report import render_solve
+
+    spec = load_model(model)
+    hardware = resolve_cluster(ClusterChoice(cluster, gpu, nodes, gpus_per_node), DEFAULT_GPU)
+    workload = make_workload(seq_len, global_batch, precision.value)
+    profile = load_profile(hardware.slowest_gpu.name, calibration)
+    space = SearchSpace(tp=tp, pp=pp, cp=cp, ep=ep, micro_batch=micro_batch,
+                        schedules=tuple(s.value for s in schedule) if schedule else
+                        SearchSpace().schedules)
+    with _progress(output_format is OutputFormat.table) as progress:
+        result = run_solve(spec, hardware, workload, profile, space, top_k, objective.value,
+                           target_tokens_per_s, progress)
+    if out is not None:
+        write_atomic(out, plan_to_json(result.plans[0]))
+    if out_dir is not None:
+        for i, plan in enumerate(result.plans):
+            write_atomic(out_dir / f"plan-{i + 1:02d}.json", plan_to_json(plan))
+    if output_format is OutputFormat.json:
+        typer.echo("[" + ",\n".join(plan_to_json(p).rstrip() for p in result.plans) + "]")
+    else:
+        _console().print(render_solve(result.plans, result.stats))
+
+
+PlanArg = Annotated[Path, typer.Argument(help="A plan file written by 'planner solve --out'.")]
+
+
+@app.command()
+def explain(
+    plan: PlanArg,
+    timeline: Annotated[Optional[Path], typer.Option(
+        help="Also draw the pipeline timeline to this .png or .svg file.")] = None,
+    max_microbatches: Annotated[int, typer.Option(
+        min=1, help="Micro-batches to simulate for the timeline (warm-up and cool-down are "
+                    "the same for any count).")] = 16,
+) -> None:
+    """Show everything a plan decided and predicted, and its pipeline timeline."""
+    from planner.explain_report import render_explain
+    from planner.plan_file import load_plan
+    from planner.timeline import save_timeline, simulate_plan
+
+    loaded = load_plan(plan)
+    problem, result = simulate_plan(loaded, max_microbatches)
+    if timeline is not None:
+        save_timeline(result, problem.num_stages, timeline,
+                      f"{loaded.inputs['model']['name']}: {loaded.schedule}, "
+                      f"{problem.num_stages} stages, {problem.num_microbatches} micro-batches")
+    _console().print(render_explain(loaded, problem, result))
+    if timeline is not None:
+        typer.echo(f"wrote {timeline}")
+
+
+@app.command()
+def compare(plans: Annotated[list[Path], typer.Argument(help="Two or more plan files.")]) -> None:
+    """Show plans side by side with their differences highlighted."""
+    from planner.compare_report import render_compare
+    from planner.plan_file import load_plan
+
+    loaded = [load_plan(p) for p in plans]
+    names = [p.stem for p in plans]
+    if len(set(names)) < len(names):
+        names = [str(p) for p in plans]
+    _console().print(render_compare(loaded, names))
+
+
+@app.command()
+def emit(
+    fmt: Annotated[str, typer.Argument(
+        metavar="FORMAT", help="torchrun, slurm, kubeflow, megatron, deepspeed or torchtitan.")],
+    plan: PlanArg,
+    out_dir: Annotated[Path, typer.Option(help="Folder to write the files to.")] = Path("launch"),
+    script: Annotated[str, typer.Option(help="Training script each rank runs.")] = "train.py",
+    script_arg: Annotated[Optional[list[str]], typer.Option(
+        help="An argument for the script (repeat the option).")] = None,
+    master_port: Annotated[int, typer.Option(min=1, max=65535)] = 29500,
+    job_name: Annotated[str, typer.Option(help="Job name (Slurm, Kubernetes).")] = "planner-job",
+    image: Annotated[str, typer.Option(help="Container image (Kubeflow).")] = (
+        "nvcr.io/nvidia/pytorch:24.12-py3"),
+) -> None:
+    """Write launch configs for a plan: per-node torchrun commands, a Slurm script, a Kubeflow
+    PyTorchJob, Megatron-LM arguments, a DeepSpeed config or a torchtitan TOML."""
+    from planner.emit import FORMATS, EmitOptions
+    from planner.emit import emit as run_emit
+    from planner.plan_file import load_plan
+
+    if fmt not in FORMATS:
+        raise SpecError("FORMAT", "", f"one of {', '.join(FORMATS)}", fmt)
+    loaded = load_plan(plan)
+    options = EmitOptions(script=script, script_args=tuple(script_arg or ()),
+                          master_port=master_port, job_name=job_name, image=image,
+                          plan_path=str(plan))
+    files = run_emit(fmt, loaded, options)  # everything is rendered before anything is written
+    for name, text in sorted(files.items()):
+        executable = name.endswith((".sh", ".sbatch"))
+        write_atomic(out_dir / name, text, 0o755 if executable else None)
+        typer.echo(f"wrote {out_dir / name}")
+
+
+class _progress:
+    """A rich progress bar over degree tuples (on stderr; off for JSON output)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar = None
+        self.task = None
+
+    def __enter__(self):
+        if not self.enabled:
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+        self.bar = Progress("searching", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=Console(stderr=True), transient=True)
+        self.bar.__enter__()
+        self.task = self.bar.add_task("search", total=None)
+        return self.update
+
+    def update(self, done: int, total: int) -> None:
+        self.bar.update(self.task, completed=done, total=total)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ between domains.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Sequence
 
@@ -260,6 +260,21 @@ class RankArrays:
     nic_latency_s: np.ndarray
     intra_bw: np.ndarray
     intra_latency_s: np.ndarray
+
+
+def first_nodes(cluster: Cluster, nodes: int) -> Cluster:
+    """The sub-cluster of the first ``nodes`` nodes in listing order (same network)."""
+    if not 1 <= nodes <= cluster.num_nodes:
+        raise ValueError(f"nodes {nodes} outside 1..{cluster.num_nodes}")
+    if nodes == cluster.num_nodes:
+        return cluster
+    groups, left = [], nodes
+    for g in cluster.node_groups:
+        take = min(left, g.count)
+        if take:
+            groups.append(replace(g, count=take, hosts=g.hosts[:take]))
+        left -= take
+    return replace(cluster, name=f"{cluster.name}[:{nodes}]", node_groups=tuple(groups))
 
 
 def _max_run_length(sorted_rows: np.ndarray) -> np.ndarray:

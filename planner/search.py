@@ -1,0 +1,244 @@
+"""Search parallel configurations: enumerate consistent choices, prune, estimate, rank.
+
+The space (``solvers.search_space``) is walked degree tuple by degree tuple (tp, cp, pp, dp,
+ep, etp). For each tuple:
+
+1. *Memory lower bound.* The tuple with its most frugal options (micro-batch 1, full
+   recompute, ZeRO-3) is checked first; if even that does not fit, every option of the tuple is
+   pruned unseen.
+2. *Views.* The group views per stage (``cost_models.groups.stage_views``) are computed once
+   and shared by all options of the tuple.
+3. *Options.* For each micro-batch size, interleaving depth and schedule (1F1B, interleaved,
+   ZB-H1), the least activation recomputation that fits is taken (none, selective, then full
+   recompute of the fewest layers per stage that fit) for each ZeRO stage (1, the distributed
+   optimizer, 2 and 3), keeping a higher stage only when it needs strictly less recompute:
+   less recompute is never slower in the cost model, nor is a lower ZeRO stage at equal
+   recompute, so these few options contain the fastest of their kind. Each is estimated; the
+   fastest that fits is the tuple's representative. (``tests/test_search.py`` checks this
+   against exhaustive enumeration.)
+
+Tuples are ranked by predicted step time (objective ``throughput``). The result keeps the
+counts the speed benchmark reports (tuples seen, options estimated, options pruned).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable
+
+from cost_models.groups import stage_views
+from cost_models.model_spec import ModelSpec
+from cost_models.parallel import ParallelConfig, Workload
+from cost_models.profile import Profile
+from cost_models.step import Estimate, estimate, estimate_memory
+from planner.errors import InfeasibleError
+from solvers.search_space import (Degrees, SpaceLimits, degree_tuples, micro_batch_sizes,
+                                  vpp_sizes)
+from topologies.cluster import Cluster
+
+MAX_TP_GPUS = 16  # TP beyond 16 GPUs is never competitive in the cost model's regime
+ZERO_STAGES = (1, 2, 3)
+
+Progress = Callable[[int, int], None]  # (tuples done, tuples total)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Optional restrictions from the command line; ``None`` leaves a choice free."""
+
+    tp: int | None = None
+    pp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+    micro_batch: int | None = None
+    schedules: tuple[str, ...] = ("1f1b", "interleaved-1f1b", "zb-h1")
+
+    def admits(self, d: Degrees) -> bool:
+        return all(want is None or want == got for want, got in
+                   ((self.tp, d.tp), (self.pp, d.pp), (self.cp, d.cp), (self.ep, d.ep)))
+
+
+@dataclass(frozen=True)
+class SearchStats:
+    """What the search did: for the speed benchmark and the report footer."""
+
+    degree_tuples: int
+    tuples_pruned_memory: int
+    options_estimated: int
+    options_pruned_memory: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    ranked: tuple[Estimate, ...]  # best option of each degree tuple, fastest first
+    stats: SearchStats
+
+
+def space_limits(model: ModelSpec, cluster: Cluster, workload: Workload) -> SpaceLimits:
+    """The bounds of the search space for this model, cluster and workload."""
+    domain = min(g.gpus_per_node * g.nvlink_domain_nodes for g in cluster.node_groups)
+    return SpaceLimits(
+        num_gpus=cluster.num_gpus, num_heads=model.num_heads, num_kv_heads=model.num_kv_heads,
+        num_layers=model.num_layers, num_experts=model.moe.num_experts if model.moe else 0,
+        global_batch=workload.global_batch, seq_len=workload.seq_len,
+        max_tp=min(domain, MAX_TP_GPUS), mla=model.mla is not None)
+
+
+def base_config(d: Degrees, micro_batch: int = 1) -> ParallelConfig:
+    """The planner's defaults for a degree tuple: sequence parallelism with TP, the
+    distributed optimizer, overlapped gradient reduce and parameter gather, flash attention."""
+    return ParallelConfig(tp=d.tp, pp=d.pp, dp=d.dp, cp=d.cp, ep=d.ep,
+                          etp=None if d.etp == d.tp else d.etp, micro_batch=micro_batch,
+                          sequence_parallel=d.tp > 1, zero=1)
+
+
+def _recompute_options(cfg: ParallelConfig, layers_per_chunk: int) -> list[ParallelConfig]:
+    """Recompute choices, least recomputation first: none, selective, then full recompute of
+    1, 2, ... layers per chunk, then of all of them."""
+    return ([replace(cfg, recompute="none"), replace(cfg, recompute="selective")]
+            + [replace(cfg, recompute="full", recompute_layers=n)
+               for n in range(1, layers_per_chunk)]
+            + [replace(cfg, recompute="full", recompute_layers=None)])
+
+
+def _least_fitting(options: list[ParallelConfig], fits: Callable[[ParallelConfig], bool]
+                   ) -> tuple[int | None, int]:
+    """Index of the first option that fits, and how many were checked. The first two (none,
+    selective) are checked in turn; among the full-recompute ones memory falls as more layers
+    are recomputed, so they are bisected."""
+    tried = 0
+    for i in range(min(2, len(options))):
+        tried += 1
+        if fits(options[i]):
+            return i, tried
+    lo, hi, found = 2, len(options) - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        tried += 1
+        if fits(options[mid]):
+            found, hi = mid, mid - 1
+        else:
+            lo = mid + 1
+    return found, tried
+
+
+def _fitting_options(model: ModelSpec, cluster: Cluster, workload: Workload,
+                     cfg: ParallelConfig, prof: Profile) -> tuple[list[ParallelConfig], int]:
+    """For each ZeRO stage, the least recompute that fits, kept only if it recomputes less than
+    every lower stage's option (higher ZeRO stages are never faster at equal recompute, and
+    ZeRO 0 is never faster than 1: all-reduce moves more than reduce-scatter + all-gather and
+    the optimizer steps the unsharded states). Returns the options and how many were tried."""
+    layers_per_chunk = -(-model.num_layers // (cfg.pp * cfg.vpp))
+    options = _recompute_options(cfg, layers_per_chunk)
+    tried, limit, found = 0, len(options), []
+    for zero in ZERO_STAGES:
+        staged = [replace(o, zero=zero) for o in options[:limit]]
+        level, checked = _least_fitting(
+            staged, lambda c: estimate_memory(model, cluster, workload, c, prof).fits)
+        tried += checked
+        if level is not None:
+            found.append(staged[level])
+            limit = level  # a higher stage must recompute strictly less to be worth it
+        if limit == 0:
+            break
+    return found, tried
+
+
+def _schedule_variants(model: ModelSpec, cfg: ParallelConfig, workload: Workload,
+                       space: SearchSpace) -> Iterable[ParallelConfig]:
+    m = cfg.micro_batches(workload)
+    for v in vpp_sizes(model.num_layers, cfg.pp, m):
+        if v == 1 and "1f1b" in space.schedules:
+            yield cfg
+        if v > 1 and "interleaved-1f1b" in space.schedules:
+            yield replace(cfg, vpp=v)
+    if cfg.pp > 1 and "zb-h1" in space.schedules:
+        yield replace(cfg, zero_bubble=True)
+
+
+def _frugal(d: Degrees) -> ParallelConfig:
+    return replace(base_config(d), recompute="full", zero=3)
+
+
+def search(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
+           space: SearchSpace = SearchSpace(), top_k: int = 10,
+           progress: Progress | None = None) -> SearchResult:
+    """The ``top_k`` fastest degree tuples, each with its fastest fitting options."""
+    start = time.perf_counter()
+    tuples = [d for d in degree_tuples(space_limits(model, cluster, workload)) if space.admits(d)]
+    best: list[Estimate] = []
+    pruned_tuples = estimated = pruned_options = 0
+    for i, d in enumerate(tuples):
+        if progress:
+            progress(i, len(tuples))
+        outcome = best_for_degrees(model, cluster, workload, prof, d, space)
+        if outcome is None:
+            pruned_tuples += 1
+            continue
+        est, n_estimated, n_pruned = outcome
+        estimated += n_estimated
+        pruned_options += n_pruned
+        if est is not None:
+            best.append(est)
+    if progress:
+        progress(len(tuples), len(tuples))
+    ranked = tuple(sorted(best, key=rank_key)[:top_k])
+    stats = SearchStats(len(tuples), pruned_tuples, estimated, pruned_options,
+                        time.perf_counter() - start)
+    if not ranked:
+        raise InfeasibleError(infeasible_reason(model, cluster, workload, prof, tuples))
+    return SearchResult(ranked, stats)
+
+
+def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
+                     d: Degrees, space: SearchSpace = SearchSpace()
+                     ) -> tuple[Estimate | None, int, int] | None:
+    """The fastest fitting option of one degree tuple, with the counts of options estimated and
+    pruned by memory; None when the tuple's memory lower bound already does not fit."""
+    if not estimate_memory(model, cluster, workload, _frugal(d), prof).fits:
+        return None
+    limits = space_limits(model, cluster, workload)
+    views = None
+    candidates: list[Estimate] = []
+    pruned = 0
+    for mb in micro_batch_sizes(limits, d.dp):
+        if space.micro_batch is not None and mb != space.micro_batch:
+            continue
+        for variant in _schedule_variants(model, base_config(d, mb), workload, space):
+            fitting, tried = _fitting_options(model, cluster, workload, variant, prof)
+            pruned += tried - len(fitting)
+            for option in fitting:
+                if views is None:
+                    views = stage_views(cluster, option)
+                candidates.append(estimate(model, cluster, workload, option, prof, views=views))
+    best = min(candidates, key=rank_key) if candidates else None
+    return best, len(candidates), pruned
+
+
+def rank_key(e: Estimate) -> tuple:
+    """Fastest first; ties go to the simpler plan (less parallelism, less recompute)."""
+    c = e.config
+    return (round(e.step_time_s, 9), c.tp * c.cp * c.pp, c.vpp, c.zero_bubble,
+            ("none", "selective", "full").index(c.recompute), c.zero, c.tp, c.pp, c.cp, c.ep,
+            c.expert_tp, c.micro_batch)
+
+
+def infeasible_reason(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
+                      tuples: list[Degrees]) -> str:
+    """Which constraint binds when nothing fits: the least memory any configuration needs."""
+    gib = 2**30
+    if not tuples:
+        return (f"no consistent parallel configuration of {model.name} on {cluster.num_gpus} GPUs"
+                f" with global batch {workload.global_batch} and sequence {workload.seq_len}: "
+                f"the data-parallel degree must divide the batch and TP the {model.num_heads} "
+                f"heads")
+    mem, d = min(((estimate_memory(model, cluster, workload, _frugal(d), prof), d) for d in tuples),
+                 key=lambda pair: pair[0].peak_bytes)
+    total_states = (mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes) * cluster.num_gpus
+    return (f"{model.name} does not fit on {cluster.num_gpus} x {cluster.slowest_gpu.name}: the "
+            f"most frugal configuration (tp={d.tp}, pp={d.pp}, cp={d.cp}, ep={d.ep}, full "
+            f"recompute, ZeRO-3, micro-batch 1) needs {mem.peak_bytes / gib:.1f} GiB per GPU, "
+            f"a GPU has {mem.capacity_bytes / gib:.1f} GiB (model states alone "
+            f"{total_states / 2**40:.2f} TiB over the cluster's "
+            f"{cluster.num_gpus * mem.capacity_bytes / 2**40:.2f} TiB)")

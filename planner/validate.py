@@ -1,0 +1,151 @@
+"""The one solver-agnostic validator every Plan passes before it is written, printed or emitted.
+
+It checks properties, not how a solver got there: the degrees multiply to the GPUs and divide
+what they split, every rank and every (node, GPU) slot is used exactly once, every process
+group partitions the ranks with the right size and varies only its own axis, every layer sits
+on exactly one stage, every expert has a home, each stage's predicted memory fits, and the
+inputs hash matches the inputs.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from cost_models.parallel import ConfigError, check_config
+from planner.errors import PlannerError
+from planner.plan import SCHEMA_VERSION, Plan, inputs_hash
+
+AXIS_OF_KIND = {"tp": ("tp",), "cp": ("cp",), "dp": ("dp",), "dp_cp": ("dp", "cp"),
+                "pp": ("pp",), "ep": ("ep",), "edp": ("edp",)}
+
+
+class InvalidPlanError(PlannerError):
+    """A plan that breaks an invariant; lists every broken one."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.problems = problems
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more"
+                                           if len(problems) > 5 else "")
+        super().__init__(f"{source}: invalid plan: {shown}")
+
+
+def plan_problems(plan: Plan) -> list[str]:
+    """Every broken invariant of ``plan`` (empty when it is valid)."""
+    problems: list[str] = []
+    if plan.schema_version != SCHEMA_VERSION:
+        return [f"schema_version {plan.schema_version}, this planner reads {SCHEMA_VERSION}"]
+    try:
+        model, cluster, workload = plan.model_spec(), plan.cluster(), plan.workload()
+        cfg = plan.parallel_config()
+    except (TypeError, ValueError, KeyError) as err:
+        return [f"inputs or config unreadable ({err})"]
+    if inputs_hash(plan.inputs) != plan.inputs_hash:
+        problems.append("inputs_hash does not match the inputs")
+    try:
+        check_config(model, workload, cfg, cluster.num_gpus)
+    except ConfigError as err:
+        problems.append(f"config {err}")
+    problems += _rank_problems(plan, cluster, cfg)
+    problems += _group_problems(plan, cfg)
+    problems += _stage_problems(plan, model.num_layers, cfg.pp)
+    problems += _memory_problems(plan.prediction)
+    if model.is_moe and (cfg.ep < 1 or model.moe.num_experts % cfg.ep):
+        problems.append(f"ep={cfg.ep} leaves some of the {model.moe.num_experts} experts "
+                        "without a replica")
+    if plan.micro_batches * cfg.micro_batch * cfg.dp != workload.global_batch:
+        problems.append(f"micro_batches {plan.micro_batches} x micro_batch {cfg.micro_batch} x "
+                        f"dp {cfg.dp} != global batch {workload.global_batch}")
+    if plan.schedule != cfg.schedule:
+        problems.append(f"schedule '{plan.schedule}' but the config runs '{cfg.schedule}'")
+    return problems
+
+
+def _rank_problems(plan: Plan, cluster, cfg) -> list[str]:
+    problems = []
+    rows = plan.rank_rows()
+    if sorted(r["rank"] for r in rows) != list(range(cfg.num_gpus)):
+        problems.append(f"ranks are not exactly 0..{cfg.num_gpus - 1}")
+    if sorted(plan.node_order) != list(range(cluster.num_nodes)):
+        problems.append(f"node_order is not a permutation of the cluster's {cluster.num_nodes} "
+                        "nodes")
+        return problems
+    slots = Counter((r["node_rank"], r["local"]) for r in rows)
+    if any(n > 1 for n in slots.values()):
+        problems.append("two ranks share one GPU")
+    for entry in plan.nodes:
+        node = entry["node"]
+        group = cluster.node_groups[cluster.group_of_node(node)]
+        if entry["gpus"] != group.gpus_per_node or entry["host"] != cluster.host_of_node(node):
+            problems.append(f"node rank {entry['node_rank']}: host/GPU count differ from the "
+                            f"cluster's node {node}")
+        if plan.node_order[entry["node_rank"]] != node:
+            problems.append(f"node rank {entry['node_rank']} is node {node} in 'nodes' but "
+                            f"{plan.node_order[entry['node_rank']]} in node_order")
+    gpus_of = {e["node_rank"]: e["gpus"] for e in plan.nodes}
+    if any(r["local"] >= gpus_of.get(r["node_rank"], 0) for r in rows):
+        problems.append("a rank uses a GPU index its node does not have")
+    for r in rows:
+        logical = r["tp"] + cfg.tp * (r["cp"] + cfg.cp * (r["dp"] + cfg.dp * r["pp"]))
+        if logical != r["rank"]:
+            problems.append(f"rank {r['rank']}: coordinates give rank {logical}")
+            break
+    return problems
+
+
+def _group_problems(plan: Plan, cfg) -> list[str]:
+    problems = []
+    size = {"tp": cfg.tp, "cp": cfg.cp, "dp": cfg.dp, "dp_cp": cfg.dp * cfg.cp, "pp": cfg.pp,
+            "ep": cfg.ep, "edp": cfg.expert_dp}
+    rows = {r["rank"]: r for r in plan.rank_rows()}
+    for kind, axes in AXIS_OF_KIND.items():
+        groups = plan.groups.get(kind)
+        if groups is None:
+            problems.append(f"groups.{kind} missing")
+            continue
+        members = sorted(r for g in groups for r in g)
+        if members != list(range(cfg.num_gpus)):
+            problems.append(f"groups.{kind} do not cover every rank exactly once")
+        if {len(g) for g in groups} != {size[kind]}:
+            problems.append(f"groups.{kind} sizes {sorted({len(g) for g in groups})}, expected "
+                            f"{size[kind]}")
+        fixed = _fixed_axes(kind)
+        for g in groups:
+            if len({tuple(rows[r][a] for a in fixed) for r in g if r in rows}) > 1:
+                problems.append(f"groups.{kind} group {g[:4]}... mixes ranks of different "
+                                f"{'/'.join(fixed)} coordinates")
+                break
+    return problems
+
+
+def _fixed_axes(kind: str) -> tuple[str, ...]:
+    """Coordinates all members of a group of ``kind`` share."""
+    if kind in ("ep", "edp"):
+        return ("pp", "etp", "edp") if kind == "ep" else ("pp", "etp", "ep")
+    return tuple(a for a in ("tp", "cp", "dp", "pp") if a not in AXIS_OF_KIND[kind])
+
+
+def _stage_problems(plan: Plan, num_layers: int, pp: int) -> list[str]:
+    if len(plan.stages) != pp:
+        return [f"{len(plan.stages)} stages for pp={pp}"]
+    layers = sorted(layer for s in plan.stages for layer in s["layers"])
+    if layers != list(range(num_layers)):
+        return [f"stages do not hold each of the {num_layers} layers exactly once"]
+    for s in plan.stages:
+        chunk_layers = [l for first, n in s["chunks"] for l in range(first, first + n)]
+        if chunk_layers != s["layers"]:
+            return [f"stage {s['stage']}: chunks do not match its layers"]
+    return []
+
+
+def _memory_problems(prediction: dict[str, Any]) -> list[str]:
+    return [f"stage {m['stage']} needs {m['peak_bytes'] / 2**30:.1f} GiB per GPU, it has "
+            f"{m['capacity_bytes'] / 2**30:.1f} GiB" for m in prediction.get("stage_memory", [])
+            if m["peak_bytes"] > m["capacity_bytes"]]
+
+
+def validate_plan(plan: Plan, source: str = "plan") -> Plan:
+    """Return ``plan`` if it is valid, else raise :class:`InvalidPlanError` listing why."""
+    problems = plan_problems(plan)
+    if problems:
+        raise InvalidPlanError(source, problems)
+    return plan

@@ -1,0 +1,105 @@
+"""The search's best equals exhaustive enumeration under the same cost model.
+
+The exhaustive reference builds every ParallelConfig of the planner's space by brute force
+(every factorisation of the GPUs, every micro-batch, interleaving depth, schedule, recompute
+choice and number of recomputed layers, ZeRO stage 0-3, sequence parallelism on and off),
+keeps those ``check_config`` accepts and that fit in memory, estimates each, and takes the
+fastest. The search instead walks ``solvers.search_space``'s generators, prunes tuples by a
+memory lower bound and takes the first fitting recompute/ZeRO option; these tests show that the
+shortcuts lose nothing. The space's own restrictions (TP inside one NVLink domain, expert TP 1
+or tp, CP a power of two with >= 4096 tokens per rank) apply to both.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+
+from cost_models.model_spec import MoESpec, ModelSpec
+from cost_models.parallel import ConfigError, ParallelConfig, Workload, check_config
+from cost_models.profile import default_profile
+from cost_models.step import estimate, estimate_memory
+from planner.search import SearchSpace, rank_key, search
+from solvers.search_space import divisors
+from topologies.spec import homogeneous_cluster
+
+GPU = "A100-SXM4-40GB"
+
+
+def _model(moe: bool) -> ModelSpec:
+    return ModelSpec(name="tiny-moe" if moe else "tiny", num_layers=8, hidden_size=4096,
+                     num_heads=32, num_kv_heads=8, head_dim=128, ffn_hidden_size=14336,
+                     vocab_size=128256,
+                     moe=MoESpec(8, 2, 14336) if moe else None)
+
+
+def _exhaustive(model, cluster, workload, prof):
+    n = cluster.num_gpus
+    layers = model.num_layers
+    best = None
+    for tp, cp, pp in itertools.product(divisors(n), repeat=3):
+        if n % (tp * cp * pp) or tp > 8:
+            continue
+        if cp > 1 and (workload.seq_len // cp < 4096 or cp & (cp - 1)):
+            continue
+        dp = n // (tp * cp * pp)
+        eps = divisors(model.moe.num_experts) if model.moe else [1]
+        for ep, etp in itertools.product(eps, sorted({1, tp})):
+            if (tp * cp * dp) % (ep * etp) or (not model.moe and etp != tp):
+                continue
+            for mb, v, zb, sp, zero in itertools.product(
+                    (1, 2, 4, 8), range(1, 9), (False, True), (False, True), (0, 1, 2, 3)):
+                if (zb and (v > 1 or pp == 1)) or (v > 1 and pp == 1):
+                    continue
+                base = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep,
+                                      etp=None if etp == tp else etp, vpp=v, micro_batch=mb,
+                                      sequence_parallel=sp, zero=zero, zero_bubble=zb)
+                try:
+                    check_config(model, workload, base, n)
+                except ConfigError:
+                    continue
+                if v > 1 and not any((layers + s) % (pp * v) == 0 for s in (0, 1, 2)):
+                    continue
+                per_chunk = -(-layers // (pp * v))
+                options = [replace(base, recompute="none"), replace(base, recompute="selective")]
+                options += [replace(base, recompute="full", recompute_layers=k)
+                            for k in range(1, per_chunk)]
+                options += [replace(base, recompute="full")]
+                for cfg in options:
+                    if not estimate_memory(model, cluster, workload, cfg, prof).fits:
+                        continue
+                    est = estimate(model, cluster, workload, cfg, prof)
+                    if best is None or est.step_time_s < best.step_time_s:
+                        best = est
+    return best
+
+
+CASES = [
+    ("dense, 8 GPUs", False, 1, 8, Workload(4096, 32)),
+    ("dense, 16 GPUs, long sequence", False, 2, 8, Workload(8192, 16)),
+    ("MoE, 16 GPUs", True, 2, 8, Workload(4096, 32)),
+]
+
+
+@pytest.mark.parametrize("name,moe,nodes,gpus,workload", CASES, ids=[c[0] for c in CASES])
+def test_search_best_equals_exhaustive(name, moe, nodes, gpus, workload):
+    model = _model(moe)
+    cluster = homogeneous_cluster(GPU, nodes, gpus)
+    prof = default_profile(GPU)
+    ref = _exhaustive(model, cluster, workload, prof)
+    found = search(model, cluster, workload, prof, SearchSpace(), top_k=1).ranked[0]
+    assert ref is not None
+    assert found.memory.fits
+    assert found.step_time_s == pytest.approx(ref.step_time_s, rel=1e-12), (
+        f"search {found.config} {found.step_time_s} vs exhaustive {ref.config} {ref.step_time_s}")
+
+
+def test_search_respects_fixed_degrees_and_ranks_fastest_first():
+    model, cluster = _model(False), homogeneous_cluster(GPU, 2, 8)
+    prof, work = default_profile(GPU), Workload(4096, 32)
+    result = search(model, cluster, work, prof, SearchSpace(tp=2), top_k=50)
+    assert all(e.config.tp == 2 for e in result.ranked)
+    keys = [rank_key(e) for e in result.ranked]
+    assert keys == sorted(keys)
+    assert result.stats.options_estimated >= len(result.ranked)

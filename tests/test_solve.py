@@ -1,0 +1,238 @@
+"""``planner solve`` end to end: plans, placement, validator, byte identity, explain/compare.
+
+The command-line tests run the real commands through Typer's CliRunner; the small cases keep
+each search under a second.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cost_models.parallel import ParallelConfig, Workload
+from cost_models.profile import default_profile
+from cost_models.step import estimate
+from planner.cli import app
+from planner.models import load_model
+from planner.placement import best_placement
+from planner.plan import build_plan, plan_from_dict, plan_from_json, plan_to_dict, plan_to_json
+from planner.search import SearchSpace
+from planner.solve import solve
+from planner.validate import InvalidPlanError, plan_problems, validate_plan
+from topologies.spec import cluster_from_dict, homogeneous_cluster
+
+runner = CliRunner()
+ENV = {"COLUMNS": "160"}
+SMALL = ["--model", "llama-3.1-8b", "--gpu", "H100", "--nodes", "2", "--global-batch", "64"]
+
+
+@pytest.fixture(scope="module")
+def small_plans(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("plans")
+    result = runner.invoke(app, ["solve", *SMALL, "--top-k", "3", "--out-dir", str(out)], env=ENV)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_default_solve_prints_top_table_and_why():
+    result = runner.invoke(app, ["solve"], env=ENV)
+    assert result.exit_code == 0, result.output
+    assert "llama-3.1-70b" in result.output.lower() and "64 GPUs" in result.output
+    assert "Top 10 plans" in result.output and "Why #1" in result.output
+    assert "searched" in result.output
+
+
+def test_same_inputs_give_byte_identical_plans(tmp_path):
+    for name in ("a.json", "b.json"):
+        result = runner.invoke(app, ["solve", *SMALL, "--out", str(tmp_path / name)], env=ENV)
+        assert result.exit_code == 0, result.output
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+
+
+def test_plan_round_trips_losslessly(small_plans):
+    text = (small_plans / "plan-01.json").read_text()
+    plan = plan_from_json(text)
+    assert plan_to_json(plan) == text
+    assert plan_problems(plan) == []
+
+
+def _broken(plan, change):
+    data = copy.deepcopy(plan_to_dict(plan))
+    change(data)
+    return plan_from_dict(data)
+
+
+BREAKS = {
+    "duplicate rank": (lambda d: d["ranks"]["rows"].__setitem__(1, list(d["ranks"]["rows"][0])),
+                       "ranks are not exactly"),
+    "lost layer": (lambda d: d["stages"][-1]["layers"].pop(), "layers exactly once"),
+    "memory": (lambda d: d["prediction"]["stage_memory"][0].__setitem__("peak_bytes", 1e12),
+               "GiB per GPU"),
+    "group size": (lambda d: d["groups"]["dp"].__setitem__(0, d["groups"]["dp"][0][:1]),
+                   "groups.dp"),
+    "inputs edited": (lambda d: d["inputs"]["workload"].__setitem__("global_batch", 128),
+                      "inputs_hash"),
+    "batch": (lambda d: d.__setitem__("micro_batches", d["micro_batches"] + 1), "global batch"),
+}
+
+
+@pytest.mark.parametrize("name", BREAKS)
+def test_validator_catches_broken_plans(small_plans, name):
+    plan = plan_from_json((small_plans / "plan-01.json").read_text())
+    change, message = BREAKS[name]
+    problems = plan_problems(_broken(plan, change))
+    assert any(message in p for p in problems), problems
+    with pytest.raises(InvalidPlanError):
+        validate_plan(_broken(plan, change))
+
+
+def test_validator_requires_every_expert_placed():
+    model = load_model("mixtral-8x7b")
+    cluster, prof = homogeneous_cluster("H100", 2), default_profile("H100-SXM5-80GB")
+    est = estimate(model, cluster, Workload(4096, 64), ParallelConfig(tp=2, pp=2, dp=4, ep=4,
+                                                                       sequence_parallel=True), prof)
+    plan = build_plan(model, cluster, est, prof)
+    assert plan_problems(plan) == []
+    data = plan_to_dict(plan)
+    data["config"] = dict(data["config"], ep=3)
+    assert any("expert" in p or "ep" in p for p in plan_problems(plan_from_dict(data)))
+
+
+def _alternating_cluster():
+    """[NVSwitch, PCIe, NVSwitch, PCIe] nodes of 8 H100 under one leaf switch."""
+    def group(name, fabric, gbps):
+        return {"name": name, "count": 1, "gpu": "H100", "gpus_per_node": 8, "fabric": fabric,
+                "nics": [{"count": 8 if fabric == "nvswitch" else 2, "gbps": gbps,
+                          "transport": "ib"}]}
+    return cluster_from_dict({
+        "name": "alternating", "node_groups": [group("fast0", "nvswitch", 400),
+                                               group("slow0", "pcie", 100),
+                                               group("fast1", "nvswitch", 400),
+                                               group("slow1", "pcie", 100)],
+        "network": {"tiers": [{"name": "leaf", "nodes_per_switch": 4}]}})
+
+
+def test_mapping_strictly_beats_megatron_order_on_two_link_speeds():
+    """tp=8, pp=2, dp=2: Megatron's order mixes a fast and a slow node in each stage, so both
+    stages run at PCIe speed; grouping like nodes gives one fast stage that takes more layers."""
+    model, cluster = load_model("llama-3.1-8b"), _alternating_cluster()
+    prof, work = default_profile("H100-SXM5-80GB"), Workload(4096, 64)
+    cfg = ParallelConfig(tp=8, pp=2, dp=2, sequence_parallel=True)
+    megatron = estimate(model, cluster, work, cfg, prof)
+    placed = best_placement(model, cluster, work, megatron, prof)
+    assert placed.node_order is not None and sorted(placed.node_order) == [0, 1, 2, 3]
+    assert placed.step_time_s < megatron.step_time_s * 0.99
+    stage_nodes = [set(placed.node_order[:2]), set(placed.node_order[2:])]
+    assert {0, 2} in stage_nodes and {1, 3} in stage_nodes
+
+
+@pytest.mark.parametrize("cfg", [ParallelConfig(tp=8, pp=2, dp=2, sequence_parallel=True),
+                                 ParallelConfig(tp=4, pp=4, dp=2, sequence_parallel=True),
+                                 ParallelConfig(tp=2, pp=2, dp=8, sequence_parallel=True)],
+                         ids=str)
+def test_mapping_never_worse_than_megatron(cfg):
+    model, cluster = load_model("llama-3.1-8b"), _alternating_cluster()
+    prof, work = default_profile("H100-SXM5-80GB"), Workload(4096, 64)
+    megatron = estimate(model, cluster, work, cfg, prof)
+    placed = best_placement(model, cluster, work, megatron, prof)
+    assert placed.step_time_s <= megatron.step_time_s + 1e-12
+
+
+def test_solve_on_mixed_cluster_places_and_validates():
+    model, cluster = load_model("llama-3.1-8b"), _alternating_cluster()
+    prof = default_profile("H100-SXM5-80GB")
+    result = solve(model, cluster, Workload(4096, 64), prof, SearchSpace(tp=8, pp=2), top_k=2)
+    best = result.plans[0]
+    assert best.node_order != sorted(best.node_order)
+    assert plan_problems(best) == []
+
+
+def test_explain_prints_breakdown_and_draws_timelines(small_plans, tmp_path):
+    plan = small_plans / "plan-01.json"
+    for suffix in (".png", ".svg"):
+        picture = tmp_path / f"timeline{suffix}"
+        result = runner.invoke(app, ["explain", str(plan), "--timeline", str(picture)], env=ENV)
+        assert result.exit_code == 0, result.output
+        assert "Step time" in result.output and "Placement" in result.output
+        data = picture.read_bytes()
+        if suffix == ".png":
+            assert data.startswith(b"\x89PNG")
+        else:
+            assert ET.fromstring(data).tag.endswith("svg")
+
+
+def test_explain_shows_pipeline_timeline_for_pipelined_plan(tmp_path):
+    out = tmp_path / "pp.json"
+    result = runner.invoke(app, ["solve", *SMALL, "--pp", "4", "--out", str(out)], env=ENV)
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["explain", str(out)], env=ENV)
+    assert result.exit_code == 0, result.output
+    assert "Pipeline timeline" in result.output and "stage 3" in result.output
+
+
+def test_compare_marks_differences(small_plans):
+    plans = sorted(small_plans.glob("plan-*.json"))
+    result = runner.invoke(app, ["compare", *map(str, plans)], env=ENV)
+    assert result.exit_code == 0, result.output
+    assert "plan-01" in result.output and "plan-02" in result.output
+    assert "* " in result.output and "fastest per GPU" in result.output
+
+
+@pytest.mark.parametrize("content,expected", [
+    (None, "readable plan file"),
+    ("{not json", "valid JSON"),
+    ("[1, 2]", "JSON object"),
+    ('{"schema_version": 99}', "schema_version"),
+    ('{"schema_version": 1, "colour": "blue"}', "plan written by"),
+])
+def test_explain_rejects_bad_plan_files(tmp_path, content, expected):
+    path = tmp_path / "plan.json"
+    if content is not None:
+        path.write_text(content)
+    result = runner.invoke(app, ["explain", str(path)], env=ENV)
+    assert result.exit_code == 2
+    assert str(path) in result.output and expected in result.output
+    assert "Traceback" not in result.output
+
+
+def test_explain_rejects_tampered_plan(small_plans, tmp_path):
+    data = json.loads((small_plans / "plan-01.json").read_text())
+    data["ranks"]["rows"][0][0] = 1
+    path = tmp_path / "tampered.json"
+    path.write_text(json.dumps(data))
+    result = runner.invoke(app, ["explain", str(path)], env=ENV)
+    assert result.exit_code == 2 and "invalid plan" in result.output
+
+
+def test_infeasible_solve_names_binding_constraint_and_writes_nothing(tmp_path):
+    out = tmp_path / "plan.json"
+    result = runner.invoke(app, ["solve", "--model", "llama-3.1-405b", "--gpu", "H100",
+                                 "--nodes", "1", "--global-batch", "8", "--out", str(out)],
+                           env=ENV)
+    assert result.exit_code == 3
+    assert "GiB per GPU" in result.output and "TiB" in result.output
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_solve_unwritable_out_is_a_clean_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = runner.invoke(app, ["solve", *SMALL, "--out", str(blocker / "plan.json")], env=ENV)
+    assert result.exit_code == 2 and "writable" in result.output
+
+
+def test_min_gpus_objective_picks_smallest_subcluster():
+    model = load_model("llama-3.1-8b")
+    cluster, prof = homogeneous_cluster("H100", 4), default_profile("H100-SXM5-80GB")
+    full = solve(model, cluster, Workload(4096, 64), prof, top_k=1)
+    per_gpu = full.estimates[0].tokens_per_s_per_gpu
+    target = per_gpu * 8 * 0.9  # one node's worth of throughput
+    small = solve(model, cluster, Workload(4096, 64), prof, top_k=1, objective="min-gpus",
+                  target_tokens_per_s=target)
+    assert small.cluster.num_gpus == 8
+    assert small.estimates[0].tokens_per_s_per_gpu * 8 >= target
