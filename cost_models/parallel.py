@@ -78,6 +78,7 @@ class ParallelConfig:
     moe_imbalance: float = 1.0  # busiest / average expert load (1.0 = forced balance)
     zero_bubble: bool = False  # ZB-H1 schedule (Qi et al. 2023): 1F1B with weight grads deferred
     stage_layer_counts: tuple[int, ...] | None = None  # layers per stage (None: even split)
+    seq_slices: int = 1  # SlimPipe (Li et al. 2025): micro-batches cut into k sequence slices
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch"):
@@ -98,6 +99,11 @@ class ParallelConfig:
                               f"{self.dp} (MoE parallel folding)", f"{self.ep}*{self.expert_tp}")
         if self.vpp > 1 and self.pp == 1:
             raise ConfigError("--vpp", "1 without pipeline parallelism (pp = 1)", self.vpp)
+        if self.seq_slices < 1:
+            raise ValueError(f"seq_slices={self.seq_slices} must be >= 1")
+        if self.seq_slices > 1 and (self.pp == 1 or self.vpp > 1 or self.zero_bubble):
+            raise ConfigError("--seq-slices", "1 unless the schedule is plain 1F1B with pp > 1 "
+                              "(SlimPipe slices 1F1B micro-batches)", self.seq_slices)
         if self.zero_bubble and self.vpp > 1:
             raise ConfigError("--schedule", "zb-h1 only with vpp = 1", self.vpp)
         if self.stage_layer_counts is not None:
@@ -126,9 +132,12 @@ class ParallelConfig:
 
     @property
     def schedule(self) -> str:
-        """Pipeline schedule: ``zb-h1``, ``interleaved-1f1b`` (vpp > 1) or ``1f1b``."""
+        """Pipeline schedule: ``zb-h1``, ``interleaved-1f1b`` (vpp > 1), ``slimpipe`` (1F1B over
+        sequence slices) or ``1f1b``."""
         if self.zero_bubble:
             return "zb-h1"
+        if self.seq_slices > 1:
+            return "slimpipe"
         return "interleaved-1f1b" if self.vpp > 1 else "1f1b"
 
 
@@ -158,6 +167,14 @@ def check_config(model, workload: Workload, config: ParallelConfig, num_gpus: in
         raise ConfigError("stage_layer_counts", f"counts summing to the {model.num_layers} "
                           "layers", config.stage_layer_counts)
     _divides("--cp", config.cp, "the sequence length", workload.seq_len)
+    if config.seq_slices > 1:
+        _divides("--seq-slices", config.cp * config.seq_slices, "the sequence length (cp * "
+                 "slices)", workload.seq_len)
+    if config.sequence_parallel and (workload.seq_len // (config.cp * config.seq_slices)
+                                     ) % config.tp:
+        raise ConfigError("--sequence-parallel", f"tokens per CP rank and slice "
+                          f"({workload.seq_len // (config.cp * config.seq_slices)}) divisible "
+                          f"by tp ({config.tp})", workload.seq_len)
     if workload.global_batch % (config.dp * config.micro_batch):
         raise ConfigError("--global-batch", f"a multiple of dp*micro_batch = "
                           f"{config.dp}*{config.micro_batch}", workload.global_batch)

@@ -8,6 +8,15 @@ defers each backward's weight-gradient half W into the cool-down and so shrinks 
 (p-1)(T_F + T_B - T_W) = (p-1) * mean(t_i - w_i), w_i the stage's weight-gradient time, at
 1F1B's peak memory. ``solvers.pipeline_sim`` checks these closed forms event by event.
 
+SlimPipe (Li et al. 2025, arXiv 2504.14519; ``ParallelConfig.seq_slices = k``): each
+micro-batch of a 1F1B pipeline is cut into k sequence slices whose causal-attention cost is
+evened out by workload redistribution, so a step runs m*k slice units of t_i/k each and the
+bubble shrinks to (p-1)/k * mean(t_i) (``solvers.slimpipe.step_time_s``); stage s holds
+min(m k, k + p - s - 1) slices, each 1/k of a micro-batch's activations. A slice's GEMMs,
+elementwise kernels, launch overheads and TP/EP collectives are costed at the slice's token
+count (smaller GEMMs run less efficiently, k times as many kernels and messages), its
+attention as its share of the whole causal attention (the slices add up to it).
+
 Groups are placed by ``node_order`` (see ``cost_models.groups``) and viewed per stage: each
 stage's TP/CP/EP/DP collectives run over that stage's own groups, and its send/recv over the
 links to its pipeline neighbour, so a stage on slower nodes is a slower stage (which the
@@ -26,7 +35,7 @@ Overlap assumptions (explicit, each a Megatron option in ``ParallelConfig``):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from cost_models import communication as comm
@@ -155,11 +164,23 @@ class _Context:
     rates: GpuRates
     views: tuple[GroupViews, ...]  # per stage
     shard: Shard
+    slice_shard: Shard  # one SlimPipe slice of a micro-batch (== shard without slicing)
 
 
 def _layer_comm_fwd(ctx: _Context, views: GroupViews, layer: int) -> tuple[float, float, float]:
-    """(tp, cp, ep) collective time of one layer's forward, before overlap."""
-    m, cfg, sh, prof = ctx.model, ctx.cfg, ctx.shard, ctx.prof
+    """(tp, cp, ep) collective time of one layer's forward, before overlap; with SlimPipe the
+    TP and EP collectives run once per slice at the slice's size."""
+    if ctx.cfg.seq_slices == 1:
+        return _layer_comm_fwd_shard(ctx, views, layer, ctx.shard)
+    k = ctx.cfg.seq_slices
+    tp, _, ep = _layer_comm_fwd_shard(ctx, views, layer, ctx.slice_shard)
+    cp = _layer_comm_fwd_shard(ctx, views, layer, ctx.shard)[1]
+    return k * tp, cp, k * ep
+
+
+def _layer_comm_fwd_shard(ctx: _Context, views: GroupViews, layer: int,
+                          sh: Shard) -> tuple[float, float, float]:
+    m, cfg, prof = ctx.model, ctx.cfg, ctx.prof
     act_bytes = sh.tokens * m.hidden_size * 2
     moe_layer = m.is_moe_layer(layer)
     tp_blocks = 1 + (0 if moe_layer and not m.moe.num_shared_experts else 1)
@@ -180,6 +201,10 @@ def _layer_cost(ctx: _Context, views: GroupViews, layer: int,
                 recomputed: bool) -> tuple[float, ...]:
     """(compute, recompute, tp, cp, ep, weight-grad) seconds of one layer, forward + backward."""
     t: LayerTime = layer_forward_time(layer_work(ctx.model, layer, ctx.shard), ctx.rates, ctx.prof)
+    k = ctx.cfg.seq_slices
+    if k > 1:  # k slices: GEMMs, elementwise, launches per slice; attention as a whole
+        ts = layer_forward_time(layer_work(ctx.model, layer, ctx.slice_shard), ctx.rates, ctx.prof)
+        t = LayerTime(k * ts.gemm_s, t.attention_s, k * ts.elementwise_s, k * ts.overhead_s)
     fwd = t.total_s
     bwd = (BWD_GEMM * t.gemm_s + BWD_ATTN * t.attention_s + BWD_ELEM * t.elementwise_s
            + 2 * t.overhead_s)
@@ -221,12 +246,14 @@ def _stage_cost(ctx: _Context, stage: int, layers: list[int],
         if key not in cache:
             cache[key] = _layer_cost(ctx, views, layer, i < n_recompute)
         parts = [a + b for a, b in zip(parts, cache[key])]
+    k = cfg.seq_slices
     if stage == cfg.pp - 1:  # LM head and loss: forward + 2x backward
-        parts[0] += 3 * lm_head_forward_time(m, ctx.shard, ctx.rates, ctx.prof)
+        parts[0] += 3 * k * lm_head_forward_time(m, ctx.slice_shard, ctx.rates, ctx.prof)
     # each TP rank sends 1/t of the boundary activation: sequence parallelism, or Megatron's
-    # scatter/gather optimisation without it (SC'21 sec. 4.1)
-    act_bytes = ctx.shard.tokens * m.hidden_size * 2 / cfg.tp
-    pp = 2 * cfg.vpp * comm.send_recv_s(views.pp, act_bytes, ctx.prof) if cfg.pp > 1 else 0.0
+    # scatter/gather optimisation without it (SC'21 sec. 4.1); SlimPipe sends k slices
+    act_bytes = ctx.slice_shard.tokens * m.hidden_size * 2 / cfg.tp
+    pp = (2 * cfg.vpp * k * comm.send_recv_s(views.pp, act_bytes, ctx.prof) if cfg.pp > 1
+          else 0.0)
     return StageCost(stage, len(layers), parts[0], parts[1], parts[2], parts[3], parts[4], pp,
                      parts[5])
 
@@ -277,6 +304,7 @@ def _memory(ctx: _Context, stage: int, layers: list[int], capacity: float) -> Me
     shape = ActivationShape(ctx.shard.tokens, ctx.workload.seq_len, cfg.tp, cfg.expert_tp,
                             cfg.sequence_parallel, ctx.shard.unfused_attention, cfg.dropout,
                             cfg.moe_imbalance)
+    k = cfg.seq_slices
     n_full = _fully_recomputed(cfg, layers)
     cache: dict[tuple, float] = {}  # layers of one kind and recompute mode store the same
 
@@ -288,11 +316,13 @@ def _memory(ctx: _Context, stage: int, layers: list[int], capacity: float) -> Me
         return cache[key]
 
     per_mb = sum(act(i, l) for i, l in enumerate(layers))
-    chunks = in_flight_chunks(stage, cfg.pp, cfg.vpp, m)
-    activations = per_mb * chunks / cfg.vpp
+    if k > 1:  # SlimPipe: min(m k, k + p - s - 1) slices of 1/k micro-batch each
+        activations = per_mb * min(m * k, k + cfg.pp - stage - 1) / k
+    else:
+        activations = per_mb * in_flight_chunks(stage, cfg.pp, cfg.vpp, m) / cfg.vpp
     if cfg.recompute == "full" and n_full and layers:  # one layer's full activations
-        activations += layer_activation_bytes(model, layers[0], shape, "none")
-    logits = (8 * ctx.shard.tokens * model.vocab_size / cfg.tp) if stage == cfg.pp - 1 else 0.0
+        activations += layer_activation_bytes(model, layers[0], shape, "none") / k
+    logits = (8 * ctx.shard.tokens / k * model.vocab_size / cfg.tp) if stage == cfg.pp - 1 else 0.0
     base = weights + grads + optim + activations + logits
     other = ctx.prof.reserved_bytes + ctx.prof.fragmentation_fraction * base
     return MemoryBreakdown(weights, grads, optim, activations, logits, other, capacity, stage)
@@ -307,7 +337,9 @@ def _make_context(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: P
     shard = Shard(cfg.micro_batch, workload.seq_len, cfg.tp, cfg.cp, cfg.ep, cfg.expert_tp,
                   cfg.sequence_parallel, cfg.attention == "unfused", cfg.dropout,
                   cfg.moe_imbalance)
-    return _Context(model, workload, cfg, prof, rates, views, shard)
+    slice_shard = shard if cfg.seq_slices == 1 else replace(
+        shard, seq_len=workload.seq_len // cfg.seq_slices)
+    return _Context(model, workload, cfg, prof, rates, views, shard, slice_shard)
 
 
 def estimate_memory(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: ParallelConfig,
@@ -320,12 +352,12 @@ def estimate_memory(model: ModelSpec, cluster: Cluster, workload: Workload, cfg:
 
 
 def bubble_s(cfg: ParallelConfig, stages: tuple[StageCost, ...]) -> float:
-    """Pipeline bubble of the schedule (module docstring): (p-1)/v * mean(t_i), and for ZB-H1
-    (p-1) * mean(t_i - w_i)."""
+    """Pipeline bubble of the schedule (module docstring): (p-1)/v * mean(t_i), for ZB-H1
+    (p-1) * mean(t_i - w_i), for SlimPipe with k slices (p-1)/k * mean(t_i)."""
     mean_s = sum(s.total_s for s in stages) / len(stages)
     if cfg.zero_bubble:
         mean_s -= sum(s.weight_grad_s for s in stages) / len(stages)
-    return (cfg.pp - 1) / cfg.vpp * mean_s
+    return (cfg.pp - 1) / (cfg.vpp * cfg.seq_slices) * mean_s
 
 
 def estimate(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: ParallelConfig,
@@ -421,7 +453,8 @@ def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg
 
     base = on_stage(0)
     slowdown = [1.0] + [sum(on_stage(s)) / sum(base) for s in range(1, cfg.pp)]
-    head = 3 * lm_head_forward_time(model, ctx.shard, ctx.rates, prof)
+    k = cfg.seq_slices
+    head = 3 * k * lm_head_forward_time(model, ctx.slice_shard, ctx.rates, prof)
     dp_shard, edp = cfg.dp * cfg.cp, cfg.expert_dp
     states = []
     for layer in layers:
@@ -431,17 +464,18 @@ def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg
     shape = ActivationShape(ctx.shard.tokens, workload.seq_len, cfg.tp, cfg.expert_tp,
                             cfg.sequence_parallel, ctx.shard.unfused_attention, cfg.dropout,
                             cfg.moe_imbalance)
-    acts = [layer_activation_bytes(model, l, shape, cfg.recompute) for l in layers]
+    acts = [layer_activation_bytes(model, l, shape, cfg.recompute) / k for l in layers]
     vocab = model.vocab_size * model.hidden_size / cfg.tp
     emb = sum(state_bytes(vocab + model.position_embeddings * model.hidden_size / cfg.tp, 0.0,
                           dp_shard, edp, cfg.zero))
     head_states = 0.0 if model.tied_embeddings and cfg.pp == 1 else sum(
         state_bytes(vocab, 0.0, dp_shard, edp, cfg.zero))
-    logits = 8 * ctx.shard.tokens * model.vocab_size / cfg.tp
+    logits = 8 * ctx.shard.tokens / k * model.vocab_size / cfg.tp
     m = cfg.micro_batches(workload)
     limit = (cluster.min_hbm_bytes - prof.reserved_bytes) / (1 + prof.fragmentation_fraction)
     if cfg.recompute == "full":  # one layer's full activations live during its recompute
-        limit -= max(layer_activation_bytes(model, l, shape, "none") for l in layers)
+        limit -= max(layer_activation_bytes(model, l, shape, "none") for l in layers) / k
+    in_flight = tuple(min(m * k, k + cfg.pp - s - 1) if k > 1 else in_flight_chunks(s, cfg.pp, 1, m)
+                      for s in range(cfg.pp))  # slices of 1/k micro-batch (acts are per slice)
     return PartitionInputs(tuple(base), tuple(slowdown), head, tuple(states), tuple(acts),
-                           tuple(in_flight_chunks(s, cfg.pp, 1, m) for s in range(cfg.pp)),
-                           emb, head_states + logits, limit)
+                           in_flight, emb, head_states + logits, limit)

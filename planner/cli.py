@@ -196,6 +196,7 @@ class Schedule(str, Enum):
     one_f_one_b = "1f1b"
     interleaved = "interleaved-1f1b"
     zb_h1 = "zb-h1"
+    slimpipe = "slimpipe"
 
 
 @app.command()

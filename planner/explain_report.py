@@ -132,17 +132,24 @@ def _groups_table(plan: Plan) -> Table:
 
 
 def _timeline_note(plan: Plan, problem: PipelineProblem, result: PipelineResult) -> Text:
-    text = Text(f"Simulated {problem.num_microbatches} of {plan.micro_batches} micro-batches "
+    k = plan.config.get("seq_slices", 1)
+    if k > 1:
+        head = (f"Simulated {problem.num_microbatches // k} of {plan.micro_batches} micro-batches"
+                f" as {problem.num_microbatches} slice units (slimpipe, {k} slices, "
+                f"{problem.num_stages} stages")
+    else:
+        head = (f"Simulated {problem.num_microbatches} of {plan.micro_batches} micro-batches "
                 f"({plan.schedule}, {problem.num_stages} stages"
-                + (f", {problem.num_chunks} chunks each" if problem.num_chunks > 1 else "")
-                + f"): bubble {result.bubble_s:.3f} s", style="dim")
+                + (f", {problem.num_chunks} chunks each" if problem.num_chunks > 1 else ""))
+    text = Text(head + f"): bubble {result.bubble_s:.3f} s", style="dim")
     try:
         closed = bubble_closed_form_s(problem)
         text.append(f", closed form for uniform stages {closed:.3f} s", style="dim")
     except ValueError:
         pass
     peak = ", ".join(map(str, result.peak_in_flight))
-    text.append(f"; micro-batches in flight per stage: {peak}", style="dim")
+    unit = "slices" if k > 1 else "micro-batches"
+    text.append(f"; {unit} in flight per stage: {peak}", style="dim")
     return text
 
 

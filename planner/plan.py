@@ -60,7 +60,6 @@ class Plan:
     ranks: dict[str, Any]
     groups: dict[str, list[list[int]]]
     prediction: dict[str, Any]
-    seq_slices: int = 1
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -193,7 +192,7 @@ def _rank_table(cluster: Cluster, cfg: ParallelConfig,
 
 def build_plan(model: ModelSpec, cluster: Cluster, est: Estimate, prof: Profile,
                objective: str = "throughput", why: str = "", search: dict | None = None,
-               notes: list[str] | None = None, seq_slices: int = 1) -> Plan:
+               notes: list[str] | None = None) -> Plan:
     """Assemble the Plan of an estimate (the caller validates it before writing)."""
     from planner.estimate_json import estimate_to_dict  # formats only
 
@@ -214,7 +213,7 @@ def build_plan(model: ModelSpec, cluster: Cluster, est: Estimate, prof: Profile,
         config["stage_layer_counts"] = list(config["stage_layer_counts"])
     return Plan(SCHEMA_VERSION, __version__, inputs_hash(inputs), inputs, config, cfg.schedule,
                 cfg.micro_batches(workload), _stage_table(model, cfg), nodes, node_order, ranks,
-                groups, prediction, seq_slices, list(notes or []))
+                groups, prediction, list(notes or []))
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
@@ -231,8 +230,7 @@ def plan_from_dict(data: dict[str, Any]) -> Plan:
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"unknown plan keys {unknown}")
-    missing = sorted(f.name for f in fields(Plan) if f.name not in data and f.name not in (
-        "seq_slices", "notes"))
+    missing = sorted(f.name for f in fields(Plan) if f.name not in data and f.name != "notes")
     if missing:
         raise ValueError(f"missing plan keys {missing}")
     return Plan(**data)

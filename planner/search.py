@@ -9,7 +9,7 @@ ep, etp). For each tuple:
 2. *Views.* The group views per stage (``cost_models.groups.stage_views``) are computed once
    and shared by all options of the tuple.
 3. *Options.* For each micro-batch size, interleaving depth and schedule (1F1B, interleaved,
-   ZB-H1), the least activation recomputation that fits is taken (none, selective, then full
+   ZB-H1, and for sequences of 16K tokens and more SlimPipe with 2-16 slices), the least activation recomputation that fits is taken (none, selective, then full
    recompute of the fewest layers per stage that fit) for each ZeRO stage (1, the distributed
    optimizer, 2 and 3), keeping a higher stage only when it needs strictly less recompute:
    less recompute is never slower in the cost model, nor is a lower ZeRO stage at equal
@@ -37,6 +37,8 @@ from solvers.search_space import (Degrees, SpaceLimits, degree_tuples, micro_bat
 from topologies.cluster import Cluster
 
 MAX_TP_GPUS = 16  # TP beyond 16 GPUs is never competitive in the cost model's regime
+SLIMPIPE_MIN_SEQ = 16384  # sequence slicing is tried from this sequence length up (long context)
+SEQ_SLICES = (2, 4, 8, 16)
 ZERO_STAGES = (1, 2, 3)
 
 Progress = Callable[[int, int], None]  # (tuples done, tuples total)
@@ -51,7 +53,7 @@ class SearchSpace:
     cp: int | None = None
     ep: int | None = None
     micro_batch: int | None = None
-    schedules: tuple[str, ...] = ("1f1b", "interleaved-1f1b", "zb-h1")
+    schedules: tuple[str, ...] = ("1f1b", "interleaved-1f1b", "zb-h1", "slimpipe")
 
     def admits(self, d: Degrees) -> bool:
         return all(want is None or want == got for want, got in
@@ -155,6 +157,17 @@ def _schedule_variants(model: ModelSpec, cfg: ParallelConfig, workload: Workload
             yield replace(cfg, vpp=v)
     if cfg.pp > 1 and "zb-h1" in space.schedules:
         yield replace(cfg, zero_bubble=True)
+    if cfg.pp > 1 and "slimpipe" in space.schedules:
+        yield from (replace(cfg, seq_slices=k) for k in seq_slice_counts(cfg, workload))
+
+
+def seq_slice_counts(cfg: ParallelConfig, workload: Workload) -> list[int]:
+    """SlimPipe slice counts worth trying: long sequences only, each slice a whole number of
+    tokens per context-parallel rank and, with sequence parallelism, per TP rank."""
+    if workload.seq_len < SLIMPIPE_MIN_SEQ:
+        return []
+    per_rank = cfg.cp * (cfg.tp if cfg.sequence_parallel else 1)
+    return [k for k in SEQ_SLICES if workload.seq_len % (per_rank * k) == 0]
 
 
 def _frugal(d: Degrees) -> ParallelConfig:
@@ -219,7 +232,7 @@ def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, pro
 def rank_key(e: Estimate) -> tuple:
     """Fastest first; ties go to the simpler plan (less parallelism, less recompute)."""
     c = e.config
-    return (round(e.step_time_s, 9), c.tp * c.cp * c.pp, c.vpp, c.zero_bubble,
+    return (round(e.step_time_s, 9), c.tp * c.cp * c.pp, c.vpp, c.zero_bubble, c.seq_slices,
             ("none", "selective", "full").index(c.recompute), c.zero, c.tp, c.pp, c.cp, c.ep,
             c.expert_tp, c.micro_batch)
 

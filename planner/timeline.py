@@ -5,6 +5,9 @@ recompute and communication, ``prediction.stages``); the event-driven simulator
 (:mod:`solvers.pipeline_sim`) orders the forward, backward and (ZB-H1) weight-gradient passes
 of every micro-batch by the plan's schedule. Forward is a third of the compute (backward costs
 twice the forward: Narayanan et al. 2021, §3.2); recomputation runs in the backward pass.
+A SlimPipe plan (k sequence slices) is simulated as ``m k`` balanced slice units in SlimPipe's
+order (``solvers.slimpipe.slimpipe_orders``: warm-up over all slices of a micro-batch,
+backwards in reverse slice order), each a k-th of a micro-batch's time.
 """
 from __future__ import annotations
 
@@ -16,7 +19,9 @@ from rich.text import Text
 from planner.errors import SpecError
 from planner.files import write_atomic_bytes
 from planner.plan import Plan
-from solvers.pipeline_sim import PipelineProblem, PipelineResult, simulate
+from solvers.pipeline_sim import (PipelineProblem, PipelineResult, op_duration_s, simulate,
+                                  simulate_orders)
+from solvers.slimpipe import slimpipe_orders
 
 PASS_STYLES = {"F": "bold blue", "B": "bold green", "W": "bold yellow"}
 PASS_COLOURS = {"F": "#4C72B0", "B": "#55A868", "W": "#DD8452"}
@@ -44,6 +49,11 @@ def pipeline_problem(plan: Plan, max_microbatches: int | None = None) -> Pipelin
         m = max(c["pp"], max_microbatches // c["pp"] * c["pp"])
     share = sum(wgrad) / sum(backward) if sum(backward) > 0 else 0.0
     p2p = max(s["pp_comm_s"] for s in plan.prediction["stages"]) / 2 if c["pp"] > 1 else 0.0
+    k = c.get("seq_slices", 1)
+    if k > 1:  # SlimPipe: m k slice units of 1/k each, one send per slice unit and direction
+        return PipelineProblem(schedule="1f1b", num_stages=c["pp"], num_microbatches=m * k,
+                               forward_s=tuple(f / k for f in forward),
+                               backward_s=tuple(b / k for b in backward), p2p_s=p2p / k)
     return PipelineProblem(schedule=plan.schedule, num_stages=c["pp"], num_microbatches=m,
                            forward_s=tuple(forward), backward_s=tuple(backward), num_chunks=v,
                            weight_grad_fraction=min(share, 1.0) if plan.schedule == "zb-h1"
@@ -53,6 +63,11 @@ def pipeline_problem(plan: Plan, max_microbatches: int | None = None) -> Pipelin
 def simulate_plan(plan: Plan, max_microbatches: int | None = MAX_SIMULATED_MICROBATCHES
                   ) -> tuple[PipelineProblem, PipelineResult]:
     problem = pipeline_problem(plan, max_microbatches)
+    k = plan.config.get("seq_slices", 1)
+    if k > 1:
+        orders = slimpipe_orders(problem.num_stages, problem.num_microbatches // k, k)
+        return problem, simulate_orders(orders, lambda s, kind, mb, chunk: op_duration_s(
+            problem, s, kind), p2p_s=problem.p2p_s)
     return problem, simulate(problem)
 
 

@@ -2,12 +2,14 @@
 
 The exhaustive reference builds every ParallelConfig of the planner's space by brute force
 (every factorisation of the GPUs, every micro-batch, interleaving depth, schedule, recompute
-choice and number of recomputed layers, ZeRO stage 0-3, sequence parallelism on and off),
+choice and number of recomputed layers, ZeRO stage 0-3, sequence parallelism on and off,
+SlimPipe sequence slices 1-16),
 keeps those ``check_config`` accepts and that fit in memory, estimates each, and takes the
 fastest. The search instead walks ``solvers.search_space``'s generators, prunes tuples by a
 memory lower bound and takes the first fitting recompute/ZeRO option; these tests show that the
 shortcuts lose nothing. The space's own restrictions (TP inside one NVLink domain, expert TP 1
-or tp, CP a power of two with >= 4096 tokens per rank) apply to both.
+or tp, CP a power of two with >= 4096 tokens per rank, sequence slicing from 16K tokens up)
+apply to both.
 """
 from __future__ import annotations
 
@@ -34,12 +36,12 @@ def _model(moe: bool) -> ModelSpec:
                      moe=MoESpec(8, 2, 14336) if moe else None)
 
 
-def _exhaustive(model, cluster, workload, prof):
+def _exhaustive(model, cluster, workload, prof, only_pp=None):
     n = cluster.num_gpus
     layers = model.num_layers
     best = None
     for tp, cp, pp in itertools.product(divisors(n), repeat=3):
-        if n % (tp * cp * pp) or tp > 8:
+        if n % (tp * cp * pp) or tp > 8 or (only_pp is not None and pp != only_pp):
             continue
         if cp > 1 and (workload.seq_len // cp < 4096 or cp & (cp - 1)):
             continue
@@ -48,13 +50,17 @@ def _exhaustive(model, cluster, workload, prof):
         for ep, etp in itertools.product(eps, sorted({1, tp})):
             if (tp * cp * dp) % (ep * etp) or (not model.moe and etp != tp):
                 continue
-            for mb, v, zb, sp, zero in itertools.product(
-                    (1, 2, 4, 8), range(1, 9), (False, True), (False, True), (0, 1, 2, 3)):
+            for mb, v, zb, sp, zero, k in itertools.product(
+                    (1, 2, 4, 8), range(1, 9), (False, True), (False, True), (0, 1, 2, 3),
+                    (1, 2, 4, 8, 16)):
                 if (zb and (v > 1 or pp == 1)) or (v > 1 and pp == 1):
+                    continue
+                if k > 1 and (workload.seq_len < 16384 or pp == 1 or v > 1 or zb):
                     continue
                 base = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep,
                                       etp=None if etp == tp else etp, vpp=v, micro_batch=mb,
-                                      sequence_parallel=sp, zero=zero, zero_bubble=zb)
+                                      sequence_parallel=sp, zero=zero, zero_bubble=zb,
+                                      seq_slices=k)
                 try:
                     check_config(model, workload, base, n)
                 except ConfigError:
@@ -79,6 +85,7 @@ CASES = [
     ("dense, 8 GPUs", False, 1, 8, Workload(4096, 32)),
     ("dense, 16 GPUs, long sequence", False, 2, 8, Workload(8192, 16)),
     ("MoE, 16 GPUs", True, 2, 8, Workload(4096, 32)),
+    ("dense, 16 GPUs, 32K context", False, 2, 8, Workload(32768, 8)),
 ]
 
 
@@ -93,6 +100,18 @@ def test_search_best_equals_exhaustive(name, moe, nodes, gpus, workload):
     assert found.memory.fits
     assert found.step_time_s == pytest.approx(ref.step_time_s, rel=1e-12), (
         f"search {found.config} {found.step_time_s} vs exhaustive {ref.config} {ref.step_time_s}")
+
+
+def test_search_equals_exhaustive_with_slimpipe_at_long_context():
+    """With the pipeline depth fixed at 4 and a 32K context, sequence slicing (SlimPipe) wins
+    the exhaustive enumeration, and the search finds the same step time."""
+    model, cluster = _model(False), homogeneous_cluster(GPU, 2, 8)
+    prof, work = default_profile(GPU), Workload(32768, 8)
+    ref = _exhaustive(model, cluster, work, prof, only_pp=4)
+    found = search(model, cluster, work, prof, SearchSpace(pp=4), top_k=1).ranked[0]
+    assert ref.config.seq_slices > 1 and ref.config.schedule == "slimpipe"
+    assert found.step_time_s == pytest.approx(ref.step_time_s, rel=1e-12), (found.config,
+                                                                            ref.config)
 
 
 def test_search_respects_fixed_degrees_and_ranks_fastest_first():

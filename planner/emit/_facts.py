@@ -86,6 +86,12 @@ def check_text(what: str, value: Any) -> str:
     return value
 
 
+SLIMPIPE_NOTE = ("SlimPipe ({k} sequence slices per micro-batch, Li et al. 2025) is not in "
+                 "{framework}: these settings run plain 1F1B, which keeps more micro-batches' "
+                 "activations in flight than the plan's memory figure and a larger bubble than "
+                 "its predicted step time; check memory before launching.")
+
+
 def comment_safe(value: str) -> str:
     """``value`` as one line of printable ASCII (a JSON string literal), safe inside a comment
     of any of the emitted formats: no newline can end the comment early."""

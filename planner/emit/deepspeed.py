@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 
-from planner.emit._facts import Facts, header_lines
+from planner.emit._facts import SLIMPIPE_NOTE, Facts, header_lines
 from planner.emit.types import Emission
 
 
@@ -70,6 +70,8 @@ def deepspeed_notes(f: Facts) -> list[str]:
         notes.append(f"Pipeline: build the model as deepspeed.pipe.PipelineModule("
                      f"num_stages={cfg.pp}) with the plan's layers per stage "
                      f"{list(f.stage_layers)}.")
+        if f.schedule == "slimpipe":
+            notes.append(SLIMPIPE_NOTE.format(k=cfg.seq_slices, framework="DeepSpeed"))
         if f.schedule == "zb-h1":
             notes.append("Schedule ZB-H1 is not offered by DeepSpeed's pipeline engine (it runs "
                          "its 1F1B-style TrainSchedule); the predicted step time assumes ZB-H1.")

@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from planner.emit._facts import Facts, header_lines
+from planner.emit._facts import SLIMPIPE_NOTE, Facts, header_lines
 from planner.emit.types import Emission
 
 
@@ -247,6 +247,8 @@ def megatron_args(f: Facts) -> tuple[list[str], list[str]]:
              "--global-batch-size", str(f.workload.global_batch)]
     args += memory + _precision_args(f) + _overlap_args(f)
     notes = notes + model_notes + memory_notes
+    if f.schedule == "slimpipe":
+        notes.insert(0, SLIMPIPE_NOTE.format(k=cfg.seq_slices, framework="Megatron-LM"))
     if f.schedule == "zb-h1":
         notes.insert(0, "Schedule ZB-H1 (zero bubble) is not in mainline Megatron-LM: these "
                         "arguments run 1F1B; the plan's predicted step time assumes ZB-H1.")

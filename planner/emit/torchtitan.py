@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import re
 
-from planner.emit._facts import Facts, comment_safe, header_lines
+from planner.emit._facts import SLIMPIPE_NOTE, Facts, comment_safe, header_lines
 from planner.emit._options import EmitOptions
 from planner.emit._toml import toml_document
 from planner.emit.types import Emission
 
 SCHEDULES = {"1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B",
-             "zb-h1": "InterleavedZeroBubble"}
+             "zb-h1": "InterleavedZeroBubble", "slimpipe": "1F1B"}
 _FAMILIES = (("llama-3", "llama3"), ("llama3", "llama3"), ("deepseek-v3", "deepseek_v3"),
              ("qwen3", "qwen3"))
 _SIZE = re.compile(r"(\d+(?:\.\d+)?[bBmM](?:-[aA]\d+(?:\.\d+)?[bB])?)$")
@@ -139,6 +139,8 @@ def torchtitan_tables(f: Facts, o: EmitOptions) -> tuple[tuple, list[str]]:
                         ("module_fqns_per_model_part", module_fqns(f))]
         notes.append("module_fqns_per_model_part uses torchtitan's llama-style module names "
                      "(tok_embeddings, layers.<i>, norm, output).")
+        if f.schedule == "slimpipe":
+            notes.append(SLIMPIPE_NOTE.format(k=cfg.seq_slices, framework="torchtitan"))
         if f.schedule == "zb-h1":
             notes.append("ZB-H1 -> InterleavedZeroBubble with one model chunk per rank "
                          "(torch's ZB1P); torchtitan's layers-per-stage path would ask for two "
