@@ -4,6 +4,7 @@ Built from Plans (their ``config`` and ``prediction``); formats only.
 """
 from __future__ import annotations
 
+from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -20,17 +21,27 @@ def plan_bottleneck(plan: Plan) -> str:
     time = plan.prediction["time"]
     parts = {k: v for k, v in time.items() if k in PART_NAMES and k != "compute_s"}
     name, value = max(sorted(parts.items()), key=lambda kv: kv[1])
-    if value <= 0:
+    share = value / time["step_s"]
+    if share < 0.005:
         return "compute"
     tier = plan.prediction["tiers"].get(TIER_OF_PART.get(name, ""), "")
-    share = value / time["step_s"]
-    return f"{PART_NAMES[name]} {share:.0%}" + (f" ({tier})" if tier else "")
+    short = PART_NAMES[name].replace("communication", "comm").replace("pipeline ", "")
+    return f"{short} {share:.0%}" + (f" {tier}" if tier else "")
 
 
 def _recompute_text(config: dict) -> str:
     if config["recompute"] == "full" and config["recompute_layers"] is not None:
-        return f"full {config['recompute_layers']}/chunk"
+        return f"full {config['recompute_layers']}/ch"
     return config["recompute"]
+
+
+def _schedule_text(plan: Plan) -> str:
+    c = plan.config
+    if c["vpp"] > 1:
+        return f"{plan.schedule.replace('interleaved-', 'int-')} v{c['vpp']}"
+    if c.get("seq_slices", 1) > 1:
+        return f"slimpipe k{c['seq_slices']}"
+    return plan.schedule
 
 
 def plan_row(plan: Plan) -> list[str]:
@@ -39,28 +50,39 @@ def plan_row(plan: Plan) -> list[str]:
     ep = f"{c['ep']}/{p['config']['expert_tp']}" if c["ep"] > 1 else "-"
     layout = "even" if c["stage_layer_counts"] is None else "DP"
     placement = "listing" if plan.node_order == sorted(plan.node_order) else "CP-SAT"
-    return [str(c["tp"]), str(c["cp"]), str(c["pp"]), str(c["dp"]), ep,
-            f"{plan.schedule}" + (f" v{c['vpp']}" if c["vpp"] > 1 else ""),
+    mem = p["memory"]
+    return [str(c["tp"]), str(c["cp"]), str(c["pp"]), str(c["dp"]), ep, _schedule_text(plan),
             str(c["micro_batch"]), _recompute_text(c), str(c["zero"]), layout, placement,
             f"{p['tokens_per_s_per_gpu']:,.0f}", f"{p['mfu']:.1%}", f"{p['step_time_s']:.2f}",
-            f"{p['memory']['peak_bytes_per_gpu'] / GIB:.1f}/"
-            f"{p['memory']['capacity_bytes_per_gpu'] / GIB:.0f}", plan_bottleneck(plan)]
+            f"{(mem['capacity_bytes_per_gpu'] - mem['peak_bytes_per_gpu']) / GIB:.1f}",
+            plan_bottleneck(plan)]
 
 
 HEADERS = ("tp", "cp", "pp", "dp", "ep/etp", "schedule", "mb", "recompute", "ZeRO", "layers",
-           "placement", "tok/s/GPU", "MFU", "step s", "GiB used/cap", "bottleneck")
+           "placement", "tok/s/GPU", "MFU", "step s", "GiB free", "bottleneck")
+ALWAYS_SHOWN = {"tp", "pp", "dp", "schedule", "recompute", "tok/s/GPU", "MFU", "step s",
+                "GiB free", "bottleneck"}
+RIGHT = {"tp", "cp", "pp", "dp", "mb", "ZeRO", "tok/s/GPU", "MFU", "step s", "GiB free"}
 
 
-def top_table(plans: tuple[Plan, ...] | list[Plan], title: str) -> Table:
-    table = Table(title=title, title_justify="left")
-    table.add_column("#", justify="right")
-    for h in HEADERS:
-        right = h in ("tp", "cp", "pp", "dp", "mb", "ZeRO", "tok/s/GPU", "MFU", "step s",
-                      "GiB used/cap")
-        table.add_column(h, justify="right" if right else "left")
-    for i, plan in enumerate(plans):
-        table.add_row(str(i + 1), *plan_row(plan), style="bold" if i == 0 else None)
-    return table
+def top_table(plans: tuple[Plan, ...] | list[Plan], title: str) -> tuple[Table, Text | None]:
+    """The table, and a line naming the columns left out because every plan has the same
+    value there (so the table fits a terminal)."""
+    rows = [plan_row(p) for p in plans]
+    keep = [i for i, h in enumerate(HEADERS)
+            if h in ALWAYS_SHOWN or len({r[i] for r in rows}) > 1]
+    same = [f"{HEADERS[i]} {'none' if rows[0][i] == '-' else rows[0][i]}"
+            for i in range(len(HEADERS)) if i not in keep]
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
+    table.add_column("#", justify="right", no_wrap=True)
+    for i in keep:
+        table.add_column(HEADERS[i], justify="right" if HEADERS[i] in RIGHT else "left",
+                         no_wrap=HEADERS[i] != "bottleneck")
+    for n, row in enumerate(rows):
+        table.add_row(str(n + 1), *(row[i] for i in keep), style="bold" if n == 0 else None)
+    note = Text("every plan: " + ", ".join(same), style="dim") if same else None
+    return table, note
 
 
 def render_solve(plans: tuple[Plan, ...], stats: SearchStats) -> RenderableType:
@@ -82,5 +104,5 @@ def render_solve(plans: tuple[Plan, ...], stats: SearchStats) -> RenderableType:
                           f"{best.config['stage_layer_counts']}"))
     if best.node_order != sorted(best.node_order):
         extra.append(Text(f"#1 placement (node rank -> node): {best.node_order}"))
-    return Group(head, Text(), top_table(plans, f"Top {len(plans)} plans, fastest first"),
-                 why, *extra, footer)
+    table, same = top_table(plans, f"Top {len(plans)} plans, fastest first")
+    return Group(head, Text(), table, *([same] if same else []), why, *extra, footer)

@@ -22,6 +22,7 @@ def degrees_text(e: Estimate) -> str:
     parts += [f"cp={c.cp}"] if c.cp > 1 else []
     parts += [f"ep={c.ep}", f"etp={c.expert_tp}"] if c.ep > 1 else []
     parts += [f"vpp={c.vpp}"] if c.vpp > 1 else []
+    parts += [f"slices={c.seq_slices}"] if c.seq_slices > 1 else []
     return " ".join(parts)
 
 
@@ -44,6 +45,10 @@ def why_line(best: Estimate, runner_up: Estimate | None) -> str:
     if runner_up is None:
         return text + "; the only configuration that fits"
     gain = runner_up.step_time_s / best.step_time_s - 1
+    if gain < 0.001:
+        return (f"{text}; within {gain:.2%} of the runner-up ({degrees_text(runner_up)}): "
+                f"equivalent under the cost model's accuracy (exact ties go to the plan with "
+                f"less model parallelism)")
     diffs = {k: getattr(runner_up.time, k) - getattr(best.time, k) for k in PART_NAMES}
     part, delta = max(sorted(diffs.items()), key=lambda kv: kv[1])
     return (f"{text}; {gain:.1%} faster than the runner-up ({degrees_text(runner_up)}), "
