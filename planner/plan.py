@@ -169,10 +169,13 @@ def _rank_table(cluster: Cluster, cfg: ParallelConfig,
     physical = rank_map(cluster, node_order)
     located = [cluster.locate(int(p)) for p in physical]
     node_rank_of = {node: i for i, node in enumerate(node_order)}
+    first_rank: dict[int, int] = {}
+    for r, (_, n, _) in enumerate(located):
+        first_rank.setdefault(n, r)
     nodes = []
     for i, node in enumerate(node_order):
         group = cluster.node_groups[cluster.group_of_node(node)]
-        first = next(r for r, (_, n, _) in enumerate(located) if n == node)
+        first = first_rank[node]
         nodes.append({"node_rank": i, "node": node, "host": cluster.host_of_node(node),
                       "node_group": group.name, "gpus": group.gpus_per_node,
                       "first_rank": first})

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import numpy as np
+
 from cost_models.parallel import ConfigError, check_config
 from planner.errors import PlannerError
 from planner.plan import SCHEMA_VERSION, Plan, inputs_hash
@@ -96,7 +98,9 @@ def _group_problems(plan: Plan, cfg) -> list[str]:
     problems = []
     size = {"tp": cfg.tp, "cp": cfg.cp, "dp": cfg.dp, "dp_cp": cfg.dp * cfg.cp, "pp": cfg.pp,
             "ep": cfg.ep, "edp": cfg.expert_dp}
-    rows = {r["rank"]: r for r in plan.rank_rows()}
+    table = np.asarray(plan.ranks["rows"], dtype=np.int64).reshape(-1, len(plan.ranks["columns"]))
+    column = dict(zip(plan.ranks["columns"], table.T))
+    order = np.argsort(column["rank"], kind="stable")  # row of each rank, if ranks are valid
     for kind, axes in AXIS_OF_KIND.items():
         groups = plan.groups.get(kind)
         if groups is None:
@@ -108,9 +112,16 @@ def _group_problems(plan: Plan, cfg) -> list[str]:
         if {len(g) for g in groups} != {size[kind]}:
             problems.append(f"groups.{kind} sizes {sorted({len(g) for g in groups})}, expected "
                             f"{size[kind]}")
+            continue
+        if members != list(range(cfg.num_gpus)) or len(table) != cfg.num_gpus:
+            continue  # coordinates are only comparable over a valid partition
         fixed = _fixed_axes(kind)
-        for g in groups:
-            if len({tuple(rows[r][a] for a in fixed) for r in g if r in rows}) > 1:
+        rows_of = order[np.asarray(groups, dtype=np.int64)]  # (groups, size) row indices
+        for a in fixed:
+            values = column[a][rows_of]
+            bad = np.flatnonzero((values != values[:, :1]).any(axis=1))
+            if bad.size:
+                g = groups[int(bad[0])]
                 problems.append(f"groups.{kind} group {g[:4]}... mixes ranks of different "
                                 f"{'/'.join(fixed)} coordinates")
                 break
