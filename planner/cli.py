@@ -161,6 +161,10 @@ def estimate(
         help="Megatron sequence parallelism (default: on when tp > 1).")] = None,
     zero: Annotated[int, typer.Option(
         min=0, max=3, help="0 plain DP, 1 distributed optimizer, 2 + gradients, 3 + weights.")] = 1,
+    zero_bubble: Annotated[bool, typer.Option(
+        "--zero-bubble/--no-zero-bubble", help="ZB-H1 pipeline schedule (needs --vpp 1).")] = False,
+    seq_slices: Annotated[int, typer.Option(
+        min=1, help="SlimPipe: sequence slices per micro-batch (1F1B, pp > 1).")] = 1,
     precision: Annotated[Precision, typer.Option(help="GEMM precision.")] = Precision.bf16,
     calibration: Annotated[Optional[Path], typer.Option(
         help="JSON overriding calibration parameters (see docs/calibration.md).")] = None,
@@ -177,7 +181,8 @@ def estimate(
     choice = ParallelChoice(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp,
                             micro_batch=micro_batch, recompute=recompute.value,
                             recompute_layers=recompute_layers,
-                            sequence_parallel=sequence_parallel, zero=zero)
+                            sequence_parallel=sequence_parallel, zero=zero,
+                            zero_bubble=zero_bubble, seq_slices=seq_slices)
     cfg = make_config(choice, hardware.num_gpus)
     profile = load_profile(hardware.slowest_gpu.name, calibration)
     est = checked_estimate(spec, hardware, workload, cfg, profile)

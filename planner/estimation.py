@@ -49,6 +49,8 @@ class ParallelChoice:
     recompute_layers: int | None = None
     sequence_parallel: bool | None = None  # default: on when tp > 1
     zero: int = 1
+    zero_bubble: bool = False
+    seq_slices: int = 1
 
 
 def resolve_cluster(choice: ClusterChoice, default_gpu: str | None = None) -> Cluster:
@@ -91,7 +93,8 @@ def make_config(choice: ParallelChoice, num_gpus: int) -> ParallelConfig:
             tp=choice.tp, pp=choice.pp, dp=default_dp(choice, num_gpus), cp=choice.cp,
             ep=choice.ep, etp=choice.etp, vpp=choice.vpp, micro_batch=choice.micro_batch,
             recompute=choice.recompute, recompute_layers=choice.recompute_layers,
-            sequence_parallel=sequence_parallel, zero=choice.zero)
+            sequence_parallel=sequence_parallel, zero=choice.zero,
+            zero_bubble=choice.zero_bubble, seq_slices=choice.seq_slices)
     except ValueError as err:
         raise _options_error(err) from None
 

@@ -122,3 +122,22 @@ def test_emitters_warn_that_frameworks_run_plain_1f1b(setup):
     for fmt, name in (("megatron", "megatron_args.sh"), ("torchtitan", "torchtitan.toml")):
         text = emit(fmt, plan, EmitOptions())[name]
         assert "SlimPipe (4 sequence slices" in text
+
+
+def test_estimate_command_takes_seq_slices_and_zero_bubble(setup):
+    import json
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+    runner = CliRunner()
+    args = ["estimate", "--model", "llama-3.1-8b", "--gpu", GPU, "--nodes", "4", "--tp", "8",
+            "--pp", "4", "--seq-len", "131072", "--global-batch", "8", "--format", "json"]
+    one = json.loads(runner.invoke(app, args).output)
+    eight = json.loads(runner.invoke(app, args + ["--seq-slices", "8"]).output)
+    assert eight["config"]["seq_slices"] == 8 and eight["config"]["schedule"] == "slimpipe"
+    assert eight["time"]["bubble_s"] < one["time"]["bubble_s"] / 7
+    zb = json.loads(runner.invoke(app, args + ["--zero-bubble"]).output)
+    assert zb["config"]["schedule"] == "zb-h1" and zb["time"]["bubble_s"] < one["time"]["bubble_s"]
+    bad = runner.invoke(app, args[:-2] + ["--pp", "1", "--dp", "4", "--seq-slices", "2"])
+    assert bad.exit_code == 2 and "--seq-slices" in bad.output
