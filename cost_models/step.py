@@ -197,6 +197,12 @@ def _layer_comm_fwd_shard(ctx: _Context, views: GroupViews, layer: int,
     return tp, cp, ep
 
 
+def _backward_s(t: LayerTime) -> float:
+    """Backward time of a layer from its forward parts (ratios in compute.py)."""
+    return (BWD_GEMM * t.gemm_s + BWD_ATTN * t.attention_s + BWD_ELEM * t.elementwise_s
+            + 2 * t.overhead_s)
+
+
 def _layer_cost(ctx: _Context, views: GroupViews, layer: int,
                 recomputed: bool) -> tuple[float, ...]:
     """(compute, recompute, tp, cp, ep, weight-grad) seconds of one layer, forward + backward."""
@@ -205,9 +211,7 @@ def _layer_cost(ctx: _Context, views: GroupViews, layer: int,
     if k > 1:  # k slices: GEMMs, elementwise, launches per slice; attention as a whole
         ts = layer_forward_time(layer_work(ctx.model, layer, ctx.slice_shard), ctx.rates, ctx.prof)
         t = LayerTime(k * ts.gemm_s, t.attention_s, k * ts.elementwise_s, k * ts.overhead_s)
-    fwd = t.total_s
-    bwd = (BWD_GEMM * t.gemm_s + BWD_ATTN * t.attention_s + BWD_ELEM * t.elementwise_s
-           + 2 * t.overhead_s)
+    fwd, bwd = t.total_s, _backward_s(t)
     tp, cp, ep = _layer_comm_fwd(ctx, views, layer)
     if ctx.cfg.tp_comm_overlap:
         tp_fwd, tp_bwd = max(0.0, tp - t.gemm_s), max(0.0, tp - BWD_GEMM * t.gemm_s)
@@ -402,6 +406,29 @@ def estimate(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: Parall
     return Estimate(model.name, cluster.name, cluster.num_gpus, workload, cfg, time, memory,
                     stages, flops, ctx.rates.peak_flops, bottleneck_tiers(views), dp_total,
                     None if node_order is None else tuple(node_order), stage_memory)
+
+
+def compute_floor_s(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: ParallelConfig,
+                    prof: Profile) -> float:
+    """``m`` times the forward + backward compute of ``cfg``'s most loaded stage: a lower bound
+    on :func:`estimate`'s step time for every option with ``cfg``'s degrees, micro-batch and
+    layer split. The step is ``m * max(t_i)`` plus non-negative parts, and every ``t_i`` holds
+    this compute; recompute, communication, ZeRO stage and the schedule flags only add to it,
+    and SlimPipe slices run smaller, less efficient kernels (``seq_slices`` is ignored here)."""
+    ctx = _make_context(model, cluster, workload, replace(cfg, seq_slices=1), prof, ())
+    cache: dict[tuple, float] = {}
+
+    def layer_s(layer: int) -> float:
+        key = (model.is_moe_layer(layer), model.window(layer))
+        if key not in cache:
+            t = layer_forward_time(layer_work(model, layer, ctx.shard), ctx.rates, prof)
+            cache[key] = t.total_s + _backward_s(t)
+        return cache[key]
+
+    split = config_stage_layers(model.num_layers, cfg)
+    per_stage = [sum(layer_s(l) for l in layers) for layers in split]
+    per_stage[-1] += 3 * lm_head_forward_time(model, ctx.shard, ctx.rates, prof)
+    return cfg.micro_batches(workload) * max(per_stage)
 
 
 def bottleneck_tiers(views: tuple[GroupViews, ...]) -> dict[str, str]:

@@ -1,7 +1,11 @@
 """Search parallel configurations: enumerate consistent choices, prune, estimate, rank.
 
 The space (``solvers.search_space``) is walked degree tuple by degree tuple (tp, cp, pp, dp,
-ep, etp). For each tuple:
+ep, etp), in order of a step-time floor (``tuple_floor_s``: the compute of the most loaded
+stage times the micro-batches, for the best micro-batch size and layer split; communication,
+recompute and the bubble only add to it). Once ``top_k`` tuples are ranked, a tuple whose floor
+is slower than the k-th best found is skipped unseen: it cannot enter the top k. For each tuple
+that is visited:
 
 1. *Memory lower bound.* The tuple with its most frugal options (micro-batch 1, full
    recompute, ZeRO-3) is checked first; if even that does not fit, every option of the tuple is
@@ -9,7 +13,8 @@ ep, etp). For each tuple:
 2. *Views.* The group views per stage (``cost_models.groups.stage_views``) are computed once
    and shared by all options of the tuple.
 3. *Options.* For each micro-batch size, interleaving depth and schedule (1F1B, interleaved,
-   ZB-H1, and for sequences of 16K tokens and more SlimPipe with 2-16 slices), the least activation recomputation that fits is taken (none, selective, then full
+   ZB-H1, and from 16K-token sequences SlimPipe with 2-16 slices), the least activation
+   recomputation that fits is taken (none, selective, then full
    recompute of the fewest layers per stage that fit) for each ZeRO stage (1, the distributed
    optimizer, 2 and 3), keeping a higher stage only when it needs strictly less recompute:
    less recompute is never slower in the cost model, nor is a lower ZeRO stage at equal
@@ -18,10 +23,12 @@ ep, etp). For each tuple:
    against exhaustive enumeration.)
 
 Tuples are ranked by predicted step time (objective ``throughput``). The result keeps the
-counts the speed benchmark reports (tuples seen, options estimated, options pruned).
+counts the speed benchmark reports (tuples seen, pruned by memory and by the step-time bound,
+options estimated, options pruned).
 """
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable
@@ -30,7 +37,7 @@ from cost_models.groups import stage_views
 from cost_models.model_spec import ModelSpec
 from cost_models.parallel import ParallelConfig, Workload
 from cost_models.profile import Profile
-from cost_models.step import Estimate, estimate, estimate_memory
+from cost_models.step import Estimate, compute_floor_s, estimate, estimate_memory
 from planner.errors import InfeasibleError
 from solvers.search_space import (Degrees, SpaceLimits, degree_tuples, micro_batch_sizes,
                                   vpp_sizes)
@@ -69,6 +76,7 @@ class SearchStats:
     options_estimated: int
     options_pruned_memory: int
     seconds: float
+    tuples_pruned_bound: int = 0  # their compute floor was slower than the k-th best found
 
 
 @dataclass(frozen=True)
@@ -180,11 +188,16 @@ def search(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile
     """The ``top_k`` fastest degree tuples, each with its fastest fitting options."""
     start = time.perf_counter()
     tuples = [d for d in degree_tuples(space_limits(model, cluster, workload)) if space.admits(d)]
+    floors = {d: tuple_floor_s(model, cluster, workload, prof, d, space) for d in tuples}
     best: list[Estimate] = []
-    pruned_tuples = estimated = pruned_options = 0
-    for i, d in enumerate(tuples):
+    kth: list[float] = []  # max-heap (negated) of the top_k step times found so far
+    pruned_tuples = pruned_bound = estimated = pruned_options = 0
+    for i, d in enumerate(sorted(tuples, key=lambda d: (floors[d], d))):
         if progress:
             progress(i, len(tuples))
+        if len(kth) >= top_k and floors[d] > -kth[0]:
+            pruned_bound += 1
+            continue
         outcome = best_for_degrees(model, cluster, workload, prof, d, space)
         if outcome is None:
             pruned_tuples += 1
@@ -194,14 +207,32 @@ def search(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile
         pruned_options += n_pruned
         if est is not None:
             best.append(est)
+            heapq.heappush(kth, -est.step_time_s)
+            if len(kth) > top_k:
+                heapq.heappop(kth)
     if progress:
         progress(len(tuples), len(tuples))
     ranked = tuple(sorted(best, key=rank_key)[:top_k])
     stats = SearchStats(len(tuples), pruned_tuples, estimated, pruned_options,
-                        time.perf_counter() - start)
+                        time.perf_counter() - start, pruned_bound)
     if not ranked:
         raise InfeasibleError(infeasible_reason(model, cluster, workload, prof, tuples))
     return SearchResult(ranked, stats)
+
+
+def tuple_floor_s(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
+                  d: Degrees, space: SearchSpace = SearchSpace()) -> float:
+    """A lower bound on the step time of every option of ``d``: the least compute floor
+    (``cost_models.step.compute_floor_s``) over its micro-batch sizes and layer splits."""
+    limits = space_limits(model, cluster, workload)
+    floors = []
+    for mb in micro_batch_sizes(limits, d.dp):
+        if space.micro_batch is not None and mb != space.micro_batch:
+            continue
+        base = base_config(d, mb)
+        for v in vpp_sizes(model.num_layers, d.pp, base.micro_batches(workload)):
+            floors.append(compute_floor_s(model, cluster, workload, replace(base, vpp=v), prof))
+    return min(floors, default=0.0)
 
 
 def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,

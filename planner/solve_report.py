@@ -95,7 +95,8 @@ def render_solve(plans: tuple[Plan, ...], stats: SearchStats) -> RenderableType:
     why = Text("Why #1: ", style="bold green")
     why.append(best.prediction["why"], style="")
     footer = Text(f"searched {stats.degree_tuples} degree tuples ({stats.tuples_pruned_memory} "
-                  f"pruned by the memory bound), estimated {stats.options_estimated:,} options, "
+                  f"pruned by the memory bound, {stats.tuples_pruned_bound} by the step-time "
+                  f"bound), estimated {stats.options_estimated:,} options, "
                   f"skipped {stats.options_pruned_memory:,} that do not fit, in "
                   f"{stats.seconds:.1f} s", style="dim")
     extra = []

@@ -22,8 +22,8 @@ from cost_models.model_spec import MoESpec, ModelSpec
 from cost_models.parallel import ConfigError, ParallelConfig, Workload, check_config
 from cost_models.profile import default_profile
 from cost_models.step import estimate, estimate_memory
-from planner.search import SearchSpace, rank_key, search
-from solvers.search_space import divisors
+from planner.search import SearchSpace, rank_key, search, tuple_floor_s
+from solvers.search_space import Degrees, divisors
 from topologies.spec import homogeneous_cluster
 
 GPU = "A100-SXM4-40GB"
@@ -122,3 +122,21 @@ def test_search_respects_fixed_degrees_and_ranks_fastest_first():
     keys = [rank_key(e) for e in result.ranked]
     assert keys == sorted(keys)
     assert result.stats.options_estimated >= len(result.ranked)
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_compute_floor_bounds_every_tuple_and_bound_pruning_loses_nothing(moe):
+    """The step-time floor that lets the search skip tuples is a true lower bound, and the
+    top k with pruning equal the top k of the full ranking."""
+    model, cluster = _model(moe), homogeneous_cluster(GPU, 2, 8)
+    prof, work = default_profile(GPU), Workload(4096, 32)
+    full = search(model, cluster, work, prof, SearchSpace(), top_k=10**6)
+    assert full.stats.tuples_pruned_bound == 0
+    for est in full.ranked:
+        c = est.config
+        d = Degrees(tp=c.tp, cp=c.cp, pp=c.pp, dp=c.dp, ep=c.ep, etp=c.expert_tp)
+        assert tuple_floor_s(model, cluster, work, prof, d) <= est.step_time_s * (1 + 1e-12)
+    for k in (1, 3):
+        pruned = search(model, cluster, work, prof, SearchSpace(), top_k=k)
+        assert [rank_key(e) for e in pruned.ranked] == [rank_key(e) for e in full.ranked[:k]]
+    assert search(model, cluster, work, prof, SearchSpace(), top_k=1).stats.tuples_pruned_bound > 0
