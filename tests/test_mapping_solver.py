@@ -1,0 +1,513 @@
+"""Stage mapping (``solvers.mapping``): CP-SAT against exhaustive search, Megatron and hand-made cases.
+
+Every expected value here comes from the definitions in the module docstring (stage speed =
+slowest unit, objective = sum of stage speeds minus the penalty per extra domain, the
+documented tie-break), never from a previous run of the solver.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+
+from solvers import mapping as mp
+from solvers.mapping import (BRUTE_FORCE_MAX_UNITS, SPEED_SCALE, InfeasibleMapping, Mapping,
+                             MappingProblem, brute_force_mapping, mapping_objective,
+                             megatron_mapping, megatron_stage_units, solve_mapping, unit_classes,
+                             validate_stage_units)
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers: the definitions, written out independently of the module
+# ---------------------------------------------------------------------------------------
+
+def _scale(p: MappingProblem) -> float:
+    return SPEED_SCALE / max(p.unit_speed)
+
+
+def _int_objective(p: MappingProblem, stages) -> int:
+    """The integer objective of the docstring: speeds and penalty scaled, then rounded."""
+    scale = _scale(p)
+    pen = int(round(p.domain_span_penalty * scale))
+    return sum(int(round(min(p.unit_speed[u] for u in st) * scale))
+               - pen * (len({p.unit_domain[u] for u in st}) - 1) for st in stages)
+
+
+def _float_objective(p: MappingProblem, stages) -> float:
+    return sum(min(p.unit_speed[u] for u in st)
+               - p.domain_span_penalty * (len({p.unit_domain[u] for u in st}) - 1) for st in stages)
+
+
+def _canonical(stages):
+    return tuple(sorted(tuple(sorted(st)) for st in stages))
+
+
+def _all_mappings(p: MappingProblem):
+    """Every assignment of units to labelled stages (0 = unused) that fills each stage exactly."""
+    S, target = p.num_stages, p.gpus_per_stage
+    for labels in itertools.product(range(S + 1), repeat=p.num_units):
+        fill = [0] * (S + 1)
+        for u, s in enumerate(labels):
+            fill[s] += p.unit_gpus[u]
+        if all(f == target for f in fill[1:]):
+            yield tuple(tuple(u for u, s in enumerate(labels) if s == k) for k in range(1, S + 1))
+
+
+def _megatron_stages(p: MappingProblem):
+    """Listing order cut into consecutive stages of exactly gpus_per_stage GPUs, or None."""
+    stages, cur, filled = [], [], 0
+    for u, g in enumerate(p.unit_gpus):
+        if len(stages) == p.num_stages:
+            break
+        if filled + g > p.gpus_per_stage:
+            return None
+        cur.append(u)
+        filled += g
+        if filled == p.gpus_per_stage:
+            stages.append(tuple(cur))
+            cur, filled = [], 0
+    return tuple(stages) if len(stages) == p.num_stages else None
+
+
+def _spec_mapping(p: MappingProblem):
+    """The documented optimum and tie-break, from full enumeration (tiny instances only)."""
+    with_domain = int(round(p.domain_span_penalty * _scale(p))) > 0
+    keys: list = []
+    for u in range(p.num_units):
+        key = (p.unit_gpus[u], p.unit_speed[u], p.unit_domain[u] if with_domain else -1)
+        if key not in keys:
+            keys.append(key)  # classes in order of their lowest unit
+    cls = [keys.index((p.unit_gpus[u], p.unit_speed[u], p.unit_domain[u] if with_domain else -1))
+           for u in range(p.num_units)]
+    members = [[u for u in range(p.num_units) if cls[u] == c] for c in range(len(keys))]
+
+    def rows(stages):
+        out = []
+        for st in stages:
+            counts = [0] * len(keys)
+            for u in st:
+                counts[cls[u]] += 1
+            out.append((int(round(min(p.unit_speed[u] for u in st) * _scale(p))), tuple(counts)))
+        return tuple(c for _, c in sorted(out, reverse=True))
+
+    candidates = list(_all_mappings(p))
+    if not candidates:
+        return None
+    best = max(_int_objective(p, st) for st in candidates)
+    megatron = _megatron_stages(p)
+    if megatron is not None and _int_objective(p, megatron) == best:
+        return _canonical(megatron)
+    top = max(rows(st) for st in candidates if _int_objective(p, st) == best)
+    taken = [0] * len(keys)
+    stages = []
+    for counts in top:
+        st = []
+        for c, k in enumerate(counts):
+            st += members[c][taken[c]:taken[c] + k]
+            taken[c] += k
+        stages.append(st)
+    return _canonical(stages)
+
+
+def _check_well_formed(p: MappingProblem, m: Mapping) -> None:
+    """Invariants of any returned Mapping, straight from the definitions."""
+    validate_stage_units(p, m.stage_units)
+    assert m.stage_units == _canonical(m.stage_units)  # units ascending, stages by smallest unit
+    assert m.stage_speed == tuple(min(p.unit_speed[u] for u in st) for st in m.stage_units)
+    assert m.objective == pytest.approx(_float_objective(p, m.stage_units), rel=1e-12, abs=1e-12)
+    assert m.objective == pytest.approx(mapping_objective(p, m.stage_units), rel=1e-12, abs=1e-12)
+    assert m.bound >= m.objective - 1e-9
+    if m.optimal:
+        assert m.bound == pytest.approx(m.objective, rel=1e-9, abs=1e-9)
+
+
+def _random_small(rng: random.Random) -> MappingProblem:
+    n = rng.randint(1, BRUTE_FORCE_MAX_UNITS)
+    gpus = [rng.choice((4, 8)) for _ in range(n)]
+    if rng.random() < 0.6:
+        speeds = [rng.choice((1.0, 1.5, 2.0)) for _ in range(n)]
+    else:
+        speeds = [round(rng.uniform(0.2, 3.0), rng.choice((1, 3, 9))) for _ in range(n)]
+    num_domains = rng.randint(1, 3)
+    if rng.random() < 0.5:
+        domains = [u * num_domains // n for u in range(n)]  # contiguous leaves
+    else:
+        domains = [rng.randrange(num_domains) for _ in range(n)]
+    penalty = 0.0 if rng.random() < 0.4 else rng.choice((0.1, 0.25, 0.5, 1.0, rng.uniform(0, 2)))
+    gps = rng.choice((4, 8, 8, 12, 16, 16, 24))
+    if rng.random() < 0.85:  # feasible GPU count most of the time
+        stages = max(1, min(4, sum(gpus) // gps))
+    else:
+        stages = rng.randint(1, 4)
+    return MappingProblem(gpus, speeds, domains, stages, gps, penalty)
+
+
+# ---------------------------------------------------------------------------------------
+# 1. CP-SAT == exhaustive search (objective and the documented tie-break)
+# ---------------------------------------------------------------------------------------
+
+def test_solver_matches_brute_force_on_random_small_instances():
+    rng = random.Random(20240711)
+    seen = {"infeasible": 0, "megatron": 0, "regrouped": 0, "penalty": 0}
+    for _ in range(150):
+        p = _random_small(rng)
+        try:
+            ref = brute_force_mapping(p)
+        except InfeasibleMapping:
+            with pytest.raises(InfeasibleMapping):
+                solve_mapping(p)
+            assert not any(True for _ in _all_mappings(p)) if p.num_units <= 7 else True
+            seen["infeasible"] += 1
+            continue
+        got = solve_mapping(p)
+        _check_well_formed(p, ref)
+        _check_well_formed(p, got)
+        assert got.optimal and ref.optimal, p
+        assert got.objective == pytest.approx(ref.objective, rel=1e-9, abs=1e-12), p
+        assert got.stage_units == ref.stage_units, p
+        assert got == ref, p
+        megatron = _megatron_stages(p)
+        if megatron is not None:
+            assert got.objective >= _float_objective(p, megatron) - 1e-9
+        seen["megatron" if megatron is not None and got.stage_units == _canonical(megatron)
+             else "regrouped"] += 1
+        seen["penalty"] += p.domain_span_penalty > 0
+    # the generator exercises every branch
+    assert seen["infeasible"] >= 10 and seen["megatron"] >= 10 and seen["regrouped"] >= 30
+    assert seen["penalty"] >= 30
+
+
+def test_brute_force_follows_documented_definition_on_tiny_instances():
+    """Independent enumeration: optimum of the integer objective, then tie-break rules 2-4."""
+    rng = random.Random(7)
+    checked = 0
+    while checked < 40:
+        p = _random_small(rng)
+        if p.num_units > 6 or p.num_stages > 3:
+            continue
+        expected = _spec_mapping(p)
+        if expected is None:
+            with pytest.raises(InfeasibleMapping):
+                brute_force_mapping(p)
+            with pytest.raises(InfeasibleMapping):
+                solve_mapping(p)
+        else:
+            assert brute_force_mapping(p).stage_units == expected, p
+            assert solve_mapping(p).stage_units == expected, p
+        checked += 1
+
+
+def test_brute_force_refuses_large_instances():
+    n = BRUTE_FORCE_MAX_UNITS + 1
+    p = MappingProblem([8] * n, [1.0] * n, [0] * n, 1, 8)
+    with pytest.raises(ValueError, match="at most"):
+        brute_force_mapping(p)
+
+
+# ---------------------------------------------------------------------------------------
+# 2. Never worse than Megatron, bound >= objective (sizes beyond brute force)
+# ---------------------------------------------------------------------------------------
+
+def test_never_worse_than_megatron_on_large_random_instances():
+    rng = random.Random(99)
+    compared = better = 0
+    for _ in range(10):
+        n = rng.choice((64, 128, 256, 512))
+        levels = [round(rng.uniform(0.5, 2.0), 2) for _ in range(rng.randint(2, 4))]
+        size = rng.choice((4, 8))
+        gpus = [size] * n
+        if rng.random() < 0.5:  # runs of like nodes, like node groups in a cluster spec
+            block = rng.choice((1, 2, 8))
+            speeds = [levels[(u // block) % len(levels)] for u in range(n)]
+        else:
+            speeds = [rng.choice(levels) for _ in range(n)]
+        leaf = rng.choice((32, 64, n))
+        penalty = rng.choice((0.0, 0.0, 0.05, 0.3))
+        gps = size * rng.choice((2, 4, 8))
+        stages = min(rng.choice((2, 4, 8, 16)), n * size // gps)
+        p = MappingProblem(gpus, speeds, [u // leaf for u in range(n)], stages, gps, penalty,
+                           time_limit_s=1.0)
+        got = solve_mapping(p)
+        _check_well_formed(p, got)
+        base = megatron_mapping(p)
+        assert got.objective >= base.objective - 1e-9
+        assert got.objective >= mapping_objective(p, megatron_stage_units(p)) - 1e-9
+        # no mapping can beat every stage running at the fastest speed in one domain
+        assert got.objective <= stages * max(speeds) + 1e-9
+        if got.optimal:
+            assert got.bound == pytest.approx(got.objective)
+        compared += 1
+        better += got.objective > base.objective + 1e-9
+    assert compared == 10 and better >= 1  # the instances are not all trivially Megatron's
+
+
+def test_time_limited_solve_is_never_worse_than_megatron():
+    """A solve cut short by the wall clock falls back to (at least) the hinted start."""
+    rng = random.Random(5)
+    n = 512
+    speeds = [rng.choice((0.7, 1.0, 1.3, 1.9)) for _ in range(n)]
+    p = MappingProblem([8] * n, speeds, [u // 16 for u in range(n)], 16, 64, 0.05,
+                       time_limit_s=0.01)
+    got = solve_mapping(p)
+    _check_well_formed(p, got)
+    assert got.objective >= megatron_mapping(p).objective - 1e-9
+
+
+# ---------------------------------------------------------------------------------------
+# 3. Strictly better than Megatron on alternating fast/slow nodes
+# ---------------------------------------------------------------------------------------
+
+def test_alternating_speeds_group_like_nodes():
+    """4 nodes x 8 GPUs, 2 stages of 16 GPUs, speeds fast/slow/fast/slow in listing order.
+
+    Megatron: {0,1} and {2,3}, each paced by its slow node: 1.0 + 1.0 = 2.0.
+    Grouped:  {0,2} at 1.5 and {1,3} at 1.0: 2.5 (the optimum: some stage holds a slow node).
+    """
+    p = MappingProblem([8, 8, 8, 8], [1.5, 1.0, 1.5, 1.0], [0, 0, 0, 0], 2, 16)
+    base = megatron_mapping(p)
+    assert base.stage_units == ((0, 1), (2, 3))
+    assert base.stage_speed == (1.0, 1.0)
+    assert base.objective == pytest.approx(2.0)
+    got = solve_mapping(p)
+    assert got.stage_units == ((0, 2), (1, 3))
+    assert got.stage_speed == (1.5, 1.0)
+    assert got.objective == pytest.approx(2.5)
+    assert got.optimal and got.bound == pytest.approx(2.5)
+    assert got.objective > base.objective + 0.5 - 1e-9
+    assert brute_force_mapping(p) == got
+
+
+def test_alternating_speeds_with_unused_units_takes_the_fast_ones():
+    """6 nodes, only 2 stages of 2 nodes: the two slow nodes stay idle, both stages run at 1.5."""
+    p = MappingProblem([8] * 6, [1.5, 1.0, 1.5, 1.0, 1.5, 1.5], [0] * 6, 2, 16)
+    assert megatron_mapping(p).objective == pytest.approx(2.0)  # {0,1}, {2,3}
+    got = solve_mapping(p)
+    assert got.objective == pytest.approx(3.0)
+    assert all(p.unit_speed[u] == 1.5 for st in got.stage_units for u in st)
+    # tie-break rule 4: the lowest-indexed fast units, handed out stage by stage
+    assert got.stage_units == ((0, 2), (4, 5))
+
+
+# ---------------------------------------------------------------------------------------
+# 4. Homogeneous clusters: Megatron's mapping, optimal, no model built
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("gpus, domains, stages, gps, penalty", [
+    ([8] * 16, [u // 4 for u in range(16)], 4, 32, 0.0),
+    ([8] * 16, [u // 4 for u in range(16)], 4, 32, 0.5),  # leaves line up with stages
+    ([8] * 6, [0] * 6, 2, 16, 0.0),  # more nodes than needed: the first four
+    ([8, 4, 4, 8], [0, 0, 1, 1], 2, 12, 0.0),  # mixed node sizes, one speed
+], ids=["16x8", "16x8-penalty", "spare-units", "mixed-sizes"])
+def test_homogeneous_cluster_returns_megatron(monkeypatch, gpus, domains, stages, gps, penalty):
+    p = MappingProblem(gpus, [1.25] * len(gpus), domains, stages, gps, penalty)
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the homogeneous fast path must not build a CP-SAT model")
+
+    monkeypatch.setattr(mp, "_build_model", no_model)
+    got = solve_mapping(p)
+    expected = _megatron_stages(p)
+    assert got.stage_units == _canonical(expected) == megatron_mapping(p).stage_units
+    assert got.optimal and got.objective == pytest.approx(stages * 1.25)
+    assert got.bound == got.objective
+    assert got.stage_speed == (1.25,) * stages
+
+
+def test_homogeneous_speeds_keep_megatron_when_it_ties():
+    """Rule 2 beyond the fast path: a penalty forces a model, Megatron still attains the optimum.
+
+    6 nodes on leaves of 3, 3 stages of 2 nodes: some stage must span both leaves whatever
+    the mapping (3 odd), and Megatron spans exactly once, so it is optimal and returned.
+    """
+    p = MappingProblem([8] * 6, [1.0] * 6, [0, 0, 0, 1, 1, 1], 3, 16, 0.2)
+    got = solve_mapping(p)
+    assert got.stage_units == ((0, 1), (2, 3), (4, 5))
+    assert got.objective == pytest.approx(3.0 - 0.2)
+    assert got.optimal
+
+
+# ---------------------------------------------------------------------------------------
+# 5. Domain span penalty
+# ---------------------------------------------------------------------------------------
+
+def test_penalty_keeps_stage_inside_one_domain():
+    """Leaves [0, 1, 1, 0]: Megatron's {0,1} and {2,3} both span two leaves (2 - 2p);
+    {0,3} and {1,2} each sit in one leaf (2.0)."""
+    p = MappingProblem([8] * 4, [1.0] * 4, [0, 1, 1, 0], 2, 16, 0.1)
+    assert megatron_mapping(p).objective == pytest.approx(2.0 - 2 * 0.1)
+    got = solve_mapping(p)
+    assert got.stage_units == ((0, 3), (1, 2))
+    assert got.objective == pytest.approx(2.0)
+    assert all(len({p.unit_domain[u] for u in st}) == 1 for st in got.stage_units)
+    # without the penalty every mapping is worth 2.0, so Megatron's order is kept (rule 2)
+    free = MappingProblem([8] * 4, [1.0] * 4, [0, 1, 1, 0], 2, 16, 0.0)
+    assert solve_mapping(free).stage_units == ((0, 1), (2, 3))
+
+
+def test_penalty_single_stage_avoids_spanning():
+    """One stage of two nodes from leaves [0, 1, 1]: Megatron's {0,1} spans (1 - p), {1,2} does not."""
+    p = MappingProblem([8] * 3, [1.0] * 3, [0, 1, 1], 1, 16, 0.3)
+    got = solve_mapping(p)
+    assert got.stage_units == ((1, 2),)
+    assert got.objective == pytest.approx(1.0)
+    assert megatron_mapping(p).objective == pytest.approx(0.7)
+
+
+@pytest.mark.parametrize("penalty, stages, value", [
+    (0.25, ((0, 2), (1, 3)), 2.0 + 1.0 - 2 * 0.25),  # speed gain 1.0 > two spans 0.5
+    (0.75, ((0, 1), (2, 3)), 2.0),  # two spans 1.5 > speed gain 1.0: stay in the leaves
+])
+def test_penalty_trades_against_speed(penalty, stages, value):
+    """Leaves [0, 0, 1, 1], speeds [2, 1, 2, 1]. Grouping by speed ({0,2},{1,3}) gives
+    2 + 1 but spans twice; grouping by leaf ({0,1},{2,3}) gives 1 + 1 without spans;
+    the cross pairing {0,3},{1,2} gives 1 + 1 and spans twice (never better)."""
+    p = MappingProblem([8] * 4, [2.0, 1.0, 2.0, 1.0], [0, 0, 1, 1], 2, 16, penalty)
+    got = solve_mapping(p)
+    assert got.stage_units == stages
+    assert got.objective == pytest.approx(value)
+    assert brute_force_mapping(p) == got
+
+
+# ---------------------------------------------------------------------------------------
+# 6. Determinism and input forms
+# ---------------------------------------------------------------------------------------
+
+def test_same_input_gives_identical_mapping():
+    rng = random.Random(3)
+    n = 96
+    speeds = [rng.choice((1.0, 1.4, 2.0)) for _ in range(n)]
+    gpus = [rng.choice((4, 8)) for _ in range(n)]
+    domains = [u // 16 for u in range(n)]
+    a = MappingProblem(gpus, speeds, domains, 4, 32, 0.1)
+    b = MappingProblem(tuple(gpus), tuple(speeds), tuple(domains), 4, 32, 0.1)
+    c = MappingProblem(list(gpus), list(speeds), iter(domains), 4, 32, 0.1)  # fresh objects
+    assert a == b == c and isinstance(c.unit_domain, tuple)
+    first = solve_mapping(a)
+    assert first.optimal
+    assert solve_mapping(a) == first
+    assert solve_mapping(b) == first
+    assert solve_mapping(c) == first
+    assert hash(first) == hash(solve_mapping(b))
+
+
+def test_problem_is_not_aliased_to_caller_lists():
+    gpus, speeds, domains = [8] * 4, [1.5, 1.0, 1.5, 1.0], [0] * 4
+    p = MappingProblem(gpus, speeds, domains, 2, 16)
+    speeds[:] = [1.0] * 4  # mutating the caller's list must not change the problem
+    assert p.unit_speed == (1.5, 1.0, 1.5, 1.0)
+    assert solve_mapping(p).stage_units == ((0, 2), (1, 3))
+
+
+def test_optimum_does_not_depend_on_unit_order():
+    """Relabelling the units permutes the mappings, so the optimal objective is unchanged."""
+    rng = random.Random(11)
+    for _ in range(6):
+        n = rng.choice((16, 24, 32))
+        gpus = [rng.choice((4, 8)) for _ in range(n)]
+        speeds = [rng.choice((1.0, 1.3, 1.8)) for _ in range(n)]
+        domains = [rng.randrange(3) for _ in range(n)]
+        penalty = rng.choice((0.0, 0.2))
+        p = MappingProblem(gpus, speeds, domains, 3, 16, penalty)
+        perm = list(range(n))
+        rng.shuffle(perm)
+        q = MappingProblem([gpus[i] for i in perm], [speeds[i] for i in perm],
+                           [domains[i] for i in perm], 3, 16, penalty)
+        a, b = solve_mapping(p), solve_mapping(q)
+        assert a.optimal and b.optimal
+        assert a.objective == pytest.approx(b.objective, rel=1e-9)
+        assert sorted(a.stage_speed) == sorted(b.stage_speed)
+
+
+# ---------------------------------------------------------------------------------------
+# 7. Validation
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(unit_gpus=[8, 8], unit_speed=[1.0], unit_domain=[0, 0]), "differ in length"),
+    (dict(unit_domain=[0]), "differ in length"),
+    (dict(unit_speed=[1.0, 0.0]), "unit_speed must be finite and > 0"),
+    (dict(unit_speed=[1.0, -2.0]), "unit_speed must be finite and > 0"),
+    (dict(unit_speed=[1.0, math.nan]), "unit_speed must be finite and > 0"),
+    (dict(unit_speed=[1.0, math.inf]), "unit_speed must be finite and > 0"),
+    (dict(unit_gpus=[8, 0]), "unit_gpus must be positive integers"),
+    (dict(unit_gpus=[8, 2.5]), "unit_gpus must be positive integers"),
+    (dict(unit_domain=[0, 0.5]), "unit_domain must be integers"),
+    (dict(num_stages=0), "must be >= 1"),
+    (dict(gpus_per_stage=0), "must be >= 1"),
+    (dict(domain_span_penalty=-0.1), "domain_span_penalty must be finite and >= 0"),
+    (dict(domain_span_penalty=math.inf), "domain_span_penalty must be finite and >= 0"),
+    (dict(time_limit_s=0), "time_limit_s must be > 0"),
+])
+def test_invalid_problem_is_rejected(kwargs, message):
+    args = dict(unit_gpus=[8, 8], unit_speed=[1.0, 1.0], unit_domain=[0, 0], num_stages=1,
+                gpus_per_stage=8)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        MappingProblem(**args)
+
+
+@pytest.mark.parametrize("gpus, stages, gps, message", [
+    ([8, 8, 8], 1, 12, "no set of units sums to exactly 12 GPUs"),  # unreachable size
+    ([8, 8], 3, 8, "need 24 GPUs, the units hold 16"),  # too few GPUs
+    ([16, 4, 4], 2, 8, "cannot form 2 disjoint stages of exactly 8 GPUs"),  # 16 never fits
+])
+def test_infeasible_problems_raise_in_every_solver(gpus, stages, gps, message):
+    p = MappingProblem(gpus, [1.0] * len(gpus), [0] * len(gpus), stages, gps)
+    assert issubclass(InfeasibleMapping, ValueError)
+    for solve in (solve_mapping, brute_force_mapping):
+        with pytest.raises(InfeasibleMapping, match=message):
+            solve(p)
+    assert not any(True for _ in _all_mappings(p))
+
+
+def test_megatron_straddle_is_infeasible_but_solver_finds_a_mapping():
+    """Units of 4, 8, 4 GPUs into stages of 8: in listing order the 8-GPU unit would straddle
+    stages 0 and 1; the solver pairs the two 4-GPU units instead."""
+    p = MappingProblem([4, 8, 4], [1.0, 2.0, 1.0], [0, 0, 0], 2, 8)
+    with pytest.raises(InfeasibleMapping, match="straddle"):
+        megatron_mapping(p)
+    got = solve_mapping(p)
+    assert got.stage_units == ((0, 2), (1,))
+    assert got.objective == pytest.approx(1.0 + 2.0)
+    assert got.optimal and brute_force_mapping(p) == got
+
+
+@pytest.mark.parametrize("stages, message", [
+    ([(0, 1)], "1 stages given, 2 expected"),
+    ([(0, 1), ()], "stage 1 is empty"),
+    ([(0, 1), (2, 9)], "unit 9 out of range"),
+    ([(0, 1), (1, 2)], "unit 1 is in more than one stage"),
+    ([(0, 1), (2,)], "stage 1 holds 8 GPUs, 16 needed"),
+])
+def test_mapping_objective_rejects_invalid_stage_units(stages, message):
+    p = MappingProblem([8] * 4, [1.0] * 4, [0] * 4, 2, 16)
+    with pytest.raises(ValueError, match=message):
+        mapping_objective(p, stages)
+
+
+# ---------------------------------------------------------------------------------------
+# 8. Large aggregated case
+# ---------------------------------------------------------------------------------------
+
+def test_large_cluster_of_four_classes_is_solved_optimally():
+    """2048 nodes x 8 GPUs whose speeds cycle 1.0, 1.3, 1.6, 2.0 in listing order; 16 stages
+    of 128 nodes. Megatron puts every speed in every stage (16 x 1.0); four stages of each kind
+    give 4 x (1.0 + 1.3 + 1.6 + 2.0) = 23.6, the most possible since only 512 nodes (4 stages)
+    of each speed exist and a stage is no faster than its slowest node."""
+    levels = (1.0, 1.3, 1.6, 2.0)
+    n = 2048
+    p = MappingProblem([8] * n, [levels[u % 4] for u in range(n)], [u // 32 for u in range(n)],
+                       16, 8 * 128, time_limit_s=10.0)
+    assert len(unit_classes(p)) == 4  # no penalty: the domain is not part of a class
+    base = megatron_mapping(p)
+    assert base.objective == pytest.approx(16 * 1.0)
+    got = solve_mapping(p)
+    _check_well_formed(p, got)
+    assert got.optimal
+    assert got.objective >= base.objective - 1e-9
+    assert got.objective == pytest.approx(4 * sum(levels))
+    assert sorted(got.stage_speed) == sorted(levels * 4)
+    for st in got.stage_units:  # every stage is made of one kind of node
+        assert len({p.unit_speed[u] for u in st}) == 1
