@@ -35,6 +35,8 @@ Overlap assumptions (explicit, each a Megatron option in ``ParallelConfig``):
 """
 from __future__ import annotations
 
+import itertools
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -244,12 +246,12 @@ def _stage_cost(ctx: _Context, stage: int, layers: list[int],
     n_recompute = _fully_recomputed(cfg, layers)
     views = ctx.views[stage]
     parts = [0.0] * 6
-    for i, layer in enumerate(layers):
-        key = (m.is_moe_layer(layer), m.window(layer), i < n_recompute, id(views.tp),
-               id(views.cp), id(views.ep))
-        if key not in cache:
-            cache[key] = _layer_cost(ctx, views, layer, i < n_recompute)
-        parts = [a + b for a, b in zip(parts, cache[key])]
+    for recomputed, (lo, hi) in ((True, (0, n_recompute)), (False, (n_recompute, len(layers)))):
+        for kind, count, layer in _kind_counts(m, layers, lo, hi):
+            key = (kind, recomputed, id(views.tp), id(views.cp), id(views.ep))
+            if key not in cache:
+                cache[key] = _layer_cost(ctx, views, layer, recomputed)
+            parts = [a + count * b for a, b in zip(parts, cache[key])]
     k = cfg.seq_slices
     if stage == cfg.pp - 1:  # LM head and loss: forward + 2x backward
         parts[0] += 3 * k * lm_head_forward_time(m, ctx.slice_shard, ctx.rates, ctx.prof)
@@ -271,12 +273,49 @@ def _layer_tables(model: ModelSpec) -> tuple[tuple[tuple[float, float], ...], tu
     return params, kinds
 
 
+@lru_cache(maxsize=32)
+def _prefix_tables(model: ModelSpec) -> tuple[list[float], list[float], dict[tuple, list[int]],
+                                               dict[tuple, int]]:
+    """Prefix sums over layers of the (non-expert, expert) parameters and of each layer kind's
+    count, and a representative layer of each kind: sums over a stage's contiguous layers in
+    O(1). Layers of one kind cost and store the same (keys of the caches in this module)."""
+    params, kinds = _layer_tables(model)
+    dense = list(itertools.accumulate((p[0] for p in params), initial=0.0))
+    expert = list(itertools.accumulate((p[1] for p in params), initial=0.0))
+    counts = {kind: list(itertools.accumulate((k == kind for k in kinds), initial=0))
+              for kind in dict.fromkeys(kinds)}
+    return dense, expert, counts, {kind: kinds.index(kind) for kind in counts}
+
+
+def _contiguous(layers: list[int]) -> bool:
+    return not layers or layers[-1] - layers[0] == len(layers) - 1
+
+
+def _kind_counts(model: ModelSpec, layers: list[int], lo: int, hi: int
+                 ) -> list[tuple[tuple, int, int]]:
+    """(kind, count, a layer of that kind) for the stage's layers ``layers[lo:hi]``."""
+    if hi <= lo:
+        return []
+    _, _, counts, first = _prefix_tables(model)
+    if _contiguous(layers):
+        a, b = layers[0] + lo, layers[0] + hi
+        return [(kind, c[b] - c[a], first[kind]) for kind, c in counts.items() if c[b] > c[a]]
+    kinds = _layer_tables(model)[1]
+    tally = Counter(kinds[l] for l in layers[lo:hi])
+    return [(kind, tally[kind], first[kind]) for kind in counts if tally[kind]]
+
+
 def _stage_params(model: ModelSpec, cfg: ParallelConfig, stage: int,
                   layers: list[int]) -> tuple[float, float]:
     """(non-expert, expert) parameters one GPU of ``stage`` holds, after TP/EP splits."""
-    table = _layer_tables(model)[0]
-    dense = sum(table[l][0] for l in layers)
-    expert = sum(table[l][1] for l in layers)
+    if layers and _contiguous(layers):
+        dense_p, expert_p, _, _ = _prefix_tables(model)
+        dense = dense_p[layers[-1] + 1] - dense_p[layers[0]]
+        expert = expert_p[layers[-1] + 1] - expert_p[layers[0]]
+    else:
+        table = _layer_tables(model)[0]
+        dense = sum(table[l][0] for l in layers)
+        expert = sum(table[l][1] for l in layers)
     vocab = model.vocab_size * model.hidden_size
     if stage == 0:
         dense += vocab + model.position_embeddings * model.hidden_size
@@ -302,7 +341,7 @@ def _memory(ctx: _Context, stage: int, layers: list[int], capacity: float) -> Me
     cfg, model, m = ctx.cfg, ctx.model, ctx.cfg.micro_batches(ctx.workload)
     dense, expert = _stage_params(model, cfg, stage, layers)
     weights, grads, optim = state_bytes(dense, expert, cfg.dp * cfg.cp, cfg.expert_dp, cfg.zero)
-    params, kinds = _layer_tables(model)
+    params = _layer_tables(model)[0]
     if cfg.zero >= 3:  # one layer gathered at a time, forward and backward prefetch
         weights += 2 * 2 * max((sum(params[l]) for l in layers), default=0.0) / cfg.tp
     shape = ActivationShape(ctx.shard.tokens, ctx.workload.seq_len, cfg.tp, cfg.expert_tp,
@@ -310,16 +349,10 @@ def _memory(ctx: _Context, stage: int, layers: list[int], capacity: float) -> Me
                             cfg.moe_imbalance)
     k = cfg.seq_slices
     n_full = _fully_recomputed(cfg, layers)
-    cache: dict[tuple, float] = {}  # layers of one kind and recompute mode store the same
-
-    def act(i: int, layer: int) -> float:
-        mode = "full" if i < n_full else cfg.recompute
-        key = (kinds[layer], mode)
-        if key not in cache:
-            cache[key] = layer_activation_bytes(model, layer, shape, mode)
-        return cache[key]
-
-    per_mb = sum(act(i, l) for i, l in enumerate(layers))
+    segments = (("full", 0, n_full), (cfg.recompute, n_full, len(layers)))
+    per_mb = sum(count * layer_activation_bytes(model, layer, shape, mode)
+                 for mode, lo, hi in segments
+                 for _, count, layer in _kind_counts(model, layers, lo, hi))
     if k > 1:  # SlimPipe: min(m k, k + p - s - 1) slices of 1/k micro-batch each
         activations = per_mb * min(m * k, k + cfg.pp - stage - 1) / k
     else:
@@ -353,6 +386,17 @@ def estimate_memory(model: ModelSpec, cluster: Cluster, workload: Workload, cfg:
     split = config_stage_layers(model.num_layers, cfg)
     return max((_memory(ctx, s, layers, cluster.min_hbm_bytes) for s, layers in enumerate(split)),
                key=lambda mb: mb.peak_bytes)
+
+
+def memory_fits(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: ParallelConfig,
+                prof: Profile) -> bool:
+    """Whether every stage of ``cfg`` fits (``estimate_memory(...).fits``), stopping at the
+    first stage that does not: the first (most activations in flight) and the last (logits)
+    are checked before the others."""
+    ctx = _make_context(model, cluster, workload, cfg, prof, ())
+    split = config_stage_layers(model.num_layers, cfg)
+    order = [0] + ([len(split) - 1] if len(split) > 1 else []) + list(range(1, len(split) - 1))
+    return all(_memory(ctx, s, split[s], cluster.min_hbm_bytes).fits for s in order)
 
 
 def bubble_s(cfg: ParallelConfig, stages: tuple[StageCost, ...]) -> float:

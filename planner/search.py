@@ -37,7 +37,7 @@ from cost_models.groups import stage_views
 from cost_models.model_spec import ModelSpec
 from cost_models.parallel import ParallelConfig, Workload
 from cost_models.profile import Profile
-from cost_models.step import Estimate, compute_floor_s, estimate, estimate_memory
+from cost_models.step import Estimate, compute_floor_s, estimate, estimate_memory, memory_fits
 from planner.errors import InfeasibleError
 from solvers.search_space import (Degrees, SpaceLimits, degree_tuples, micro_batch_sizes,
                                   vpp_sizes)
@@ -103,34 +103,39 @@ def base_config(d: Degrees, micro_batch: int = 1) -> ParallelConfig:
                           sequence_parallel=d.tp > 1, zero=1)
 
 
-def _recompute_options(cfg: ParallelConfig, layers_per_chunk: int) -> list[ParallelConfig]:
-    """Recompute choices, least recomputation first: none, selective, then full recompute of
-    1, 2, ... layers per chunk, then of all of them."""
-    return ([replace(cfg, recompute="none"), replace(cfg, recompute="selective")]
-            + [replace(cfg, recompute="full", recompute_layers=n)
-               for n in range(1, layers_per_chunk)]
-            + [replace(cfg, recompute="full", recompute_layers=None)])
+def _recompute_option(cfg: ParallelConfig, layers_per_chunk: int, i: int) -> ParallelConfig:
+    """The ``i``-th recompute choice, least recomputation first: none, selective, then full
+    recompute of 1, 2, ... layers per chunk, then of all of them (``layers_per_chunk + 2``
+    choices in all; built on demand, the bisection below looks at few of them)."""
+    if i == 0:
+        return replace(cfg, recompute="none")
+    if i == 1:
+        return replace(cfg, recompute="selective")
+    n = i - 1
+    return replace(cfg, recompute="full", recompute_layers=n if n < layers_per_chunk else None)
 
 
-def _least_fitting(options: list[ParallelConfig], fits: Callable[[ParallelConfig], bool]
-                   ) -> tuple[int | None, int]:
-    """Index of the first option that fits, and how many were checked. The first two (none,
-    selective) are checked in turn; among the full-recompute ones memory falls as more layers
-    are recomputed, so they are bisected."""
+def _least_fitting(count: int, option: Callable[[int], ParallelConfig],
+                   fits: Callable[[ParallelConfig], bool]) -> tuple[ParallelConfig | None, int, int]:
+    """The first of ``count`` options that fits (option, index; None, count if none does) and
+    how many were checked. The first two (none, selective) are checked in turn; among the
+    full-recompute ones memory falls as more layers are recomputed, so they are bisected."""
     tried = 0
-    for i in range(min(2, len(options))):
+    for i in range(min(2, count)):
         tried += 1
-        if fits(options[i]):
-            return i, tried
-    lo, hi, found = 2, len(options) - 1, None
+        candidate = option(i)
+        if fits(candidate):
+            return candidate, i, tried
+    lo, hi, found = 2, count - 1, None
     while lo <= hi:
         mid = (lo + hi) // 2
         tried += 1
-        if fits(options[mid]):
-            found, hi = mid, mid - 1
+        candidate = option(mid)
+        if fits(candidate):
+            found, hi = (candidate, mid), mid - 1
         else:
             lo = mid + 1
-    return found, tried
+    return (found[0], found[1], tried) if found else (None, count, tried)
 
 
 def _fitting_options(model: ModelSpec, cluster: Cluster, workload: Workload,
@@ -140,15 +145,15 @@ def _fitting_options(model: ModelSpec, cluster: Cluster, workload: Workload,
     ZeRO 0 is never faster than 1: all-reduce moves more than reduce-scatter + all-gather and
     the optimizer steps the unsharded states). Returns the options and how many were tried."""
     layers_per_chunk = -(-model.num_layers // (cfg.pp * cfg.vpp))
-    options = _recompute_options(cfg, layers_per_chunk)
-    tried, limit, found = 0, len(options), []
+    tried, limit, found = 0, layers_per_chunk + 2, []
     for zero in ZERO_STAGES:
-        staged = [replace(o, zero=zero) for o in options[:limit]]
-        level, checked = _least_fitting(
-            staged, lambda c: estimate_memory(model, cluster, workload, c, prof).fits)
+        staged = replace(cfg, zero=zero)
+        option, level, checked = _least_fitting(
+            limit, lambda i: _recompute_option(staged, layers_per_chunk, i),
+            lambda c: memory_fits(model, cluster, workload, c, prof))
         tried += checked
-        if level is not None:
-            found.append(staged[level])
+        if option is not None:
+            found.append(option)
             limit = level  # a higher stage must recompute strictly less to be worth it
         if limit == 0:
             break
@@ -240,7 +245,7 @@ def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, pro
                      ) -> tuple[Estimate | None, int, int] | None:
     """The fastest fitting option of one degree tuple, with the counts of options estimated and
     pruned by memory; None when the tuple's memory lower bound already does not fit."""
-    if not estimate_memory(model, cluster, workload, _frugal(d), prof).fits:
+    if not memory_fits(model, cluster, workload, _frugal(d), prof):
         return None
     limits = space_limits(model, cluster, workload)
     views = None
