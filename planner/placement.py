@@ -75,7 +75,27 @@ def mapping_problem(model: ModelSpec, cluster: Cluster, workload: Workload, est:
 def best_placement(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
                    prof: Profile) -> Estimate:
     """The fastest of Megatron's order and the CP-SAT placements, each with its best layer
-    partition. Returns an estimate whose ``node_order`` is the placement (None: listing order)."""
+    partition. Returns an estimate whose ``node_order`` is the placement (None: listing order).
+
+    On a mixed cluster the search's pick may be an interleaved schedule, whose even chunks the
+    partition DP cannot reshape; the same degrees with 1F1B and ZB-H1 are placed too, since
+    giving slow stages fewer layers can beat interleaving there."""
+    if est.config.pp == 1 or _uniform(cluster):
+        return _place(model, cluster, workload, est, prof)
+    variants = [est]
+    if est.config.vpp > 1:
+        for zb in (False, True):
+            cfg = replace(est.config, vpp=1, zero_bubble=zb, stage_layer_counts=None)
+            other = estimate(model, cluster, workload, cfg, prof)
+            if other.memory.fits:
+                variants.append(other)
+    placed = [_place(model, cluster, workload, v, prof) for v in variants]
+    return min(placed, key=lambda e: round(e.step_time_s, 12))
+
+
+def _place(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
+           prof: Profile) -> Estimate:
+    """Megatron's order and the CP-SAT placements of ``est``'s configuration, the fastest."""
     megatron = refine_partition(model, cluster, workload, est, prof)
     if est.config.pp == 1 or _uniform(cluster):
         return megatron

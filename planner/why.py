@@ -40,10 +40,10 @@ def why_line(best: Estimate, runner_up: Estimate | None) -> str:
     """E.g. ``tp=8 pp=4 dp=2, 1f1b: 52% MFU, 12.4 GiB headroom; 6.1% faster than tp=4 ...``."""
     c, gib = best.config, 2**30
     text = (f"{degrees_text(best)} with {c.schedule}, micro-batch {c.micro_batch}, "
-            f"{c.recompute} recompute: {best.mfu:.0%} MFU, "
+            f"{'no' if c.recompute == 'none' else c.recompute} recompute: {best.mfu:.0%} MFU, "
             f"{best.memory.headroom_bytes / gib:.1f} GiB memory headroom")
     if runner_up is None:
-        return text + "; the only configuration that fits"
+        return text + "; the only degree tuple searched that fits"
     gain = runner_up.step_time_s / best.step_time_s - 1
     if gain < 0.001:
         return (f"{text}; within {gain:.2%} of the runner-up ({degrees_text(runner_up)}): "

@@ -236,3 +236,30 @@ def test_min_gpus_objective_picks_smallest_subcluster():
                   target_tokens_per_s=target)
     assert small.cluster.num_gpus == 8
     assert small.estimates[0].tokens_per_s_per_gpu * 8 >= target
+
+
+def test_solve_on_mixed_cluster_reconsiders_interleaving_for_the_partition():
+    """Under Megatron's order the search prefers interleaving on the mixed cluster; placed on
+    like nodes, 1F1B/ZB-H1 with a DP partition is faster, and solve must find that."""
+    model, cluster = load_model("llama-3.1-8b"), _alternating_cluster()
+    prof, work = default_profile("H100-SXM5-80GB"), Workload(4096, 64)
+    best = solve(model, cluster, work, prof, SearchSpace(tp=8, pp=2), top_k=1).estimates[0]
+    one_f_one_b = estimate(model, cluster, work, replace(best.config, vpp=1, zero_bubble=False,
+                                                         stage_layer_counts=None), prof)
+    placed = best_placement(model, cluster, work, one_f_one_b, prof)
+    assert best.step_time_s <= placed.step_time_s + 1e-12
+    assert best.config.vpp == 1 and best.config.stage_layer_counts is not None
+
+
+def test_example_cluster_solves_with_cp_sat_placement(tmp_path):
+    example = Path(__file__).resolve().parents[1] / "examples" / "mixed-fabric.yaml"
+    out = tmp_path / "plan.json"
+    result = runner.invoke(app, ["solve", "--cluster", str(example), "--model", "llama-3.1-8b",
+                                 "--global-batch", "64", "--tp", "8", "--pp", "2", "--out",
+                                 str(out)], env=ENV)
+    assert result.exit_code == 0, result.output
+    plan = plan_from_json(out.read_text())
+    hosts = [n["host"] for n in plan.nodes]
+    # node ranks 0-1 form one stage, 2-3 the other: like nodes together
+    assert {h.split("-")[1] for h in hosts[:2]} != {"fast", "slow"}
+    assert {h.split("-")[1] for h in hosts[2:]} != {"fast", "slow"}
