@@ -3,10 +3,12 @@
 Pipeline time (Narayanan et al., SC'21, sec. 2.2): with m micro-batches, p stages, v model
 chunks per stage and per-micro-batch stage times t_i, a step takes m*max(t_i) +
 (p-1)/v * mean(t_i); for equal stages that is the paper's (m + (p-1)/v) * t, whose bubble
-fraction is (p-1)/(v*m). ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", sec. 3.1)
-defers each backward's weight-gradient half W into the cool-down and so shrinks the bubble to
-(p-1)(T_F + T_B - T_W) = (p-1) * mean(t_i - w_i), w_i the stage's weight-gradient time, at
-1F1B's peak memory. ``solvers.pipeline_sim`` checks these closed forms event by event.
+fraction is (p-1)/(v*m). ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", sec. 3.1
+and Table 2) defers each backward's weight-gradient part W into the cool-down and so shrinks
+the bubble to (p-1)(T_F + T_B - T_W), T_B the input-gradient part, when T_W <= min(T_F, T_B)
+(``solvers.pipeline_sim.bubble_closed_form_s``: (p-1)(T_F + T_B - min(T_W, T_F, T_B))), at
+1F1B's peak memory. Per stage, with w_i its weight-gradient time and T_F, T_B taken as equal
+halves of t_i - w_i: (p-1) * mean(t_i - w_i - min(w_i, (t_i - w_i)/2)). ``solvers.pipeline_sim`` checks these closed forms event by event.
 
 SlimPipe (Li et al. 2025, arXiv 2504.14519; ``ParallelConfig.seq_slices = k``): each
 micro-batch of a 1F1B pipeline is cut into k sequence slices whose causal-attention cost is
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -132,15 +135,21 @@ class Estimate:
         return self.model_tflops_per_gpu * 1e12 / self.peak_flops_per_gpu
 
 
-def config_stage_layers(num_layers: int, cfg: ParallelConfig) -> list[list[int]]:
+def config_stage_layers(num_layers: int, cfg: ParallelConfig) -> tuple[tuple[int, ...], ...]:
     """Layers of each stage: ``cfg.stage_layer_counts`` when set, else :func:`stage_layers`."""
     if cfg.stage_layer_counts is None:
         return stage_layers(num_layers, cfg.pp, cfg.vpp)
-    starts = [sum(cfg.stage_layer_counts[:s]) for s in range(cfg.pp)]
-    return [list(range(a, a + n)) for a, n in zip(starts, cfg.stage_layer_counts)]
+    return _counted_layers(tuple(cfg.stage_layer_counts))
 
 
-def stage_layers(num_layers: int, pp: int, vpp: int) -> list[list[int]]:
+@lru_cache(maxsize=1024)
+def _counted_layers(counts: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    starts = [sum(counts[:s]) for s in range(len(counts))]
+    return tuple(tuple(range(a, a + n)) for a, n in zip(starts, counts))
+
+
+@lru_cache(maxsize=1024)  # the search asks for the same few splits thousands of times
+def stage_layers(num_layers: int, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:
     """Layers of each stage: the layers are cut into p*v contiguous chunks and chunk j goes to
     stage j mod p (Megatron's interleaved assignment; v = 1 is the plain split).
 
@@ -153,8 +162,8 @@ def stage_layers(num_layers: int, pp: int, vpp: int) -> list[list[int]]:
                                                           abs(j - (chunks - 1) / 2), j))
     sizes = [base + (1 if j in middle_first[:extra] else 0) for j in range(chunks)]
     starts = [sum(sizes[:j]) for j in range(chunks)]
-    return [[layer for j in range(s, chunks, pp) for layer in range(starts[j], starts[j] + sizes[j])]
-            for s in range(pp)]
+    return tuple(tuple(layer for j in range(s, chunks, pp)
+                       for layer in range(starts[j], starts[j] + sizes[j])) for s in range(pp))
 
 
 @dataclass(frozen=True)
@@ -231,7 +240,7 @@ def _layer_cost(ctx: _Context, views: GroupViews, layer: int,
     return fwd + bwd, recompute, tp_fwd + tp_bwd, cp_fwd + cp_bwd, 2 * ep, weight_grad
 
 
-def _fully_recomputed(cfg: ParallelConfig, layers: list[int]) -> int:
+def _fully_recomputed(cfg: ParallelConfig, layers: Sequence[int]) -> int:
     """How many of a stage's layers full recompute covers (``recompute_layers`` per chunk)."""
     if cfg.recompute != "full":
         return 0
@@ -240,7 +249,7 @@ def _fully_recomputed(cfg: ParallelConfig, layers: list[int]) -> int:
     return min(len(layers), cfg.recompute_layers * cfg.vpp)
 
 
-def _stage_cost(ctx: _Context, stage: int, layers: list[int],
+def _stage_cost(ctx: _Context, stage: int, layers: Sequence[int],
                 cache: dict[tuple, tuple[float, ...]]) -> StageCost:
     cfg, m = ctx.cfg, ctx.model
     n_recompute = _fully_recomputed(cfg, layers)
@@ -287,11 +296,11 @@ def _prefix_tables(model: ModelSpec) -> tuple[list[float], list[float], dict[tup
     return dense, expert, counts, {kind: kinds.index(kind) for kind in counts}
 
 
-def _contiguous(layers: list[int]) -> bool:
+def _contiguous(layers: Sequence[int]) -> bool:
     return not layers or layers[-1] - layers[0] == len(layers) - 1
 
 
-def _kind_counts(model: ModelSpec, layers: list[int], lo: int, hi: int
+def _kind_counts(model: ModelSpec, layers: Sequence[int], lo: int, hi: int
                  ) -> list[tuple[tuple, int, int]]:
     """(kind, count, a layer of that kind) for the stage's layers ``layers[lo:hi]``."""
     if hi <= lo:
@@ -306,7 +315,7 @@ def _kind_counts(model: ModelSpec, layers: list[int], lo: int, hi: int
 
 
 def _stage_params(model: ModelSpec, cfg: ParallelConfig, stage: int,
-                  layers: list[int]) -> tuple[float, float]:
+                  layers: Sequence[int]) -> tuple[float, float]:
     """(non-expert, expert) parameters one GPU of ``stage`` holds, after TP/EP splits."""
     if layers and _contiguous(layers):
         dense_p, expert_p, _, _ = _prefix_tables(model)
@@ -337,7 +346,7 @@ def _dp_comm(ctx: _Context, stage: int, dense: float, expert: float) -> tuple[fl
     return grads, params
 
 
-def _memory(ctx: _Context, stage: int, layers: list[int], capacity: float) -> MemoryBreakdown:
+def _memory(ctx: _Context, stage: int, layers: Sequence[int], capacity: float) -> MemoryBreakdown:
     cfg, model, m = ctx.cfg, ctx.model, ctx.cfg.micro_batches(ctx.workload)
     dense, expert = _stage_params(model, cfg, stage, layers)
     weights, grads, optim = state_bytes(dense, expert, cfg.dp * cfg.cp, cfg.expert_dp, cfg.zero)
@@ -349,7 +358,8 @@ def _memory(ctx: _Context, stage: int, layers: list[int], capacity: float) -> Me
                             cfg.moe_imbalance)
     k = cfg.seq_slices
     n_full = _fully_recomputed(cfg, layers)
-    segments = (("full", 0, n_full), (cfg.recompute, n_full, len(layers)))
+    rest_mode = "none" if cfg.recompute == "full" else cfg.recompute  # past recompute_layers
+    segments = (("full", 0, n_full), (rest_mode, n_full, len(layers)))
     per_mb = sum(count * layer_activation_bytes(model, layer, shape, mode)
                  for mode, lo, hi in segments
                  for _, count, layer in _kind_counts(model, layers, lo, hi))
@@ -400,11 +410,14 @@ def memory_fits(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: Par
 
 
 def bubble_s(cfg: ParallelConfig, stages: tuple[StageCost, ...]) -> float:
-    """Pipeline bubble of the schedule (module docstring): (p-1)/v * mean(t_i), for ZB-H1
-    (p-1) * mean(t_i - w_i), for SlimPipe with k slices (p-1)/k * mean(t_i)."""
-    mean_s = sum(s.total_s for s in stages) / len(stages)
+    """Pipeline bubble of the schedule (module docstring): (p-1)/v * mean(t_i); for ZB-H1
+    (p-1) * mean(t_i - w_i - min(w_i, (t_i - w_i)/2)); for SlimPipe with k slices
+    (p-1)/k * mean(t_i)."""
     if cfg.zero_bubble:
-        mean_s -= sum(s.weight_grad_s for s in stages) / len(stages)
+        rest = [s.total_s - s.weight_grad_s for s in stages]
+        per = [r - min(s.weight_grad_s, r / 2) for r, s in zip(rest, stages)]
+        return (cfg.pp - 1) * sum(per) / len(per)
+    mean_s = sum(s.total_s for s in stages) / len(stages)
     return (cfg.pp - 1) / (cfg.vpp * cfg.seq_slices) * mean_s
 
 
@@ -535,7 +548,9 @@ def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg
     shape = ActivationShape(ctx.shard.tokens, workload.seq_len, cfg.tp, cfg.expert_tp,
                             cfg.sequence_parallel, ctx.shard.unfused_attention, cfg.dropout,
                             cfg.moe_imbalance)
-    acts = [layer_activation_bytes(model, l, shape, cfg.recompute) / k for l in layers]
+    # partial full recompute (recompute_layers) is modelled as none: times and bytes agree
+    mode = "full" if recomputed else ("none" if cfg.recompute == "full" else cfg.recompute)
+    acts = [layer_activation_bytes(model, l, shape, mode) / k for l in layers]
     vocab = model.vocab_size * model.hidden_size / cfg.tp
     emb = sum(state_bytes(vocab + model.position_embeddings * model.hidden_size / cfg.tp, 0.0,
                           dp_shard, edp, cfg.zero))
@@ -544,7 +559,7 @@ def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg
     logits = 8 * ctx.shard.tokens / k * model.vocab_size / cfg.tp
     m = cfg.micro_batches(workload)
     limit = (cluster.min_hbm_bytes - prof.reserved_bytes) / (1 + prof.fragmentation_fraction)
-    if cfg.recompute == "full":  # one layer's full activations live during its recompute
+    if recomputed:  # one layer's full activations live during its recompute
         limit -= max(layer_activation_bytes(model, l, shape, "none") for l in layers) / k
     in_flight = tuple(min(m * k, k + cfg.pp - s - 1) if k > 1 else in_flight_chunks(s, cfg.pp, 1, m)
                       for s in range(cfg.pp))  # slices of 1/k micro-batch (acts are per slice)

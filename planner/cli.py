@@ -23,6 +23,7 @@ from planner.estimate_json import estimate_to_dict
 from planner.files import write_atomic
 from planner.estimation import (DEFAULT_GPU, ClusterChoice, ParallelChoice, checked_estimate,
                                 load_profile, make_config, make_workload, resolve_cluster)
+from planner.clusters import OPTIONS_SOURCE
 from planner.models import load_model, model_presets
 from planner.presets_report import render_gpu_catalog, render_model_presets
 from planner.report import render_estimate
@@ -242,6 +243,9 @@ def solve(
     from planner.solve import solve as run_solve
     from planner.solve_report import render_solve
 
+    if objective.value == "min-gpus" and not target_tokens_per_s:
+        raise SpecError(OPTIONS_SOURCE, "--target-tokens-per-s", "a positive number with "
+                        "--objective min-gpus", target_tokens_per_s)
     spec = load_model(model)
     hardware = resolve_cluster(ClusterChoice(cluster, gpu, nodes, gpus_per_node), DEFAULT_GPU)
     workload = make_workload(seq_len, global_batch, precision.value)

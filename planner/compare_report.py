@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.plan import Plan
-from planner.solve_report import plan_bottleneck
+from planner.solve_report import plan_bottleneck, schedule_text
 
 GIB = 2**30
 
@@ -40,8 +40,7 @@ ROWS: tuple[Row, ...] = (
     ("pp", lambda p: p.config["pp"], None),
     ("dp", lambda p: p.config["dp"], None),
     ("ep / etp", lambda p: f"{p.config['ep']} / {p.prediction['config']['expert_tp']}", None),
-    ("schedule", lambda p: p.schedule + (f" v{p.config['vpp']}" if p.config["vpp"] > 1
-                                         else ""), None),
+    ("schedule", schedule_text, None),
     ("micro-batch", lambda p: p.config["micro_batch"], None),
     ("micro-batches", lambda p: p.micro_batches, None),
     ("recompute", lambda p: p.config["recompute"] + (

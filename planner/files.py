@@ -23,6 +23,9 @@ def write_atomic_bytes(path: Path, data: bytes, mode: int | None = None) -> None
         if mode is not None:
             os.chmod(tmp, mode)
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise SpecError(str(path), "", f"a writable file path ({err.strerror})") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -19,7 +19,7 @@ from cost_models.profile import Profile
 from cost_models.step import Estimate, estimate, partition_inputs
 from cost_models.groups import stage_views
 from planner.slicing import refine_partition
-from solvers.mapping import InfeasibleMapping, MappingProblem, solve_mapping
+from solvers.mapping import InfeasibleMapping, MappingProblem, MappingTimeout, solve_mapping
 from topologies.cluster import Cluster
 from topologies.spec import cluster_from_dict
 
@@ -42,7 +42,8 @@ def _group_speed(model: ModelSpec, cluster: Cluster, group_index: int, workload:
     """
     from planner.plan import cluster_to_plain  # the cluster as a spec, to cut one group out
 
-    cfg = replace(est.config, pp=1, vpp=1, stage_layer_counts=None, zero_bubble=False)
+    cfg = replace(est.config, pp=1, vpp=1, stage_layer_counts=None, zero_bubble=False,
+                  seq_slices=1)
     spec = cluster_to_plain(cluster)
     group = dict(spec["node_groups"][group_index])
     nodes = -(-cfg.num_gpus // group["gpus_per_node"])
@@ -101,7 +102,7 @@ def _place(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate
         return megatron
     try:
         mapping = solve_mapping(mapping_problem(model, cluster, workload, est, prof))
-    except InfeasibleMapping:
+    except (InfeasibleMapping, MappingTimeout):
         return megatron
     order = [n for stage in mapping.stage_units for n in stage]
     candidates = [megatron]

@@ -95,12 +95,14 @@ def space_limits(model: ModelSpec, cluster: Cluster, workload: Workload) -> Spac
         max_tp=min(domain, MAX_TP_GPUS), mla=model.mla is not None)
 
 
-def base_config(d: Degrees, micro_batch: int = 1) -> ParallelConfig:
-    """The planner's defaults for a degree tuple: sequence parallelism with TP, the
-    distributed optimizer, overlapped gradient reduce and parameter gather, flash attention."""
+def base_config(d: Degrees, micro_batch: int = 1, seq_len: int | None = None) -> ParallelConfig:
+    """The planner's defaults for a degree tuple: sequence parallelism with TP (when each CP
+    rank's tokens split evenly over the TP ranks), the distributed optimizer, overlapped
+    gradient reduce and parameter gather, flash attention."""
+    sp = d.tp > 1 and (seq_len is None or (seq_len // d.cp) % d.tp == 0)
     return ParallelConfig(tp=d.tp, pp=d.pp, dp=d.dp, cp=d.cp, ep=d.ep,
                           etp=None if d.etp == d.tp else d.etp, micro_batch=micro_batch,
-                          sequence_parallel=d.tp > 1, zero=1)
+                          sequence_parallel=sp, zero=1)
 
 
 def _recompute_option(cfg: ParallelConfig, layers_per_chunk: int, i: int) -> ParallelConfig:
@@ -220,6 +222,12 @@ def search(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile
     ranked = tuple(sorted(best, key=rank_key)[:top_k])
     stats = SearchStats(len(tuples), pruned_tuples, estimated, pruned_options,
                         time.perf_counter() - start, pruned_bound)
+    if not ranked and tuples and estimated + pruned_options == 0 and pruned_tuples < len(tuples):
+        raise InfeasibleError(
+            f"no configuration of {model.name} on {cluster.num_gpus} GPUs can use the allowed "
+            f"schedules {', '.join(space.schedules)} (interleaved 1F1B and ZB-H1 need pipeline "
+            f"parallelism, slimpipe also sequences of at least {SLIMPIPE_MIN_SEQ:,} tokens; "
+            f"1f1b covers pp = 1)")
     if not ranked:
         raise InfeasibleError(infeasible_reason(model, cluster, workload, prof, tuples))
     return SearchResult(ranked, stats)
@@ -234,7 +242,7 @@ def tuple_floor_s(model: ModelSpec, cluster: Cluster, workload: Workload, prof: 
     for mb in micro_batch_sizes(limits, d.dp):
         if space.micro_batch is not None and mb != space.micro_batch:
             continue
-        base = base_config(d, mb)
+        base = base_config(d, mb, workload.seq_len)
         for v in vpp_sizes(model.num_layers, d.pp, base.micro_batches(workload)):
             floors.append(compute_floor_s(model, cluster, workload, replace(base, vpp=v), prof))
     return min(floors, default=0.0)
@@ -254,7 +262,8 @@ def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, pro
     for mb in micro_batch_sizes(limits, d.dp):
         if space.micro_batch is not None and mb != space.micro_batch:
             continue
-        for variant in _schedule_variants(model, base_config(d, mb), workload, space):
+        for variant in _schedule_variants(model, base_config(d, mb, workload.seq_len), workload,
+                                          space):
             fitting, tried = _fitting_options(model, cluster, workload, variant, prof)
             pruned += tried - len(fitting)
             for option in fitting:

@@ -35,7 +35,7 @@ def _recompute_text(config: dict) -> str:
     return config["recompute"]
 
 
-def _schedule_text(plan: Plan) -> str:
+def schedule_text(plan: Plan) -> str:
     c = plan.config
     if c["vpp"] > 1:
         return f"{plan.schedule.replace('interleaved-', 'int-')} v{c['vpp']}"
@@ -51,7 +51,7 @@ def plan_row(plan: Plan) -> list[str]:
     layout = "even" if c["stage_layer_counts"] is None else "DP"
     placement = "listing" if plan.node_order == sorted(plan.node_order) else "CP-SAT"
     mem = p["memory"]
-    return [str(c["tp"]), str(c["cp"]), str(c["pp"]), str(c["dp"]), ep, _schedule_text(plan),
+    return [str(c["tp"]), str(c["cp"]), str(c["pp"]), str(c["dp"]), ep, schedule_text(plan),
             str(c["micro_batch"]), _recompute_text(c), str(c["zero"]), layout, placement,
             f"{p['tokens_per_s_per_gpu']:,.0f}", f"{p['mfu']:.1%}", f"{p['step_time_s']:.2f}",
             f"{(mem['capacity_bytes_per_gpu'] - mem['peak_bytes_per_gpu']) / GIB:.1f}",

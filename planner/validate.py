@@ -50,6 +50,7 @@ def plan_problems(plan: Plan) -> list[str]:
     problems += _rank_problems(plan, cluster, cfg)
     problems += _group_problems(plan, cfg)
     problems += _stage_problems(plan, model.num_layers, cfg.pp)
+    problems += _prediction_problems(plan.prediction)
     problems += _memory_problems(plan.prediction)
     if model.is_moe and (cfg.ep < 1 or model.moe.num_experts % cfg.ep):
         problems.append(f"ep={cfg.ep} leaves some of the {model.moe.num_experts} experts "
@@ -148,7 +149,29 @@ def _stage_problems(plan: Plan, num_layers: int, pp: int) -> list[str]:
     return []
 
 
+PREDICTION_KEYS = ("config", "memory", "mfu", "stage_memory", "stages", "step_time_s", "tiers",
+                   "time", "tokens_per_s_per_gpu")
+TIME_KEYS = ("bubble_s", "compute_s", "cp_comm_s", "dp_comm_s", "ep_comm_s", "optimizer_s",
+             "pp_comm_s", "recompute_s", "step_s", "tp_comm_s")
+
+
+def _prediction_problems(prediction: Any) -> list[str]:
+    """The prediction holds what the reports read (``planner estimate``'s JSON keys)."""
+    if not isinstance(prediction, dict):
+        return ["prediction is not an object"]
+    missing = [k for k in PREDICTION_KEYS if k not in prediction]
+    if missing:
+        return [f"prediction lacks {missing}"]
+    time = prediction["time"]
+    if not isinstance(time, dict) or any(not isinstance(time.get(k), (int, float))
+                                         for k in TIME_KEYS):
+        return [f"prediction.time needs numbers for {list(TIME_KEYS)}"]
+    return []
+
+
 def _memory_problems(prediction: dict[str, Any]) -> list[str]:
+    if not isinstance(prediction, dict):
+        return []
     return [f"stage {m['stage']} needs {m['peak_bytes'] / 2**30:.1f} GiB per GPU, it has "
             f"{m['capacity_bytes'] / 2**30:.1f} GiB" for m in prediction.get("stage_memory", [])
             if m["peak_bytes"] > m["capacity_bytes"]]

@@ -17,7 +17,7 @@ from cost_models.model_spec import ModelSpec
 from cost_models.parallel import ParallelConfig, Workload
 from planner.plan import Plan
 
-_INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "zero")
+_INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "zero", "seq_slices")
 _BOOL_FIELDS = ("sequence_parallel", "dropout", "overlap_grad_reduce", "overlap_param_gather",
                 "tp_comm_overlap", "zero_bubble")
 _MODEL_INTS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
