@@ -262,10 +262,14 @@ def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, pro
     for mb in micro_batch_sizes(limits, d.dp):
         if space.micro_batch is not None and mb != space.micro_batch:
             continue
+        memo: dict[ParallelConfig, list[ParallelConfig]] = {}
         for variant in _schedule_variants(model, base_config(d, mb, workload.seq_len), workload,
                                           space):
-            fitting, tried = _fitting_options(model, cluster, workload, variant, prof)
-            pruned += tried - len(fitting)
+            plain = replace(variant, zero_bubble=False)  # ZB-H1 holds 1F1B's activations
+            if plain not in memo:
+                memo[plain], tried = _fitting_options(model, cluster, workload, plain, prof)
+                pruned += tried - len(memo[plain])
+            fitting = [replace(o, zero_bubble=variant.zero_bubble) for o in memo[plain]]
             for option in fitting:
                 if views is None:
                     views = stage_views(cluster, option)
