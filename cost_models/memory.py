@@ -125,8 +125,12 @@ def layer_activation_bytes(model: ModelSpec, layer: int, sh: ActivationShape,
     return sh.tokens * per_token
 
 
-def in_flight_chunks(stage: int, pp: int, vpp: int, micro_batches: int) -> int:
-    """Model chunks whose activations stage ``stage`` holds at its peak (see docstring)."""
+def in_flight_chunks(stage: int, pp: int, vpp: int, micro_batches: int, slices: int = 1) -> int:
+    """Model chunks whose activations stage ``stage`` holds at its peak (see docstring). With
+    SlimPipe's ``slices`` (1F1B, vpp = 1) the count is of slices, each 1/slices of a
+    micro-batch: min(m k, k + p - s - 1) (Li et al. 2025; ``solvers.slimpipe``)."""
+    if slices > 1:
+        return min(micro_batches * slices, slices + pp - stage - 1)
     if vpp == 1:
         return min(pp - stage, micro_batches)
     return min((pp - stage - 1) * 2 + (vpp - 1) * pp + 1, micro_batches * vpp)

@@ -363,10 +363,8 @@ def _memory(ctx: _Context, stage: int, layers: Sequence[int], capacity: float) -
     per_mb = sum(count * layer_activation_bytes(model, layer, shape, mode)
                  for mode, lo, hi in segments
                  for _, count, layer in _kind_counts(model, layers, lo, hi))
-    if k > 1:  # SlimPipe: min(m k, k + p - s - 1) slices of 1/k micro-batch each
-        activations = per_mb * min(m * k, k + cfg.pp - stage - 1) / k
-    else:
-        activations = per_mb * in_flight_chunks(stage, cfg.pp, cfg.vpp, m) / cfg.vpp
+    # chunks (or SlimPipe slices) in flight, each 1/vpp (1/k) of a micro-batch
+    activations = per_mb * in_flight_chunks(stage, cfg.pp, cfg.vpp, m, k) / (cfg.vpp * k)
     if cfg.recompute == "full" and n_full and layers:  # one layer's full activations
         activations += layer_activation_bytes(model, layers[0], shape, "none") / k
     logits = (8 * ctx.shard.tokens / k * model.vocab_size / cfg.tp) if stage == cfg.pp - 1 else 0.0
@@ -561,7 +559,7 @@ def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg
     limit = (cluster.min_hbm_bytes - prof.reserved_bytes) / (1 + prof.fragmentation_fraction)
     if recomputed:  # one layer's full activations live during its recompute
         limit -= max(layer_activation_bytes(model, l, shape, "none") for l in layers) / k
-    in_flight = tuple(min(m * k, k + cfg.pp - s - 1) if k > 1 else in_flight_chunks(s, cfg.pp, 1, m)
-                      for s in range(cfg.pp))  # slices of 1/k micro-batch (acts are per slice)
+    # slices of 1/k micro-batch when slicing (acts above are per slice)
+    in_flight = tuple(in_flight_chunks(s, cfg.pp, 1, m, k) for s in range(cfg.pp))
     return PartitionInputs(tuple(base), tuple(slowdown), head, tuple(states), tuple(acts),
                            in_flight, emb, head_states + logits, limit)
