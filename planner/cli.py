@@ -2,7 +2,8 @@
 
 Commands: ``presets`` (models, clusters, GPUs), ``topo show|list`` (clusters), ``estimate``
 (step time and memory of one parallel configuration), ``solve`` (search, place, slice: the best
-plans), ``explain`` / ``compare`` (plan files), ``emit`` (launch configs of a plan). Errors are caught once, in the top-level
+plans), ``explain`` / ``compare`` (plan files), ``emit`` (launch configs of a plan), ``experts``
+(MoE expert placement: ``planner.cli_experts``). Errors are caught once, in the top-level
 group (:class:`PlannerGroup`), so the console script and ``CliRunner`` behave the same: a
 :class:`~planner.errors.PlannerError`, a usage error or a cost model's ``ValueError`` prints one
 line ``error: ...`` on stderr and exits with its code (2 for bad input, 3 for infeasible).
@@ -68,6 +69,10 @@ app = typer.Typer(cls=PlannerGroup, no_args_is_help=True, add_completion=False,
                   help="Plan the parallelism of LLM training on a GPU cluster.")
 topo_app = typer.Typer(no_args_is_help=True, help="Cluster topologies: node groups and tiers.")
 app.add_typer(topo_app, name="topo")
+
+from planner.cli_experts import experts_app  # noqa: E402  (a sub-app of this group)
+
+app.add_typer(experts_app, name="experts")
 
 
 class PresetKind(str, Enum):

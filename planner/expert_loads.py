@@ -1,0 +1,159 @@
+"""Per-layer expert loads from files, and synthetic loads for tests and demos.
+
+Accepted files (``load_expert_loads``):
+
+* SGLang's expert-distribution JSON ``{"logical_count": [layers][experts]}`` (what
+  ``--init-expert-location`` reads), or ``[steps][layers][experts]`` (a time series);
+* a JSON list of the same shapes;
+* CSV: one row per layer, one column per expert (a non-numeric first row is a header);
+* NPY: ``[layers, experts]`` or ``[steps, layers, experts]``.
+
+Loads are token counts (token, top-k slot assignments) or any non-negative weights. Layers whose
+counts are all zero (dense layers, as in SGLang's DeepSeek-V3 files) are kept in the array and
+reported as dense by :attr:`ExpertLoads.moe_layers`.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from planner.errors import SpecError
+
+
+@dataclass(frozen=True)
+class ExpertLoads:
+    """``series`` is ``[steps, layers, experts]`` (one step for an aggregate file)."""
+
+    series: np.ndarray
+    source: str
+
+    @property
+    def total(self) -> np.ndarray:
+        """Aggregate loads ``[layers, experts]`` (sum over steps)."""
+        return self.series.sum(0)
+
+    @property
+    def moe_layers(self) -> tuple[int, ...]:
+        """Indices of layers with any load (the others are dense)."""
+        return tuple(int(i) for i in np.flatnonzero(self.total.sum(1) > 0))
+
+    @property
+    def num_experts(self) -> int:
+        return int(self.series.shape[2])
+
+
+def load_expert_loads(path: Path) -> ExpertLoads:
+    """Read a loads file (see the module docstring); bad input raises :class:`SpecError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(str(path), "", "an existing expert-loads file (.json, .csv or .npy)")
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        array, field = _read_npy(path), "array"
+    elif suffix == ".csv":
+        array, field = _read_csv(path), "rows"
+    elif suffix == ".json":
+        array, field = _read_json(path)
+    else:
+        raise SpecError(str(path), "", f"a .json, .csv or .npy file, not '{suffix or path.name}'")
+    return ExpertLoads(_checked(array, str(path), field), str(path))
+
+
+def _read_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as err:
+        raise SpecError(str(path), "", f"a numeric NPY array ({err})") from None
+
+
+def _read_csv(path: Path) -> np.ndarray:
+    rows = [r for r in csv.reader(path.read_text(encoding="utf-8").splitlines()) if r]
+    if rows and not _numeric(rows[0][0]):
+        rows = rows[1:]
+    try:
+        return np.array([[float(x) for x in r] for r in rows], dtype=np.float64)
+    except ValueError:
+        bad = next(i for i, r in enumerate(rows) if not all(_numeric(x) for x in r))
+        raise SpecError(str(path), f"row {bad + 1}", "numbers only (one row per layer, one "
+                        "column per expert)") from None
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _read_json(path: Path) -> tuple[np.ndarray, str]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise SpecError(str(path), "", f"valid JSON ({err})") from None
+    field = "logical_count"
+    if isinstance(data, dict):
+        if "logical_count" not in data:
+            raise SpecError(str(path), "logical_count", "SGLang's {\"logical_count\": "
+                            "[layers][experts]} or a list of lists", sorted(data)[:5])
+        data = data["logical_count"]
+    else:
+        field = "(top level)"
+    try:
+        return np.array(data, dtype=np.float64), field
+    except (ValueError, TypeError):
+        raise SpecError(str(path), field, "a rectangular [layers][experts] or "
+                        "[steps][layers][experts] array of numbers") from None
+
+
+def _checked(array: np.ndarray, source: str, field: str) -> np.ndarray:
+    if array.ndim == 2:
+        array = array[None]
+    if array.ndim != 3 or min(array.shape) < 1:
+        raise SpecError(source, field, "a [layers][experts] or [steps][layers][experts] array",
+                        f"shape {list(array.shape)}")
+    if not np.all(np.isfinite(array)) or np.any(array < 0):
+        raise SpecError(source, field, "finite, non-negative loads")
+    if array.shape[2] < 2:
+        raise SpecError(source, field, "at least 2 experts per layer", array.shape[2])
+    if not np.any(array.sum((0, 2)) > 0):
+        raise SpecError(source, field, "at least one layer with non-zero loads")
+    return array
+
+
+def synthetic_loads(
+    layers: int = 4,
+    experts: int = 64,
+    steps: int = 32,
+    tokens_per_step: int = 16384,
+    top_k: int = 8,
+    zipf_s: float = 1.0,
+    drift_every: int = 8,
+    drift_fraction: float = 0.25,
+    seed: int = 0,
+) -> np.ndarray:
+    """Zipf-skewed routing counts ``[steps, layers, experts]`` with a drifting hot set.
+
+    Each layer ranks its experts by a random permutation; expert of rank ``r`` gets
+    probability proportional to ``1 / r**zipf_s``. Every ``drift_every`` steps a
+    ``drift_fraction`` of the ranks are reshuffled (the hot set drifts). Each step draws
+    ``tokens_per_step * top_k`` assignments from a multinomial. Deterministic per seed.
+    """
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, experts + 1) ** zipf_s
+    perms = [rng.permutation(experts) for _ in range(layers)]
+    out = np.zeros((steps, layers, experts))
+    for step in range(steps):
+        if step and step % drift_every == 0:
+            for p in perms:
+                idx = rng.choice(experts, size=max(2, int(drift_fraction * experts)), replace=False)
+                p[idx] = p[rng.permutation(idx)]
+        for layer, p in enumerate(perms):
+            prob = np.empty(experts)
+            prob[p] = weights / weights.sum()
+            out[step, layer] = rng.multinomial(tokens_per_step * top_k, prob)
+    return out
