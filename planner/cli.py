@@ -240,6 +240,11 @@ def solve(
         help="Write every shown plan as plan-01.json, plan-02.json, ... in this folder.")] = None,
     output_format: Annotated[OutputFormat, typer.Option(
         "--format", help="table for people, json for tools (the plans).")] = OutputFormat.table,
+    expert_loads: Annotated[Optional[Path], typer.Option(
+        help="MoE models: per-layer expert loads (see 'planner experts plan'); adds an "
+             "expert-placement section to every plan with expert parallelism.")] = None,
+    redundant_experts_per_gpu: Annotated[int, typer.Option(
+        min=0, help="With --expert-loads: redundant expert slots per GPU.")] = 1,
 ) -> None:
     """Search parallel configurations, place them on the cluster, slice the pipeline, and
     print the best plans. Without options: Llama-3.1-70B on 8 nodes of H100 (64 GPUs)."""
@@ -258,9 +263,15 @@ def solve(
     space = SearchSpace(tp=tp, pp=pp, cp=cp, ep=ep, micro_batch=micro_batch,
                         schedules=tuple(s.value for s in schedule) if schedule else
                         SearchSpace().schedules)
+    loads = None
+    if expert_loads is not None:
+        from planner.expert_loads import load_expert_loads
+        loads = load_expert_loads(expert_loads)
     with _progress(output_format is OutputFormat.table) as progress:
         result = run_solve(spec, hardware, workload, profile, space, top_k, objective.value,
                            target_tokens_per_s, progress)
+    if loads is not None:
+        result = _with_experts(result, loads, redundant_experts_per_gpu)
     if out is not None:
         write_atomic(out, plan_to_json(result.plans[0]))
     if out_dir is not None:
@@ -270,6 +281,19 @@ def solve(
         typer.echo("[" + ",\n".join(plan_to_json(p).rstrip() for p in result.plans) + "]")
     else:
         _console().print(render_solve(result.plans, result.stats))
+
+
+def _with_experts(result, loads, redundant: int):
+    """Plans with an expert-placement section, validated again (``planner.experts``)."""
+    from dataclasses import replace
+
+    from planner.experts import with_expert_placement
+    from planner.validate import validate_plan
+
+    cache: dict = {}
+    plans = tuple(validate_plan(with_expert_placement(p, loads, redundant, cache), f"plan {i + 1}")
+                  for i, p in enumerate(result.plans))
+    return replace(result, plans=plans)
 
 
 PlanArg = Annotated[Path, typer.Argument(help="A plan file written by 'planner solve --out'.")]

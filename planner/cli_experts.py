@@ -20,6 +20,11 @@ LoadsArg = Annotated[Optional[Path], typer.Argument(
          "[layers x experts] or [steps x layers x experts]. Omitted: a synthetic demo.")]
 
 
+class Quotas(str, Enum):
+    realtime = "realtime"
+    static = "static"
+
+
 class Format(str, Enum):
     table = "table"
     json = "json"
@@ -64,7 +69,11 @@ def plan(
                                               "file's steps, or drifted copies of its loads.")] = False,
     drift: Annotated[float, typer.Option(min=0, help="Robust mode, one-step file: log-normal "
                                                      "sigma of per-expert drift.")] = 0.15,
-    scenarios: Annotated[int, typer.Option(min=2, help="Robust mode: drifted scenarios.")] = 8,
+    scenarios: Annotated[int, typer.Option(min=2, help="Robust mode: drifted scenarios.")] = 16,
+    quotas: Annotated[Quotas, typer.Option(
+        help="Robust mode: 'realtime' if the runtime re-plans token quotas every step "
+             "(planner.experts.realtime_quotas), 'static' if it keeps the plan's split ratios."
+    )] = Quotas.realtime,
     locality_slack: Annotated[Optional[float], typer.Option(
         min=0, help="Trade balance for locality: accept busiest/mean up to (1+slack) x the "
                     "best to cut cross-node dispatch.")] = None,
@@ -95,8 +104,8 @@ def plan(
     data = _loads(loads)
     options = ExpertOptions(gpus, gpus_per_node,
                             _slots(data.num_experts, gpus, slots_per_gpu, redundant_per_gpu),
-                            robust, drift, scenarios, locality_slack, migration_weight,
-                            expert_mb * 1e6)
+                            robust, drift, scenarios, quotas.value, locality_slack,
+                            migration_weight, expert_mb * 1e6)
     cur = _read_current(current) if current is not None else None
     with _progress(len(data.moe_layers), output_format is Format.table) as tick:
         result = plan_experts(data, options, cur, tick)

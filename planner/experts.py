@@ -39,7 +39,8 @@ class ExpertOptions:
     slots_per_gpu: int
     robust: bool = False
     drift_sigma: float = 0.15
-    scenarios: int = 8
+    scenarios: int = 16
+    robust_quotas: str = "realtime"
     locality_slack: float | None = None
     migration_weight: float = 0.0
     expert_bytes: float = 0.0
@@ -126,7 +127,7 @@ def _plan_one(loads: ExpertLoads, layer: int, layout: ExpertLayout, options: Exp
         series = loads.series[:, layer]
         scen = series if series.shape[0] > 1 else drift_scenarios(w, options.drift_sigma,
                                                                    options.scenarios, seed=layer)
-        placed = plan_layer(scen, layout)
+        placed = plan_layer(scen, layout, robust_quotas=options.robust_quotas)
     else:
         placed = plan_layer(w[None], layout, locality_slack=options.locality_slack)
     if current is None:
@@ -286,3 +287,34 @@ def _int_array(rows: Any, source: str, field: str) -> np.ndarray:
     if arr.ndim != 2 or np.any(arr < 0):
         raise SpecError(source, field, "[layers][slots] of non-negative expert ids")
     return arr
+
+
+def with_expert_placement(plan, loads: ExpertLoads, redundant_per_gpu: int = 1,
+                          cache: dict | None = None):
+    """``plan`` with an ``expert_placement`` section for its EP group (MoE plans, ``ep > 1``).
+
+    The loads' MoE layers map in order onto the model's MoE layers; the EP group is ``ep``
+    GPUs with ``experts / ep + redundant_per_gpu`` slots each. Plans without expert
+    parallelism come back unchanged. ``cache`` shares placements between plans of one EP size.
+    """
+    from dataclasses import replace
+
+    model, cfg = plan.model_spec(), plan.parallel_config()
+    if model.moe is None:
+        raise SpecError(loads.source, "", f"an MoE model for --expert-loads ({model.name} is dense)")
+    if loads.num_experts != model.moe.num_experts:
+        raise SpecError(loads.source, "experts", f"{model.moe.num_experts} experts per layer "
+                        f"for {model.name}", loads.num_experts)
+    if len(loads.moe_layers) != sum(model.moe_layers):
+        raise SpecError(loads.source, "layers", f"{sum(model.moe_layers)} MoE layers with "
+                        f"non-zero loads for {model.name}", len(loads.moe_layers))
+    if cfg.ep <= 1:
+        return plan
+    cache = {} if cache is None else cache
+    if cfg.ep not in cache:
+        gpn = min(cfg.ep, min(g.gpus_per_node for g in plan.cluster().node_groups))
+        options = ExpertOptions(cfg.ep, gpn, model.moe.num_experts // cfg.ep + redundant_per_gpu)
+        doc = placement_document(plan_experts(loads, options))
+        doc["ep_size"] = cfg.ep
+        cache[cfg.ep] = doc
+    return replace(plan, expert_placement=cache[cfg.ep])

@@ -165,6 +165,9 @@ def render_explain(plan: Plan, problem: PipelineProblem | None = None,
         parts += [Text("Pipeline timeline", style="bold italic"),
                   timeline_text(result, problem.num_stages),
                   _timeline_note(plan, problem, result)]
+    if plan.expert_placement is not None:
+        from planner.solve_report import expert_placement_line
+        parts.append(Text(expert_placement_line(plan)))
     for note in plan.notes:
         parts.append(Text(f"note: {note}", style="yellow"))
     return Group(*parts)

@@ -16,6 +16,8 @@ A plan file is one JSON object (keys sorted, so the same inputs give the same by
   coordinate on each parallel axis.
 * ``groups``: every process group of each kind (``tp``, ``cp``, ``dp``, ``dp_cp``, ``pp``,
   ``ep``, ``edp``) as lists of global ranks.
+* ``expert_placement`` (only with ``planner solve --expert-loads``): the expert-placement
+  document of :mod:`planner.experts` for one EP group of the plan, plus ``ep_size``.
 * ``prediction``: ``planner estimate --format json``'s object for this plan, plus
   ``stage_memory`` and ``why`` (one line on why it won) and ``search`` (rank among the
   candidates, counts).
@@ -61,6 +63,7 @@ class Plan:
     groups: dict[str, list[list[int]]]
     prediction: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    expert_placement: dict[str, Any] | None = None
 
     @property
     def num_gpus(self) -> int:
@@ -220,7 +223,11 @@ def build_plan(model: ModelSpec, cluster: Cluster, est: Estimate, prof: Profile,
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    return {f.name: getattr(plan, f.name) for f in fields(plan)}
+    """Every field; ``expert_placement`` only when the plan has one (older files stay as they were)."""
+    out = {f.name: getattr(plan, f.name) for f in fields(plan)}
+    if out["expert_placement"] is None:
+        del out["expert_placement"]
+    return out
 
 
 def plan_to_json(plan: Plan) -> str:
@@ -233,7 +240,8 @@ def plan_from_dict(data: dict[str, Any]) -> Plan:
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"unknown plan keys {unknown}")
-    missing = sorted(f.name for f in fields(Plan) if f.name not in data and f.name != "notes")
+    missing = sorted(f.name for f in fields(Plan)
+                     if f.name not in data and f.name not in ("notes", "expert_placement"))
     if missing:
         raise ValueError(f"missing plan keys {missing}")
     return Plan(**data)

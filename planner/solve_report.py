@@ -105,5 +105,17 @@ def render_solve(plans: tuple[Plan, ...], stats: SearchStats) -> RenderableType:
                           f"{best.config['stage_layer_counts']}"))
     if best.node_order != sorted(best.node_order):
         extra.append(Text(f"#1 placement (node rank -> node): {best.node_order}"))
+    extra += [Text(f"#{i + 1} {expert_placement_line(p)}")
+              for i, p in enumerate(plans) if p.expert_placement is not None][:3]
     table, same = top_table(plans, f"Top {len(plans)} plans, fastest first")
     return Group(head, Text(), table, *([same] if same else []), why, *extra, footer)
+
+
+def expert_placement_line(plan: Plan) -> str:
+    """One line on a plan's expert placement (numbers from its summary)."""
+    doc = plan.expert_placement
+    m = doc["summary"]
+    return (f"expert placement (EP{doc['ep_size']}, {doc['slots_per_gpu']} slots per GPU): "
+            f"busiest/mean GPU load {m['mean_ratio_after']:.4f} (EPLB-style "
+            f"{m['mean_ratio_eplb']:.3f}, one replica each {m['mean_ratio_before']:.3f}), mean "
+            f"over {len(doc['moe_layers'])} MoE layers")

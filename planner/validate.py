@@ -60,6 +60,23 @@ def plan_problems(plan: Plan) -> list[str]:
                         f"dp {cfg.dp} != global batch {workload.global_batch}")
     if plan.schedule != cfg.schedule:
         problems.append(f"schedule '{plan.schedule}' but the config runs '{cfg.schedule}'")
+    if plan.expert_placement is not None:
+        problems += _plan_expert_problems(plan.expert_placement, model, cfg)
+    return problems
+
+
+def _plan_expert_problems(doc: dict[str, Any], model, cfg) -> list[str]:
+    if model.moe is None:
+        return ["expert_placement given for a dense model"]
+    problems = expert_placement_problems(doc)
+    if doc.get("num_experts") != model.moe.num_experts:
+        problems.append(f"expert_placement has {doc.get('num_experts')} experts, the model "
+                        f"{model.moe.num_experts}")
+    if doc.get("num_gpus") != cfg.ep or doc.get("ep_size") != cfg.ep:
+        problems.append(f"expert_placement spans {doc.get('num_gpus')} GPUs, the EP group {cfg.ep}")
+    if len(doc.get("moe_layers", [])) != sum(model.moe_layers):
+        problems.append(f"expert_placement covers {len(doc.get('moe_layers', []))} MoE layers, "
+                        f"the model has {sum(model.moe_layers)}")
     return problems
 
 

@@ -200,22 +200,65 @@ def chain_placement(w: np.ndarray, layout: ExpertLayout, heavy_count: int, gpu_o
     return phy2log
 
 
-def replication_placement(w: np.ndarray, layout: ExpertLayout) -> np.ndarray:
-    """EPLB-like start for few slots: replicas to max load-per-replica, pieces packed LPT."""
-    G, S, E = layout.num_gpus, layout.slots_per_gpu, layout.num_experts
-    counts = np.ones(E)
-    for _ in range(G * S - E):
+def greedy_counts(w: np.ndarray, num_slots: int) -> np.ndarray:
+    """EPLB's replica counts: each redundant slot to the max load-per-replica expert."""
+    counts = np.ones(w.shape[0], dtype=np.int64)
+    for _ in range(num_slots - w.shape[0]):
         counts[int(np.argmax(w / counts))] += 1
-    pieces = np.repeat(np.arange(E), counts.astype(int))
+    return counts
+
+
+def replication_placement(w: np.ndarray, layout: ExpertLayout, counts: np.ndarray | None = None) -> np.ndarray:
+    """Even-split pieces of the replica ``counts`` (default :func:`greedy_counts`) packed
+    heaviest first onto the least-loaded GPU with a free slot, avoiding a second replica of
+    the same expert on one GPU where possible."""
+    G, S, E = layout.num_gpus, layout.slots_per_gpu, layout.num_experts
+    counts = greedy_counts(w, layout.num_slots) if counts is None else counts
+    pieces = np.repeat(np.arange(E), counts)
     size = (w / counts)[pieces]
-    per_gpu: list[list[int]] = [[] for _ in range(G)]
-    heap = [(0.0, g) for g in range(G)]
+    holds = np.zeros((G, E), dtype=bool)
+    used = np.zeros(G, dtype=np.int64)
+    load = np.zeros(G)
+    phy2log = np.empty(G * S, dtype=np.int64)
     for p in np.argsort(-size, kind="stable"):
-        load, g = heapq.heappop(heap)
-        per_gpu[g].append(int(pieces[p]))
-        if len(per_gpu[g]) < S:
-            heapq.heappush(heap, (load + size[p], g))
-    return np.concatenate([sorted(c) for c in per_gpu]).astype(np.int64)
+        e = int(pieces[p])
+        open_load = np.where(used < S, load, np.inf)
+        fresh = np.where(holds[:, e], np.inf, open_load)
+        g = int(np.argmin(fresh if np.isfinite(fresh).any() else open_load))
+        phy2log[g * S + used[g]] = e
+        holds[g, e] = True
+        used[g] += 1
+        load[g] += size[p]
+    return np.sort(phy2log.reshape(G, S), axis=1).ravel()
+
+
+def improve_counts(w: np.ndarray, layout: ExpertLayout, max_evals: int) -> tuple[np.ndarray, QuotaSolution]:
+    """Local search over replica counts (packing by :func:`replication_placement`, quotas by
+    flow): move one redundant replica from an expert with several to an expert on the
+    binding GPUs while that lowers the optimum."""
+    counts = greedy_counts(w, layout.num_slots)
+    best = replication_placement(w, layout, counts)
+    sol = _quotas(w, best, layout)
+    evals = 0
+    while evals < max_evals:
+        S = layout.slots_per_gpu
+        on_binding = {int(e) for g in sol.binding_gpus for e in best[g * S:(g + 1) * S]}
+        takers = sorted(on_binding, key=lambda e: -w[e] / counts[e])
+        givers = sorted(np.flatnonzero(counts > 1).tolist(), key=lambda e: w[e] / counts[e])
+        improved = False
+        for y, x in itertools.islice(((y, x) for y in takers for x in givers if x != y), 8):
+            trial_counts = counts.copy()
+            trial_counts[x] -= 1
+            trial_counts[y] += 1
+            trial = replication_placement(w, layout, trial_counts)
+            trial_sol = _quotas(w, trial, layout)
+            evals += 1
+            if trial_sol.max_load < sol.max_load - 1e-9 * max(sol.max_load, 1.0):
+                counts, best, sol, improved = trial_counts, trial, trial_sol, True
+                break
+        if not improved:
+            break
+    return best, sol
 
 
 # ----------------------------------------------------------------------------------------
@@ -254,7 +297,7 @@ def improve_by_swaps(w: np.ndarray, phy2log: np.ndarray, layout: ExpertLayout, m
     evals = 0
     while evals < max_evals:
         improved = False
-        for a, b in _swap_candidates(best, sol, layout.slots_per_gpu)[:4]:
+        for a, b in _swap_candidates(best, sol, layout.slots_per_gpu)[:8]:
             trial = best.copy()
             trial[a], trial[b] = trial[b], trial[a]
             trial_sol = _quotas(w, trial, layout)
@@ -286,44 +329,90 @@ def plan_layer(
     layout: ExpertLayout,
     *,
     local_search_evals: int = 10,
+    count_evals: int | None = None,
     locality_slack: float | None = None,
+    robust_quotas: str = "realtime",
 ) -> LayerPlacement:
     """Best candidate placement for one layer; ``scenarios`` is ``[K, E]`` (``K = 1``: nominal).
 
-    Candidates are built on the scenario mean along a node-interleaved chain
-    (:func:`interleaved_gpu_order`: balance does not depend on GPU labels, locality does);
-    each is scored by its worst scenario ratio under the exact quotas of the mean (and, with
-    ``K > 1``, also under the even split and the half-way blend, since static ratios tuned to
-    one load can be brittle). ``locality_slack`` (nominal mode): among candidates within
-    ``(1 + slack)`` of the best ratio, keep the one with the fewest cross-node tokens under
+    Nominal (``K = 1``): candidates (a chain per ``H`` in the grid, along a node-interleaved
+    GPU order - :func:`interleaved_gpu_order`: balance does not depend on GPU labels,
+    locality does - and the EPLB-like :func:`replication_placement`, with a replica-count
+    search when slots are scarce) each get their exact quotas; the best is improved by
+    :func:`improve_by_swaps`. ``locality_slack``: among candidates within ``(1 + slack)`` of
+    the best ratio, keep the one with the fewest cross-node tokens under
     :func:`solvers.expert_quota.locality_quotas` capped at ``(1 + slack)`` times the best.
+
+    Robust (``K > 1``): the score is the worst scenario. ``robust_quotas="realtime"`` assumes
+    the runtime re-plans quotas for each step's loads (:func:`solvers.expert_quota.solve_quotas`),
+    so a candidate's score is its worst per-scenario flow optimum and the grid adds long
+    chains (more replicated experts, more room to re-balance); ``"static"`` scores the
+    static split ratios (exact quotas of the mean, the even split, and their half-way blend)
+    the runtime would keep. The returned split is the best static one for the mean load.
     """
     scenarios = np.atleast_2d(np.asarray(scenarios, dtype=np.float64))
     w = scenarios.mean(0)
     mean = max(w.sum() / layout.num_gpus, 1e-300)
     bound = lp_lower_bound(w, layout) / mean if w.sum() > 0 else 1.0
-    scored = [(worst_ratio(scenarios, p, split, layout.num_gpus), p, split, sol)
-              for p, sol in _candidates(w, layout)
-              for split in _splits(w, p, sol, scenarios.shape[0])]
-    score, phy2log, split, sol = min(scored, key=lambda c: c[0])
-    if local_search_evals and scenarios.shape[0] == 1:
+    if scenarios.shape[0] > 1:
+        score, phy2log, split = _robust(scenarios, w, layout, robust_quotas)
+        return LayerPlacement(phy2log, split, score, min(bound, score))
+    if count_evals is None:  # the replica-count search pays off when slots are scarce
+        count_evals = 30 if layout.num_slots - layout.num_experts < layout.num_gpus - 1 else 0
+    scored = [(worst_ratio(scenarios, p, _split_from_quota(w, p, sol.quota), layout.num_gpus), p, sol)
+              for p, sol in _candidates(w, layout, count_evals, _H_GRID)]
+    score, phy2log, sol = min(scored, key=lambda c: c[0])
+    if local_search_evals:
         phy2log, sol = improve_by_swaps(w, phy2log, layout, local_search_evals)
-        split = _split_from_quota(w, phy2log, sol.quota)
-        score = worst_ratio(scenarios, phy2log, split, layout.num_gpus)
-        scored.append((score, phy2log, split, sol))
-    if locality_slack is not None and scenarios.shape[0] == 1 and w.sum() > 0:
+        score = min(score, sol.max_load / mean)
+        scored.append((score, phy2log, sol))
+    split = _split_from_quota(w, phy2log, sol.quota)
+    if locality_slack is not None and w.sum() > 0:
         phy2log, split = _most_local(w, layout, scored, score, locality_slack)
         score = worst_ratio(scenarios, phy2log, split, layout.num_gpus)
     return LayerPlacement(phy2log, split, score, min(bound, score))
 
 
-def _candidates(w: np.ndarray, layout: ExpertLayout) -> list[tuple[np.ndarray, QuotaSolution]]:
+def _robust(scenarios: np.ndarray, w: np.ndarray, layout: ExpertLayout, quotas: str):
+    if quotas not in ("realtime", "static"):
+        raise ValueError(f"robust_quotas must be 'realtime' or 'static', got {quotas!r}")
+    grid = _H_GRID + ((64, 96, 128) if quotas == "realtime" else ())
+    best = None
+    for p, sol in _candidates(w, layout, 0, tuple(h for h in grid if h <= layout.num_experts)):
+        exact = _split_from_quota(w, p, sol.quota)
+        if quotas == "realtime":
+            options = [(_worst_flow_ratio(scenarios, p, layout), exact)]
+        else:
+            even = even_split(p, w.shape[0])
+            options = [(worst_ratio(scenarios, p, s, layout.num_gpus), s)
+                       for s in (exact, 0.5 * (exact + even), even)]
+        for score, split in options:
+            if best is None or score < best[0] - 1e-12:
+                best = (score, p, split)
+    return best
+
+
+def _worst_flow_ratio(scenarios: np.ndarray, phy2log: np.ndarray, layout: ExpertLayout) -> float:
+    worst = 0.0
+    for x in scenarios:
+        if x.sum() > 0:
+            worst = max(worst, _quotas(x, phy2log, layout).max_load * layout.num_gpus / x.sum())
+    return worst
+
+
+def _candidates(w: np.ndarray, layout: ExpertLayout, count_evals: int,
+                grid: tuple[int, ...]) -> list[tuple[np.ndarray, QuotaSolution]]:
     order = interleaved_gpu_order(layout)
-    built = [chain_placement(w, layout, h, order) for h in _H_GRID if h <= layout.num_experts]
+    built = [chain_placement(w, layout, h, order) for h in grid if h <= layout.num_experts]
     built = [c for c in built if c is not None]
-    if not built or layout.num_slots - layout.num_experts < layout.num_gpus - 1:
-        built.append(replication_placement(w, layout))
-    return [(p, _quotas(w, p, layout)) for p in built]
+    out = [(p, _quotas(w, p, layout)) for p in built]
+    scarce = layout.num_slots - layout.num_experts < layout.num_gpus - 1
+    if count_evals:
+        out.append(improve_counts(w, layout, count_evals))
+    elif scarce or not out or layout.num_experts * layout.num_gpus <= 4096:
+        placement = replication_placement(w, layout)  # the chain needs no help when slots abound
+        out.append((placement, _quotas(w, placement, layout)))
+    return out
 
 
 def _most_local(w, layout: ExpertLayout, scored, best: float, slack: float) -> tuple[np.ndarray, np.ndarray]:
@@ -333,20 +422,12 @@ def _most_local(w, layout: ExpertLayout, scored, best: float, slack: float) -> t
     node_of_slot = layout.node_of_gpu[layout.gpu_of_slot]
     nodes = int(layout.node_of_gpu.max()) + 1
     options = []
-    for score, p, _, _ in scored:
+    for score, p, _ in scored:
         if score <= best * (1 + slack) + 1e-12:
             quota = locality_quotas(w, p, layout.gpu_of_slot, layout.node_of_gpu, cap)
             options.append((cross_node_tokens(w, p, quota, node_of_slot, nodes), p, quota))
     _, p, quota = min(options, key=lambda o: o[0])
     return p, _split_from_quota(w, p, quota)
-
-
-def _splits(w, phy2log, sol: QuotaSolution, num_scenarios: int):
-    exact = _split_from_quota(w, phy2log, sol.quota)
-    if num_scenarios == 1:
-        return [exact]
-    even = even_split(phy2log, w.shape[0])
-    return [exact, 0.5 * (exact + even), even]
 
 
 def plan_layers(
@@ -388,11 +469,14 @@ class MilpResult:
         return 0.0 if self.max_load <= 0 else max(0.0, (self.max_load - self.bound) / self.max_load)
 
 
-def solve_layer_milp(w: np.ndarray, layout: ExpertLayout, time_limit_s: float = 30.0) -> MilpResult:
+def solve_layer_milp(w: np.ndarray, layout: ExpertLayout, time_limit_s: float = 30.0,
+                     hint: np.ndarray | None = None) -> MilpResult:
     """CP-SAT: integer replica counts ``n[e,g]``, integer tokens ``x[e,g]``, min max GPU load.
 
     Loads must be integers (token counts); the optimum is then the integer min-max, equal to
-    the flow optimum of the best placement.
+    the flow optimum of the best placement. ``hint`` (a ``phy2log``, e.g. the heuristic's)
+    seeds the search, so a time-limited solve returns at least that placement, with the
+    solver's bound and gap (medium sizes).
     """
     from ortools.sat.python import cp_model
 
@@ -420,6 +504,8 @@ def solve_layer_milp(w: np.ndarray, layout: ExpertLayout, time_limit_s: float = 
     for g in range(G - 1):
         model.add(loads[g] >= loads[g + 1])
     model.minimize(t)
+    if hint is not None:
+        _add_hint(model, n, x, w_int, hint, layout)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.num_workers = 1
@@ -429,6 +515,20 @@ def solve_layer_milp(w: np.ndarray, layout: ExpertLayout, time_limit_s: float = 
         raise RuntimeError(f"CP-SAT found no placement in {time_limit_s} s (status {solver.status_name(status)})")
     phy2log = np.concatenate([np.repeat(np.arange(E), [solver.value(n[e, g]) for e in range(E)]) for g in range(G)])
     return MilpResult(phy2log.astype(np.int64), float(solver.objective_value), float(solver.best_objective_bound), status == cp_model.OPTIMAL)
+
+
+def _add_hint(model, n, x, w_int, hint: np.ndarray, layout: ExpertLayout) -> None:
+    """Hint replica counts and flow quotas of ``hint``, GPUs sorted by load (the symmetry)."""
+    S = layout.slots_per_gpu
+    sol = _quotas(w_int.astype(np.float64), hint, layout)
+    order = np.argsort(-sol.gpu_load, kind="stable")
+    for new_g, g in enumerate(order):
+        experts = hint[g * S:(g + 1) * S]
+        counts = np.bincount(experts, minlength=layout.num_experts)
+        tokens = np.bincount(experts, weights=sol.quota[g * S:(g + 1) * S], minlength=layout.num_experts)
+        for e in range(layout.num_experts):
+            model.add_hint(n[e, new_g], int(counts[e]))
+            model.add_hint(x[e, new_g], int(round(tokens[e])))
 
 
 def brute_force_layer(w: np.ndarray, layout: ExpertLayout) -> tuple[float, np.ndarray]:
