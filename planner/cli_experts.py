@@ -108,7 +108,7 @@ def plan(
                             migration_weight, expert_mb * 1e6)
     cur = _read_current(current) if current is not None else None
     with _progress(len(data.moe_layers), output_format is Format.table) as tick:
-        result = plan_experts(data, options, cur, tick)
+        result = plan_experts(data, options, cur, tick, str(current))
     doc = validate_expert_placement(placement_document(result), "expert placement")
     text = json.dumps(doc, sort_keys=True) + "\n"
     for path, payload in ((out, text), (sglang, json.dumps(sglang_location(doc)) + "\n"),

@@ -65,15 +65,22 @@ def load_expert_loads(path: Path) -> ExpertLoads:
 
 def _read_npy(path: Path) -> np.ndarray:
     try:
-        return np.load(path, allow_pickle=False)
+        array = np.load(path, allow_pickle=False)
     except (ValueError, OSError) as err:
         raise SpecError(str(path), "", f"a numeric NPY array ({err})") from None
+    if not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
+        raise SpecError(str(path), "array", "integer or float loads", f"dtype {array.dtype}")
+    return array.astype(np.float64)
 
 
 def _read_csv(path: Path) -> np.ndarray:
     rows = [r for r in csv.reader(path.read_text(encoding="utf-8").splitlines()) if r]
     if rows and not _numeric(rows[0][0]):
         rows = rows[1:]
+    ragged = next((i for i, r in enumerate(rows) if len(r) != len(rows[0])), None)
+    if ragged is not None:
+        raise SpecError(str(path), f"row {ragged + 1}", f"{len(rows[0])} columns like row 1 "
+                        "(one column per expert)", len(rows[ragged]))
     try:
         return np.array([[float(x) for x in r] for r in rows], dtype=np.float64)
     except ValueError:

@@ -92,15 +92,14 @@ def trivial_placement(layout: ExpertLayout) -> np.ndarray:
 
 
 def plan_experts(loads: ExpertLoads, options: ExpertOptions, current: np.ndarray | None = None,
-                 progress: Callable[[], None] | None = None) -> ExpertPlacement:
+                 progress: Callable[[], None] | None = None,
+                 current_source: str = "--current") -> ExpertPlacement:
     """Plan every MoE layer of ``loads`` (see the module docstring)."""
     layout = options.layout(loads.num_experts)
     layers = loads.moe_layers
     total = loads.total
-    if current is not None and current.shape != (loads.total.shape[0], layout.num_slots):
-        raise SpecError("--current", "physical_to_logical_map",
-                        f"{total.shape[0]} layers x {layout.num_slots} slots",
-                        f"shape {list(current.shape)}")
+    if current is not None:
+        _check_current(current, layout, layers, total.shape[0], current_source)
     start = time.perf_counter()
     planned = []
     for layer in layers:
@@ -118,6 +117,21 @@ def plan_experts(loads: ExpertLoads, options: ExpertOptions, current: np.ndarray
                       for i, layer in enumerate(layers)])
     return ExpertPlacement(options, layout, total.shape[0], layers, phy2log, split, reports,
                            before, after, loads.source, elapsed)
+
+
+def _check_current(current: np.ndarray, layout: ExpertLayout, layers, num_layers: int,
+                   source: str) -> None:
+    if current.shape != (num_layers, layout.num_slots):
+        raise SpecError(source, "physical_to_logical_map",
+                        f"{num_layers} layers x {layout.num_slots} slots", f"shape {list(current.shape)}")
+    if current.max() >= layout.num_experts:
+        raise SpecError(source, "physical_to_logical_map",
+                        f"expert ids 0..{layout.num_experts - 1}", int(current.max()))
+    for layer in layers:
+        missing = np.setdiff1d(np.arange(layout.num_experts), current[layer])
+        if missing.size:
+            raise SpecError(source, f"physical_to_logical_map[{layer}]",
+                            "a replica of every expert", f"no replica of {missing[:5].tolist()}")
 
 
 def _plan_one(loads: ExpertLoads, layer: int, layout: ExpertLayout, options: ExpertOptions,

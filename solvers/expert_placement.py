@@ -47,7 +47,9 @@ import numpy as np
 
 from solvers.expert_quota import QuotaSolution, solve_quotas
 
-_H_GRID = (1, 2, 4, 8, 12, 16, 24, 32, 48)
+_H_GRID = (2, 4, 8, 16, 24, 32)
+_H_GRID_SMALL = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)  # small instances: flows are cheap
+_NEAR_BOUND = 2e-4  # skip the swap search when the best candidate is this close to the bound
 
 
 @dataclass(frozen=True)
@@ -270,24 +272,29 @@ def _quotas(w: np.ndarray, phy2log: np.ndarray, layout: ExpertLayout) -> QuotaSo
     return solve_quotas(w, phy2log, layout.gpu_of_slot, layout.num_gpus)
 
 
-def _swap_candidates(phy2log: np.ndarray, sol: QuotaSolution, S: int) -> list[tuple[int, int]]:
-    """Slot swaps between the busiest GPU of the binding set and any other GPU, best first,
-    ranked by the two GPUs' new loads under the current quotas (the flow then re-optimises
-    every quota, so this is only the order in which swaps are tried)."""
+def _swap_candidates(phy2log: np.ndarray, sol: QuotaSolution, S: int, gpus: int = 4,
+                     limit: int = 8) -> list[tuple[int, int]]:
+    """Up to ``limit`` slot swaps between a GPU of the binding set (its ``gpus`` busiest) and
+    any other GPU that lower the binding GPU's load, best first by the two GPUs' new loads
+    under the current quotas (the flow then re-optimises every quota, so this is only the
+    order in which swaps are tried)."""
     load, quota = sol.gpu_load, sol.quota
     G = load.shape[0]
     binding = np.array(sol.binding_gpus or (int(np.argmax(load)),), dtype=np.int64)
-    g = int(binding[np.argmax(load[binding])])
     gpu = np.repeat(np.arange(G), S)
     holds = np.zeros((G, int(phy2log.max()) + 1), dtype=bool)
     holds[gpu, phy2log] = True
-    pairs = []
-    for a in range(g * S, (g + 1) * S):
-        worst = np.maximum(load[g] - quota[a] + quota, load[gpu] - quota + quota[a])
-        ok = (gpu != g) & (phy2log != phy2log[a]) & ~holds[gpu, phy2log[a]] & ~holds[g, phy2log]
-        ok &= worst < load[g] * (1 - 1e-9)
-        pairs.extend((float(worst[b]), a, int(b)) for b in np.flatnonzero(ok))
-    return [(a, b) for _, a, b in sorted(pairs)]
+    slots_a = np.concatenate([np.arange(g * S, (g + 1) * S)
+                              for g in binding[np.argsort(-load[binding], kind="stable")][:gpus]])
+    g_a = gpu[slots_a][:, None]
+    new_g = load[g_a] - quota[slots_a][:, None] + quota[None, :]
+    worst = np.maximum(new_g, load[gpu][None, :] - quota[None, :] + quota[slots_a][:, None])
+    ok = (gpu[None, :] != g_a) & (phy2log[None, :] != phy2log[slots_a][:, None])
+    ok &= ~holds[gpu[None, :], phy2log[slots_a][:, None]] & ~holds[g_a, phy2log[None, :]]
+    ok &= new_g < load[g_a] * (1 - 1e-9)  # the other GPU may shed replicated load
+    rows, cols = np.nonzero(ok)
+    best = np.lexsort((cols, slots_a[rows], worst[rows, cols]))[:limit]
+    return [(int(slots_a[rows[i]]), int(cols[i])) for i in best]
 
 
 def improve_by_swaps(w: np.ndarray, phy2log: np.ndarray, layout: ExpertLayout, max_evals: int) -> tuple[np.ndarray, QuotaSolution]:
@@ -297,7 +304,7 @@ def improve_by_swaps(w: np.ndarray, phy2log: np.ndarray, layout: ExpertLayout, m
     evals = 0
     while evals < max_evals:
         improved = False
-        for a, b in _swap_candidates(best, sol, layout.slots_per_gpu)[:8]:
+        for a, b in _swap_candidates(best, sol, layout.slots_per_gpu):
             trial = best.copy()
             trial[a], trial[b] = trial[b], trial[a]
             trial_sol = _quotas(w, trial, layout)
@@ -328,7 +335,7 @@ def plan_layer(
     scenarios: np.ndarray,
     layout: ExpertLayout,
     *,
-    local_search_evals: int = 10,
+    local_search_evals: int | None = None,
     count_evals: int | None = None,
     locality_slack: float | None = None,
     robust_quotas: str = "realtime",
@@ -339,8 +346,10 @@ def plan_layer(
     GPU order - :func:`interleaved_gpu_order`: balance does not depend on GPU labels,
     locality does - and the EPLB-like :func:`replication_placement`, with a replica-count
     search when slots are scarce) each get their exact quotas; the best is improved by
-    :func:`improve_by_swaps`. ``locality_slack``: among candidates within ``(1 + slack)`` of
-    the best ratio, keep the one with the fewest cross-node tokens under
+    :func:`improve_by_swaps` (skipped when already within 0.02% of :func:`lp_lower_bound`).
+    ``locality_slack``: long chains join the candidates (a heavy
+    expert's replicas then span more nodes); among candidates within ``(1 + slack)`` of the
+    best ratio, keep the one with the fewest cross-node tokens under
     :func:`solvers.expert_quota.locality_quotas` capped at ``(1 + slack)`` times the best.
 
     Robust (``K > 1``): the score is the worst scenario. ``robust_quotas="realtime"`` assumes
@@ -357,12 +366,16 @@ def plan_layer(
     if scenarios.shape[0] > 1:
         score, phy2log, split = _robust(scenarios, w, layout, robust_quotas)
         return LayerPlacement(phy2log, split, score, min(bound, score))
+    small = layout.num_experts * layout.num_gpus <= 4096  # flows cost microseconds: search more
     if count_evals is None:  # the replica-count search pays off when slots are scarce
-        count_evals = 30 if layout.num_slots - layout.num_experts < layout.num_gpus - 1 else 0
+        count_evals = 30 if layout.num_slots - layout.num_experts < layout.num_gpus - 1 or small else 0
+    if local_search_evals is None:
+        local_search_evals = 60 if small else 4
+    grid = (_H_GRID_SMALL if small else _H_GRID) + ((64, 96, 128) if locality_slack is not None else ())
     scored = [(worst_ratio(scenarios, p, _split_from_quota(w, p, sol.quota), layout.num_gpus), p, sol)
-              for p, sol in _candidates(w, layout, count_evals, _H_GRID)]
+              for p, sol in _candidates(w, layout, count_evals, grid)]
     score, phy2log, sol = min(scored, key=lambda c: c[0])
-    if local_search_evals:
+    if local_search_evals and score > bound * (1 + _NEAR_BOUND):
         phy2log, sol = improve_by_swaps(w, phy2log, layout, local_search_evals)
         score = min(score, sol.max_load / mean)
         scored.append((score, phy2log, sol))
@@ -434,7 +447,7 @@ def plan_layers(
     loads: np.ndarray,
     layout: ExpertLayout,
     *,
-    local_search_evals: int = 10,
+    local_search_evals: int | None = None,
     locality_slack: float | None = None,
     progress=None,
 ) -> tuple[LayerPlacement, ...]:

@@ -195,7 +195,8 @@ def locality_quotas(
     num_experts, num_gpus = loads.shape[0], node_of_gpu.shape[0]
     num_nodes = int(node_of_gpu.max()) + 1
     w, factor = _scale(loads)
-    origin = (w[:, None] // num_nodes) + (np.arange(num_nodes)[None, :] < (w % num_nodes)[:, None])
+    w, factor = w * num_nodes, factor * num_nodes  # so every node's origin share is whole
+    origin = np.repeat((w // num_nodes)[:, None], num_nodes, axis=1)
     keys, slot_counts = _edges(phy2log, gpu_of_slot, num_gpus)
     edge_e, edge_g = keys // num_gpus, keys % num_gpus
     # Nodes: origins (e, n) 0..E*N-1, GPUs E*N..E*N+G-1, sink last.
