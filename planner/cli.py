@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
+from planner.cli_common import OutputFormat, progress_bar
 from planner.errors import PlannerError, SpecError
 from planner.estimate_json import estimate_to_dict
 from planner.files import write_atomic
@@ -90,11 +91,6 @@ class Recompute(str, Enum):
 class Precision(str, Enum):
     bf16 = "bf16"
     fp8 = "fp8"
-
-
-class OutputFormat(str, Enum):
-    table = "table"
-    json = "json"
 
 
 ClusterOpt = Annotated[Optional[str], typer.Option(
@@ -267,7 +263,7 @@ def solve(
     if expert_loads is not None:
         from planner.expert_loads import load_expert_loads
         loads = load_expert_loads(expert_loads)
-    with _progress(output_format is OutputFormat.table) as progress:
+    with progress_bar("searching", output_format is OutputFormat.table) as progress:
         result = run_solve(spec, hardware, workload, profile, space, top_k, objective.value,
                            target_tokens_per_s, progress)
     if loads is not None:
@@ -368,32 +364,6 @@ def emit(
         executable = name.endswith((".sh", ".sbatch"))
         write_atomic(out_dir / name, text, 0o755 if executable else None)
         typer.echo(f"wrote {out_dir / name}")
-
-
-class _progress:
-    """A rich progress bar over degree tuples (on stderr; off for JSON output)."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.bar = None
-        self.task = None
-
-    def __enter__(self):
-        if not self.enabled:
-            return None
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-        self.bar = Progress("searching", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            console=Console(stderr=True), transient=True)
-        self.bar.__enter__()
-        self.task = self.bar.add_task("search", total=None)
-        return self.update
-
-    def update(self, done: int, total: int) -> None:
-        self.bar.update(self.task, completed=done, total=total)
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import typer
 from rich.console import Console
 
+from planner.cli_common import OutputFormat, progress_bar
 from planner.errors import SpecError
 from planner.files import write_atomic, write_atomic_bytes
 
@@ -23,11 +24,6 @@ LoadsArg = Annotated[Optional[Path], typer.Argument(
 class Quotas(str, Enum):
     realtime = "realtime"
     static = "static"
-
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
 
 
 def _loads(path: Optional[Path]):
@@ -85,12 +81,16 @@ def plan(
                     "the fraction of slots it moves.")] = 0.0,
     expert_mb: Annotated[float, typer.Option(min=0, help="Weights of one expert (MB), for "
                                                          "migration bytes.")] = 0.0,
+    expert_groups: Annotated[int, typer.Option(
+        min=1, help="Expert groups for the EPLB-style baseline's hierarchical mode (DeepSeek-V3: "
+                    "8); 1 compares with EPLB's global policy.")] = 1,
     out: Annotated[Optional[Path], typer.Option(help="Write the placement JSON here.")] = None,
     sglang: Annotated[Optional[Path], typer.Option(
         help="Write SGLang's --init-expert-location file here.")] = None,
     vllm: Annotated[Optional[Path], typer.Option(help="Write vLLM's --eplb-config JSON here.")] = None,
     heatmap: Annotated[Optional[Path], typer.Option(help="Write a before/after GPU-load PNG.")] = None,
-    output_format: Annotated[Format, typer.Option("--format", help="table or json.")] = Format.table,
+    output_format: Annotated[OutputFormat, typer.Option(
+        "--format", help="table or json.")] = OutputFormat.table,
 ) -> None:
     """Plan replica counts, placement and token split ratios for every MoE layer.
 
@@ -105,9 +105,10 @@ def plan(
     options = ExpertOptions(gpus, gpus_per_node,
                             _slots(data.num_experts, gpus, slots_per_gpu, redundant_per_gpu),
                             robust, drift, scenarios, quotas.value, locality_slack,
-                            migration_weight, expert_mb * 1e6)
+                            migration_weight, expert_mb * 1e6, groups=expert_groups)
     cur = _read_current(current) if current is not None else None
-    with _progress(len(data.moe_layers), output_format is Format.table) as tick:
+    with progress_bar("planning layers", output_format is OutputFormat.table,
+                      len(data.moe_layers)) as tick:
         result = plan_experts(data, options, cur, tick, str(current))
     doc = validate_expert_placement(placement_document(result), "expert placement")
     text = json.dumps(doc, sort_keys=True) + "\n"
@@ -117,7 +118,7 @@ def plan(
             write_atomic(path, payload)
     if heatmap is not None:
         write_heatmap_png(result, heatmap)
-    if output_format is Format.json:
+    if output_format is OutputFormat.json:
         typer.echo(text, nl=False)
     else:
         Console().print(render_experts(result))
@@ -127,7 +128,8 @@ def plan(
 def evaluate(
     placement: Annotated[Path, typer.Argument(help="A placement file from 'planner experts plan --out'.")],
     loads: Annotated[Path, typer.Argument(help="Loads to evaluate it on (same formats as plan).")],
-    output_format: Annotated[Format, typer.Option("--format", help="table or json.")] = Format.table,
+    output_format: Annotated[OutputFormat, typer.Option(
+        "--format", help="table or json.")] = OutputFormat.table,
 ) -> None:
     """Evaluate a placement on other loads: static split ratios, even split, and real-time
     quotas re-planned for the exact loads of every step."""
@@ -140,7 +142,7 @@ def evaluate(
         raise SpecError(str(placement), "", f"a readable placement JSON ({err})") from None
     validate_expert_placement(doc, str(placement))
     result = evaluate_document(doc, _loads(loads), str(placement))
-    if output_format is Format.json:
+    if output_format is OutputFormat.json:
         typer.echo(json.dumps(result, sort_keys=True))
     else:
         Console().print(render_evaluation(result))
@@ -172,24 +174,3 @@ def synth(
         np.save(buffer, series)
         write_atomic_bytes(out, buffer.getvalue())
     typer.echo(f"wrote {out} ({steps} steps x {layers} layers x {experts} experts)")
-
-
-class _progress:
-    """A rich progress bar over layers (stderr; off for JSON output)."""
-
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.enabled, self.bar = total, enabled, None
-
-    def __enter__(self):
-        if not self.enabled:
-            return None
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-        self.bar = Progress("planning layers", BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-        self.bar.__enter__()
-        task = self.bar.add_task("layers", total=self.total)
-        return lambda: self.bar.update(task, advance=1)
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(*exc)

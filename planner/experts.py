@@ -2,8 +2,9 @@
 
 ``plan_experts`` plans every MoE layer of a loads file for one expert-parallel group and
 measures each layer before (the current placement, or one replica per expert with no
-redundancy), for the EPLB-style baseline (``solvers.eplb_baseline``, hierarchical when the
-expert groups divide over the nodes, as EPLB itself chooses) and after. The document
+redundancy), for the EPLB-style baseline (``solvers.eplb_baseline``; with ``groups > 1``
+hierarchical when the groups divide over the nodes, as EPLB itself chooses, else global)
+and after. The document
 (``placement_document``) is what ``planner experts plan --out`` writes and what a Plan's
 ``expert_placement`` section holds; ``sglang_location`` and ``vllm_eplb_config`` export it.
 
@@ -27,7 +28,6 @@ from solvers.expert_placement import (ExpertLayout, LayerPlacement, drift_scenar
 from solvers.expert_quota import QuotaSolution, cross_node_tokens, solve_quotas
 
 SCHEMA = "planner.expert-placement/v1"
-DEEPSEEK_GROUPS = 8  # DeepSeek-V3's n_group: the expert groups EPLB's hierarchical mode packs
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class ExpertOptions:
     migration_weight: float = 0.0
     expert_bytes: float = 0.0
     migration_gbps: float = 400.0
-    groups: int = DEEPSEEK_GROUPS
+    groups: int = 1  # expert groups of the baseline's hierarchical mode (DeepSeek-V3: 8)
 
     def layout(self, num_experts: int) -> ExpertLayout:
         try:
