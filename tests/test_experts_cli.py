@@ -253,7 +253,7 @@ def _bad_cases():
         yield pytest.param(name, marks=marks, id=name)
 
 
-@pytest.mark.parametrize("case", _bad_cases())
+@pytest.mark.parametrize("case", list(_bad_cases()))
 def test_bad_plan_input_is_one_line_and_writes_nothing(case, tmp_path):
     build, exit_code, fragments = BAD_PLAN_INPUTS[case][:3]
     out = tmp_path / "out" / "p.json"
