@@ -1,0 +1,69 @@
+"""The reference job under real 4-process torchrun (gloo, CPU) computes the single-process losses."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import app
+
+torch = pytest.importorskip("torch")
+from planner.reference_job import JobShape, _one_f_one_b, reference_losses  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TOLERANCE = 1e-5  # relative: float32 sums in another order (micro-batches, DP all-reduce)
+
+
+def _plan(tmp_path: Path, pp: int) -> Path:
+    out = tmp_path / f"plan-pp{pp}.json"
+    result = CliRunner().invoke(app, [
+        "solve", "--model", "llama-3.1-8b", "--gpu", "H100", "--nodes", "1", "--gpus-per-node", "4",
+        "--tp", "1", "--pp", str(pp), "--schedule", "1f1b", "--global-batch", "8",
+        "--seq-len", "1024", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def _run(plan: Path, record: Path) -> subprocess.CompletedProcess:
+    if shutil.which("torchrun") is None:
+        pytest.skip("torchrun not on PATH")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node=4", "-m", "planner.reference_job", str(plan),
+                           "--out", str(record)], capture_output=True, text=True, timeout=240, env=env)
+
+
+@pytest.mark.parametrize("pp", [2, 4], ids=["dp2xpp2", "pp4"])
+def test_parallel_losses_equal_the_single_process_reference(tmp_path, pp):
+    plan = _plan(tmp_path, pp)
+    record_path = tmp_path / "run.json"
+    result = _run(plan, record_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads(record_path.read_text())
+    dp = record["config"]["dp"]
+    assert record["config"]["pp"] == pp and dp * pp == 4
+    expected = reference_losses(JobShape(num_layers=32, dp=dp))
+    assert len(record["losses"]) == len(expected) == 3
+    for got, want in zip(record["losses"], expected):
+        assert abs(got - want) <= TOLERANCE * abs(want)
+    assert record["plan_inputs_hash"] == json.loads(plan.read_text())["inputs_hash"]
+    assert len(record["step_times_s"]) == 3 and all(t > 0 for t in record["step_times_s"])
+
+
+@pytest.mark.parametrize("stages,micro", [(1, 3), (2, 4), (4, 4), (4, 2), (3, 5)])
+def test_one_f_one_b_order(stages, micro):
+    for stage in range(stages):
+        order = _one_f_one_b(stage, stages, micro)
+        assert sorted(order) == sorted([("F", i) for i in range(micro)] + [("B", i) for i in range(micro)])
+        seen = set()
+        for kind, i in order:  # a backward follows its forward; in flight <= stages - stage
+            assert kind == "F" or ("F", i) in seen
+            seen.add((kind, i))
+            in_flight = sum(1 for k, j in seen if k == "F") - sum(1 for k, j in seen if k == "B")
+            assert in_flight <= stages - stage
