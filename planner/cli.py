@@ -2,7 +2,8 @@
 
 Commands: ``presets`` (models, clusters, GPUs), ``topo show|list`` (clusters), ``estimate``
 (step time and memory of one parallel configuration), ``solve`` (search, place, slice: the best
-plans), ``explain`` / ``compare`` (plan files), ``emit`` (launch configs of a plan), ``experts``
+plans), ``explain`` / ``compare`` (plan files), ``emit`` (launch configs of a plan), ``launch``
+(run a plan here under torchrun: ``planner.launch``), ``experts``
 (MoE expert placement: ``planner.cli_experts``). Errors are caught once, in the top-level
 group (:class:`PlannerGroup`), so the console script and ``CliRunner`` behave the same: a
 :class:`~planner.errors.PlannerError`, a usage error or a cost model's ``ValueError`` prints one
@@ -364,6 +365,49 @@ def emit(
         executable = name.endswith((".sh", ".sbatch"))
         write_atomic(out_dir / name, text, 0o755 if executable else None)
         typer.echo(f"wrote {out_dir / name}")
+
+
+@app.command()
+def launch(
+    plan: PlanArg,
+    script: Annotated[Optional[str], typer.Option(
+        help="Training script every rank runs (default: planner's reference job).")] = None,
+    script_arg: Annotated[Optional[list[str]], typer.Option(
+        help="An argument for the script (repeat the option).")] = None,
+    record: Annotated[Optional[Path], typer.Option(
+        help="Write the run record (JSON) here.")] = None,
+    master_port: Annotated[Optional[int], typer.Option(min=1, max=65535)] = None,
+    dry_run: Annotated[bool, typer.Option(help="Print the command(s), run nothing.")] = False,
+) -> None:
+    """Run a plan on this machine under torchrun (one node), streaming the logs; on a worker
+    failure or Ctrl-C every process of the job is ended. For a plan of several nodes, print
+    the per-node torchrun commands to run on each host."""
+    import os
+    import shlex
+
+    from planner.emit import EmitOptions
+    from planner.emit import emit as run_emit
+    from planner.launch import local_command, run_local, write_launch_record
+    from planner.plan_file import load_plan
+
+    loaded = load_plan(plan)
+    if len(loaded.nodes) > 1:
+        options = EmitOptions(script=script or "train.py", script_args=tuple(script_arg or ()),
+                              plan_path=str(plan))
+        typer.echo(run_emit("torchrun", loaded, options)["torchrun_commands.txt"], nl=False)
+        return
+    cmd = local_command(loaded, plan, script, list(script_arg or []), record, master_port)
+    typer.echo(f"planner launch: {shlex.join(cmd)}", err=True)
+    if dry_run:
+        return
+    result = run_local(cmd, {**os.environ, "PLANNER_PLAN": str(plan)})
+    if script is not None and record is not None:
+        write_launch_record(record, loaded, cmd, result)
+    if result.interrupted:
+        fail("interrupted: every process of the job was ended", 130)
+    if result.exit_code != 0:
+        fail(f"the job failed (torchrun exit code {result.exit_code}; the worker's error is in "
+             "the log above); every process of the job was ended", result.exit_code)
 
 
 def main() -> None:

@@ -124,10 +124,18 @@ class Runtime:
     groups: dict[str, Any]
 
 
-def init(plan: Plan | str | Path, backend: str = "gloo", env: Mapping[str, str] | None = None) -> Runtime:
-    """Check the world, initialise torch.distributed (if needed) and build the plan's groups."""
+def init(plan: Plan | str | Path | None = None, backend: str = "gloo",
+         env: Mapping[str, str] | None = None) -> Runtime:
+    """Check the world, initialise torch.distributed (if needed) and build the plan's groups.
+
+    ``plan`` defaults to the file named by ``PLANNER_PLAN`` (set by ``planner launch`` and by
+    the launch files of ``planner emit``)."""
     import torch.distributed as dist
 
+    if plan is None:
+        plan = (os.environ if env is None else env).get("PLANNER_PLAN")
+        if plan is None:
+            raise WorldMismatch("no plan: pass one to planner.runtime.init or set PLANNER_PLAN")
     if not isinstance(plan, Plan):
         plan = load_plan(Path(plan))
     view = rank_view(plan, env)
