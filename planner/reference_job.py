@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -52,6 +53,9 @@ class JobShape:
     steps: int = 3
     lr: float = 0.05
     seed: int = 0
+    moe_layers: tuple[bool, ...] = ()
+    num_experts: int = 0
+    top_k: int = 0
 
     @property
     def global_batch(self) -> int:
@@ -67,6 +71,8 @@ class Block(nn.Module):
         self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
         self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
         self.fc1, self.fc2 = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
+        self.moe: nn.Module | None = None  # set for MoE layers (the dense MLP then stays unused)
+        self.moe_forward = None  # expert-parallel forward, set by the parallel job
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, h = x.shape
@@ -74,7 +80,155 @@ class Block(nn.Module):
         q, k, v = (t.view(b, s, self.heads, h // self.heads).transpose(1, 2) for t in (q, k, v))
         att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(att.transpose(1, 2).reshape(b, s, h))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        if self.moe is None:
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        ffn = self.moe_forward or self.moe
+        return x + ffn(self.ln2(x))
+
+
+class Expert(nn.Module):
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(hidden, 2 * hidden), nn.Linear(2 * hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class MoE(nn.Module):
+    """Top-k routed experts. ``slots`` are the logical experts this process holds, in slot
+    order (the reference process holds every expert once). Replicas of a logical expert share
+    its seed, so they are identical."""
+
+    def __init__(self, shape: "JobShape", layer: int, slots: tuple[int, ...]) -> None:
+        super().__init__()
+        s, self.top_k, self.slots = shape.seed, shape.top_k, slots
+        self.router = _seeded(s + 30_000 + layer, lambda: nn.Linear(shape.hidden, shape.num_experts, bias=False))
+        self.experts = nn.ModuleList(_seeded(s + 40_000 + 1_000 * layer + e, lambda: Expert(shape.hidden))
+                                     for e in slots)
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k expert ids ``[T, k]`` and their softmax gates ``[T, k]``."""
+        top, idx = self.router(x).topk(self.top_k, dim=-1)
+        return idx, torch.softmax(top, dim=-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        idx, gates = self.route(flat)
+        out = torch.zeros_like(flat)
+        for k in range(self.top_k):
+            for e in idx[:, k].unique().tolist():
+                rows = (idx[:, k] == e).nonzero(as_tuple=True)[0]
+                out = out.index_add(0, rows, gates[rows, k:k + 1] * self.experts[e](flat[rows]))
+        return out.view_as(x)
+
+
+# ----------------------------------------------------------------------------------------
+# Expert parallelism: dispatch by the plan's placement and real-time quotas
+# ----------------------------------------------------------------------------------------
+
+
+def replica_ranges(counts: np.ndarray, quota: np.ndarray, phy2log: np.ndarray) -> np.ndarray:
+    """``M[src, p]``: tokens of EP rank ``src`` that physical slot ``p`` serves.
+
+    Expert ``e``'s tokens are ordered by source rank (rank 0's first, each in its own order)
+    and cut into consecutive runs of its replicas' quotas, replicas by slot index.
+    """
+    ranks, slots = counts.shape[0], phy2log.shape[0]
+    out = np.zeros((ranks, slots), dtype=np.int64)
+    for e in range(counts.shape[1]):
+        reps = np.flatnonzero(phy2log == e)
+        bounds = np.concatenate([[0], np.cumsum(quota[reps])])
+        starts = np.concatenate([[0], np.cumsum(counts[:, e])])
+        for src in range(ranks):
+            lo, hi = starts[src], starts[src + 1]
+            out[src, reps] = np.clip(np.minimum(bounds[1:], hi) - np.maximum(bounds[:-1], lo), 0, None)
+    return out
+
+
+class ExpertDispatch:
+    """Expert-parallel forward of one MoE layer on one rank.
+
+    1. all-gather the per-expert token counts of the EP group (the micro-batch's exact loads);
+    2. every rank computes the same integer quotas per physical slot
+       (:func:`solvers.expert_quota.solve_quotas`, the planner's real-time quota mode) and the
+       same dispatch matrix (:func:`replica_ranges`);
+    3. all-to-all the tokens to their replicas (autograd-aware), run the local experts,
+       all-to-all back, and combine with the router's gates.
+    Every event is logged (global counts and tokens received per local slot).
+    """
+
+    def __init__(self, moe: MoE, layer: int, phy2log: np.ndarray, slots_per_gpu: int,
+                 ep_index: int, ep_size: int, group, log: list) -> None:
+        self.moe, self.layer, self.phy2log = moe, layer, phy2log
+        self.S, self.me, self.ep, self.group, self.log = slots_per_gpu, ep_index, ep_size, group, log
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        from solvers.expert_quota import solve_quotas
+        from torch.distributed.nn.functional import all_to_all_single
+
+        flat = x.reshape(-1, x.shape[-1])
+        idx, gates = self.moe.route(flat)
+        experts = idx.reshape(-1)
+        E = self.moe.router.out_features
+        local = torch.bincount(experts, minlength=E)
+        gathered = [torch.zeros_like(local) for _ in range(self.ep)]
+        dist.all_gather(gathered, local, group=self.group)
+        counts = torch.stack(gathered).numpy()
+        gpu_of_slot = np.arange(self.phy2log.shape[0]) // self.S
+        quota = np.rint(solve_quotas(counts.sum(0).astype(np.float64), self.phy2log, gpu_of_slot,
+                                     self.ep).quota).astype(np.int64)
+        matrix = replica_ranges(counts, quota, self.phy2log)
+        slot_of = self._my_slots(experts.numpy(), counts, quota)
+        order = np.lexsort((np.arange(slot_of.shape[0]), slot_of))
+        tokens = torch.as_tensor(order // self.moe.top_k)
+        mine = range(self.me * self.S, (self.me + 1) * self.S)
+        send_splits = np.bincount(slot_of // self.S, minlength=self.ep).tolist()
+        recv_splits = [int(matrix[src, mine.start:mine.stop].sum()) for src in range(self.ep)]
+        recv = all_to_all_single(flat.new_empty(sum(recv_splits), flat.shape[1]), flat[tokens],
+                                 recv_splits, send_splits, group=self.group)
+        labels = np.concatenate([np.repeat(np.arange(self.S), matrix[src, mine.start:mine.stop])
+                                 for src in range(self.ep)])
+        out = torch.zeros_like(recv)
+        for i in np.unique(labels):
+            rows = torch.as_tensor(np.flatnonzero(labels == i))
+            out = out.index_add(0, rows, self.moe.experts[i](recv[rows]))
+        back = all_to_all_single(flat.new_empty(len(order), flat.shape[1]), out,
+                                 send_splits, recv_splits, group=self.group)
+        weights = gates.reshape(-1)[torch.as_tensor(order)].unsqueeze(1)
+        self.log.append({"layer": self.layer, "global_counts": counts.sum(0).tolist(),
+                         "received": {int(p): int(matrix[:, p].sum()) for p in mine}})
+        return torch.zeros_like(flat).index_add(0, tokens, back * weights).view_as(x)
+
+    def _my_slots(self, experts: np.ndarray, counts: np.ndarray, quota: np.ndarray) -> np.ndarray:
+        """Physical slot of each of this rank's (token, expert) assignments."""
+        out = np.empty(experts.shape[0], dtype=np.int64)
+        for e in np.unique(experts):
+            reps = np.flatnonzero(self.phy2log == e)
+            bounds = np.cumsum(quota[reps])
+            mine = np.flatnonzero(experts == e)
+            pos = counts[:self.me, e].sum() + np.arange(mine.shape[0])
+            out[mine] = reps[np.searchsorted(bounds, pos, side="right")]
+        return out
+
+
+def _sync_expert_grads(model: "Stage", num_experts: int, group) -> None:
+    """Every replica gets its logical expert's total gradient (sum over all replicas)."""
+    for block in model.blocks:
+        if block.moe is None:
+            continue
+        params = [list(ex.parameters()) for ex in block.moe.experts]
+        width = sum(p.numel() for p in params[0])
+        total = torch.zeros(num_experts, width)
+        for e, ps in zip(block.moe.slots, params):
+            total[e] += torch.cat([torch.zeros(p.numel()) if p.grad is None else p.grad.reshape(-1)
+                                   for p in ps])
+        dist.all_reduce(total, group=group)
+        for e, ps in zip(block.moe.slots, params):
+            flat, start = total[e], 0
+            for p in ps:  # a replica that served no token still gets its expert's gradient
+                p.grad = flat[start:start + p.numel()].view_as(p).clone()
+                start += p.numel()
 
 
 def _seeded(seed: int, build):
@@ -89,11 +243,16 @@ def _seeded(seed: int, build):
 class Stage(nn.Module):
     """The layers of one pipeline stage (plus the embedding on the first, the head on the last)."""
 
-    def __init__(self, shape: JobShape, layers: tuple[int, ...], first: bool, last: bool) -> None:
+    def __init__(self, shape: JobShape, layers: tuple[int, ...], first: bool, last: bool,
+                 slots: dict[int, tuple[int, ...]] | None = None) -> None:
         super().__init__()
         s = shape.seed
         self.embed = _seeded(s + 10_000, lambda: nn.Embedding(shape.vocab, shape.hidden)) if first else None
         self.blocks = nn.ModuleList(_seeded(s + i, lambda: Block(shape.hidden, shape.heads)) for i in layers)
+        for i, block in zip(layers, self.blocks):
+            if shape.moe_layers and shape.moe_layers[i]:
+                held = tuple(range(shape.num_experts)) if slots is None else slots[i]
+                block.moe = MoE(shape, i, held)
         self.head = _seeded(s + 20_000, lambda: nn.Sequential(
             nn.LayerNorm(shape.hidden), nn.Linear(shape.hidden, shape.vocab))) if last else None
 
@@ -148,14 +307,19 @@ def train(plan_path: str, shape_overrides: dict, out: str | None) -> list[float]
 
     rt = init(plan_path, backend="gloo")
     cfg, view = rt.plan.config, rt.view
-    if max(cfg["tp"], cfg["cp"], cfg["ep"], cfg["vpp"]) > 1:
-        raise PlannerError(f"the reference job runs DP x PP with one model chunk per stage only; "
-                           f"this plan has tp={cfg['tp']} cp={cfg['cp']} ep={cfg['ep']} "
-                           f"vpp={cfg['vpp']} (plan with --schedule 1f1b and --tp 1 --ep 1)")
-    pp, dp = cfg["pp"], cfg["dp"]
-    shape = JobShape(num_layers=rt.plan.model_spec().num_layers, dp=dp, **shape_overrides)
-    s = view.stage
-    model = Stage(shape, view.layers, s == 0, s == pp - 1)
+    if max(cfg["tp"], cfg["cp"], cfg["vpp"]) > 1:
+        raise PlannerError(f"the reference job runs DP x PP x EP with one model chunk per stage "
+                           f"only; this plan has tp={cfg['tp']} cp={cfg['cp']} vpp={cfg['vpp']} "
+                           "(plan with --schedule 1f1b and --tp 1)")
+    model_spec = rt.plan.model_spec()
+    moe = model_spec.moe
+    shape = JobShape(num_layers=model_spec.num_layers, dp=cfg["dp"],
+                     moe_layers=tuple(model_spec.moe_layers) if moe else (),
+                     num_experts=moe.num_experts if moe else 0, top_k=moe.top_k if moe else 0,
+                     **shape_overrides)
+    s, pp = view.stage, cfg["pp"]
+    log: list = []
+    model = _build_stage(rt, shape, log)
     opt = torch.optim.SGD(model.parameters(), lr=shape.lr)
     pp_ranks = next(g for g in rt.plan.groups["pp"] if view.rank in g)
     losses, times = [], []
@@ -164,11 +328,42 @@ def train(plan_path: str, shape_overrides: dict, out: str | None) -> list[float]
         loss = _step(shape, model, opt, rt, pp_ranks, step)
         times.append(time.perf_counter() - start)
         losses.append(loss)
+    events = [None] * view.world_size
+    dist.all_gather_object(events, {"rank": view.rank, "ep": view.coords["ep"], "stage": s,
+                                    "events": log})
     if out is not None and view.rank == 0:
-        _write_record(out, rt, shape, losses, times)
+        _write_record(out, rt, shape, losses, times, events)
     dist.barrier()
     dist.destroy_process_group()
     return losses
+
+
+def _build_stage(rt, shape: JobShape, log: list) -> "Stage":
+    """This rank's stage; with EP, only its slots' experts, dispatched by ExpertDispatch."""
+    cfg, view = rt.plan.config, rt.view
+    first, last = view.stage == 0, view.stage == cfg["pp"] - 1
+    if cfg["ep"] == 1 or not shape.moe_layers:
+        return Stage(shape, view.layers, first, last)
+    doc = rt.plan.expert_placement
+    moe_ids = [i for i, m in enumerate(shape.moe_layers) if m]
+    if doc is None:  # no placement in the plan: experts split evenly, one replica each
+        S = shape.num_experts // cfg["ep"]
+        maps = {i: np.arange(shape.num_experts) for i in moe_ids}
+    else:
+        S = doc["slots_per_gpu"]
+        maps = {i: np.array(row) for i, row in zip(moe_ids, doc["physical_to_logical"])}
+    ep_group = next(g for g in rt.plan.groups["ep"] if view.rank in g)
+    me = sorted(ep_group).index(view.rank)
+    if me != view.coords["ep"]:
+        raise PlannerError(f"rank {view.rank}: EP coordinate {view.coords['ep']} but position {me} "
+                           "in its EP group")
+    slots = {i: tuple(int(e) for e in maps[i][me * S:(me + 1) * S]) for i in moe_ids}
+    model = Stage(shape, view.layers, first, last, slots)
+    for i, block in zip(view.layers, model.blocks):
+        if block.moe is not None:
+            block.moe_forward = ExpertDispatch(block.moe, i, maps[i], S, me, cfg["ep"],
+                                               rt.groups["ep"], log)
+    return model
 
 
 def _step(shape: JobShape, model: Stage, opt, rt, pp_ranks: list[int], step: int) -> float:
@@ -209,9 +404,7 @@ def _step(shape: JobShape, model: Stage, opt, rt, pp_ranks: list[int], step: int
                 sends.append(dist.isend(inp.grad.contiguous(), dst=pp_ranks[s - 1]))
     for work in sends:
         work.wait()
-    if rt.groups.get("dp") is not None:
-        for p in model.parameters():
-            dist.all_reduce(p.grad, group=rt.groups["dp"])  # losses are already / global tokens
+    _sync_grads(model, rt, shape)
     opt.step()
     # The loss lives on the last stages (each holds its DP share of the global mean): the sum
     # over the world is the global mean loss, and every rank learns it.
@@ -220,12 +413,31 @@ def _step(shape: JobShape, model: Stage, opt, rt, pp_ranks: list[int], step: int
     return loss.item()
 
 
-def _write_record(out: str, rt, shape: JobShape, losses: list[float], times: list[float]) -> None:
+def _sync_grads(model: "Stage", rt, shape: JobShape) -> None:
+    """Sum gradients over the stage's DP group (losses are already divided by the global token
+    count); with EP, each logical expert's gradient is summed over all its replicas."""
+    group = rt.groups.get("dp")
+    if group is None:
+        return
+    expert_params = set()
+    if rt.plan.config["ep"] > 1:
+        for block in model.blocks:
+            if block.moe is not None:
+                expert_params |= {id(p) for p in block.moe.experts.parameters()}
+        _sync_expert_grads(model, shape.num_experts, group)
+    for p in model.parameters():
+        if id(p) not in expert_params and p.grad is not None:
+            dist.all_reduce(p.grad, group=group)
+
+
+def _write_record(out: str, rt, shape: JobShape, losses: list[float], times: list[float],
+                  events: list) -> None:
     from planner.files import write_atomic
 
     record = {"schema": "planner.run-record/v1", "plan_inputs_hash": rt.plan.inputs_hash,
               "world_size": rt.view.world_size, "config": {k: rt.plan.config[k] for k in ("tp", "pp", "dp", "cp", "ep")},
               "shape": shape.__dict__, "losses": losses, "step_times_s": times,
+              "expert_events": events,
               "environment": {"torch": torch.__version__, "python": platform.python_version(),
                               "host": platform.node(), "backend": dist.get_backend(),
                               "threads": torch.get_num_threads(),

@@ -67,3 +67,54 @@ def test_one_f_one_b_order(stages, micro):
             seen.add((kind, i))
             in_flight = sum(1 for k, j in seen if k == "F") - sum(1 for k, j in seen if k == "B")
             assert in_flight <= stages - stage
+
+
+@pytest.fixture(scope="module")
+def moe_plan(tmp_path_factory):
+    import numpy as np
+
+    from planner.expert_loads import synthetic_loads
+
+    folder = tmp_path_factory.mktemp("moe")
+    loads = folder / "loads.npy"
+    np.save(loads, synthetic_loads(layers=3, experts=8, steps=1, tokens_per_step=4096, top_k=2, seed=1)[0])
+    out = folder / "plan.json"
+    result = CliRunner().invoke(app, [
+        "solve", "--model", str(ROOT / "tests" / "fixtures" / "tiny-moe.yaml"), "--gpu", "H100",
+        "--nodes", "1", "--gpus-per-node", "4", "--tp", "1", "--pp", "1", "--ep", "4",
+        "--schedule", "1f1b", "--global-batch", "8", "--seq-len", "1024",
+        "--expert-loads", str(loads), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_expert_parallel_run_follows_the_placement_and_matches_the_reference(tmp_path, moe_plan):
+    import numpy as np
+
+    from solvers.expert_quota import solve_quotas
+
+    plan = json.loads(moe_plan.read_text())
+    doc = plan["expert_placement"]
+    assert max(max(c) for c in doc["replica_counts"]) >= 2  # some expert is replicated
+    record_path = tmp_path / "run.json"
+    result = _run(moe_plan, record_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads(record_path.read_text())
+    expected = reference_losses(JobShape(num_layers=4, dp=4, moe_layers=(False, True, True, True),
+                                         num_experts=8, top_k=2))
+    for got, want in zip(record["losses"], expected):
+        assert abs(got - want) <= TOLERANCE * abs(want)
+    ranks = sorted(record["expert_events"], key=lambda r: r["ep"])
+    assert [r["ep"] for r in ranks] == [0, 1, 2, 3]
+    S = doc["slots_per_gpu"]
+    gpu_of_slot = np.arange(4 * S) // S
+    events = list(zip(*(r["events"] for r in ranks)))
+    assert len(events) == 3 * 4 * 3  # steps x micro-batches x MoE layers
+    for same in events:
+        counts = same[0]["global_counts"]
+        assert all(e["global_counts"] == counts and e["layer"] == same[0]["layer"] for e in same)
+        row = [1, 2, 3].index(same[0]["layer"])  # the model's MoE layers, in order, map onto rows
+        phy2log = np.array(doc["physical_to_logical"][row])
+        quota = np.rint(solve_quotas(np.array(counts, float), phy2log, gpu_of_slot, 4).quota)
+        received = {int(p): n for e in same for p, n in e["received"].items()}
+        assert [received[p] for p in range(4 * S)] == quota.astype(int).tolist()
