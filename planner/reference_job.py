@@ -1,23 +1,36 @@
-"""Reference job: a tiny GPT trained for a few steps under a plan's DP x PP layout (plain torch).
+"""Reference job: a tiny GPT (optionally MoE) trained for a few steps under a plan (plain torch).
 
 Run under torchrun (``python -m torch.distributed.run --nproc-per-node N -m
-planner.reference_job PLAN --out RUN.json``). Every rank checks the world against the plan
-(:func:`planner.runtime.init`, before any collective), builds the plan's process groups and
-trains only the layers of its pipeline stage; data parallel ranks split the global batch and
-average gradients with an all-reduce over their DP group; pipeline stages exchange activations
-and gradients with point-to-point sends in the 1F1B order (Narayanan et al., SC'21, sec. 2.2:
-``p - s - 1`` warm-up forwards on stage ``s``, then one forward / one backward, then the
-remaining backwards).
+planner.reference_job PLAN --out RUN.json``, or ``planner launch PLAN``). Every rank checks the
+world against the plan (:func:`planner.runtime.init`, before any collective), builds the plan's
+process groups and trains only the layers of its pipeline stage:
 
-The model keeps the plan's layer count and layer-to-stage split but is tiny (``--hidden``,
-``--heads``, ``--vocab``), so it runs on CPU. Every parameter is initialised from a seed derived
-from its layer index, so any split of the layers builds the same model, and
-:func:`reference_losses` (one process, whole batch) gives the losses the parallel run must
-reproduce. Tensor, context and expert parallelism and interleaved stages (``vpp > 1``) are
-not implemented here yet: such a plan is refused with a clear message. ZB-H1 and SlimPipe plans
-run in plain 1F1B order (the same arithmetic, another order).
+* **DP**: ranks split the global batch; gradients are summed over the DP group (each loss is
+  already divided by the global token count).
+* **PP**: stages exchange activations and gradients with point-to-point sends in the 1F1B
+  order (Narayanan et al., SC'21, sec. 2.2: ``p - s - 1`` warm-up forwards on stage ``s``,
+  then one forward / one backward, then the remaining backwards).
+* **EP**: MoE layers hold only their EP rank's slots of the plan's expert placement.
+  :class:`ExpertDispatch` all-gathers the micro-batch's per-expert counts, computes the
+  planner's real-time quotas (:func:`solvers.expert_quota.solve_quotas`), and all-to-alls
+  tokens to replicas and back (gloo supports uneven all-to-all). Each logical expert's gradient
+  is summed over all its replicas.
 
-Rank 0 writes a run record: the plan's inputs hash, the environment, per-step times and losses.
+The model keeps the plan's layer count, MoE layers, expert count, top-k and layer-to-stage split,
+but is tiny (``--hidden``, 4 heads, a 128-token vocabulary), so it runs on CPU. Every
+parameter is initialised from a seed derived from its layer (and expert) index, so any split
+builds the same model. :func:`reference_losses` (one process, whole batch) gives the losses
+the parallel run must reproduce.
+
+Not implemented yet: tensor and context parallelism, and interleaved stages (``vpp > 1``).
+Such a plan is refused with a clear message. ZB-H1 and SlimPipe plans run in plain 1F1B order
+(the same arithmetic, another order).
+
+Rank 0 writes a run record:
+
+* the plan's inputs hash and the environment;
+* per-step times and losses;
+* every rank's expert events (global counts, and tokens received per slot).
 """
 from __future__ import annotations
 
