@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from planner.cli import app
+from plan_helpers import solve_to
 
 pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,13 +23,7 @@ WORKER = Path(__file__).parent / "workers" / "crash_worker.py"
 
 @pytest.fixture(scope="module")
 def plan_path(tmp_path_factory):
-    out = tmp_path_factory.mktemp("plan") / "plan.json"
-    result = CliRunner().invoke(app, [
-        "solve", "--model", "llama-3.1-8b", "--gpu", "H100", "--nodes", "1", "--gpus-per-node", "4",
-        "--tp", "1", "--pp", "2", "--schedule", "1f1b", "--global-batch", "8", "--seq-len", "1024",
-        "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    return out
+    return solve_to(tmp_path_factory.mktemp("plan") / "plan.json", "--pp", "2", "--schedule", "1f1b")
 
 
 def _survivors(marker: str) -> list[str]:

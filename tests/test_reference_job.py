@@ -9,9 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from planner.cli import app
+from plan_helpers import solve_to
 
 torch = pytest.importorskip("torch")
 from planner.reference_job import JobShape, _one_f_one_b, reference_losses  # noqa: E402
@@ -21,13 +19,7 @@ TOLERANCE = 1e-5  # relative: float32 sums in another order (micro-batches, DP a
 
 
 def _plan(tmp_path: Path, pp: int) -> Path:
-    out = tmp_path / f"plan-pp{pp}.json"
-    result = CliRunner().invoke(app, [
-        "solve", "--model", "llama-3.1-8b", "--gpu", "H100", "--nodes", "1", "--gpus-per-node", "4",
-        "--tp", "1", "--pp", str(pp), "--schedule", "1f1b", "--global-batch", "8",
-        "--seq-len", "1024", "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    return out
+    return solve_to(tmp_path / f"plan-pp{pp}.json", "--pp", str(pp), "--schedule", "1f1b")
 
 
 def _run(plan: Path, record: Path) -> subprocess.CompletedProcess:
@@ -78,14 +70,8 @@ def moe_plan(tmp_path_factory):
     folder = tmp_path_factory.mktemp("moe")
     loads = folder / "loads.npy"
     np.save(loads, synthetic_loads(layers=3, experts=8, steps=1, tokens_per_step=4096, top_k=2, seed=1)[0])
-    out = folder / "plan.json"
-    result = CliRunner().invoke(app, [
-        "solve", "--model", str(ROOT / "tests" / "fixtures" / "tiny-moe.yaml"), "--gpu", "H100",
-        "--nodes", "1", "--gpus-per-node", "4", "--tp", "1", "--pp", "1", "--ep", "4",
-        "--schedule", "1f1b", "--global-batch", "8", "--seq-len", "1024",
-        "--expert-loads", str(loads), "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    return out
+    return solve_to(folder / "plan.json", "--pp", "1", "--ep", "4", "--schedule", "1f1b",
+                    "--expert-loads", str(loads), model=str(ROOT / "tests" / "fixtures" / "tiny-moe.yaml"))
 
 
 def test_expert_parallel_run_follows_the_placement_and_matches_the_reference(tmp_path, moe_plan):

@@ -9,9 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from planner.cli import app
+from plan_helpers import solve_to
 from planner.plan_file import load_plan
 from planner.runtime import WorldMismatch, rank_view
 
@@ -20,12 +18,7 @@ WORKER = Path(__file__).parent / "workers" / "runtime_worker.py"
 
 @pytest.fixture(scope="module")
 def plan_path(tmp_path_factory):
-    out = tmp_path_factory.mktemp("plan") / "plan.json"
-    result = CliRunner().invoke(app, [
-        "solve", "--model", "llama-3.1-8b", "--gpu", "H100", "--nodes", "1", "--gpus-per-node", "4",
-        "--tp", "1", "--pp", "2", "--global-batch", "8", "--seq-len", "1024", "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    return out
+    return solve_to(tmp_path_factory.mktemp("plan") / "plan.json", "--pp", "2")
 
 
 def _env(rank, world=4, local=None, local_world=4, node=0):
