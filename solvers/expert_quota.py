@@ -141,16 +141,12 @@ def even_split_gpu_loads(
 
     ``loads`` ``[..., E]`` and ``phy2log`` ``[..., P]`` share leading (layer) dimensions.
     """
-    loads = np.asarray(loads, dtype=np.float64)
-    phy2log = np.asarray(phy2log)
-    counts = np.zeros(loads.shape)
-    np.put_along_axis(counts, phy2log, 0, axis=-1)
-    for idx in np.ndindex(*phy2log.shape[:-1]):
-        counts[idx] = np.bincount(phy2log[idx], minlength=loads.shape[-1])
-    share = np.take_along_axis(loads / np.maximum(counts, 1), phy2log, axis=-1)
+    loads, phy2log = np.asarray(loads, dtype=np.float64), np.asarray(phy2log)
     out = np.zeros(phy2log.shape[:-1] + (num_gpus,))
     for idx in np.ndindex(*phy2log.shape[:-1]):
-        out[idx] = np.bincount(gpu_of_slot, weights=share[idx], minlength=num_gpus)
+        phy = phy2log[idx]
+        counts = np.bincount(phy, minlength=loads.shape[-1])
+        out[idx] = np.bincount(gpu_of_slot, weights=loads[idx][phy] / counts[phy], minlength=num_gpus)
     return out
 
 
