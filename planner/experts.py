@@ -110,11 +110,11 @@ def plan_experts(loads: ExpertLoads, options: ExpertOptions, current: np.ndarray
     phy2log = np.stack([p.phy2log for p, _ in planned])
     split = np.stack([p.split for p, _ in planned])
     before = np.stack([_before(total[layer], layout, current, layer) for layer in layers])
-    eplb = _eplb(total[list(layers)], layout, options)
-    reports = tuple(_report(total[layer], layer, layout, before[i], eplb[i], planned[i])
-                    for i, layer in enumerate(layers))
     after = np.stack([static_gpu_loads(total[layer], phy2log[i], split[i], layout.num_gpus)
                       for i, layer in enumerate(layers)])
+    eplb = _eplb(total[list(layers)], layout, options)
+    reports = tuple(_report(total[layer], layer, layout, before[i], after[i], eplb[i], planned[i])
+                    for i, layer in enumerate(layers))
     return ExpertPlacement(options, layout, total.shape[0], layers, phy2log, split, reports,
                            before, after, loads.source, elapsed)
 
@@ -194,8 +194,8 @@ def _eplb(total: np.ndarray, layout: ExpertLayout, options: ExpertOptions):
     return result.phy2log
 
 
-def _report(w, layer: int, layout: ExpertLayout, before: np.ndarray, eplb_phy: np.ndarray,
-            planned: tuple[LayerPlacement, int]) -> LayerReport:
+def _report(w, layer: int, layout: ExpertLayout, before: np.ndarray, after: np.ndarray,
+            eplb_phy: np.ndarray, planned: tuple[LayerPlacement, int]) -> LayerReport:
     placed, moved = planned
     mean = w.sum() / layout.num_gpus
     eplb_split = even_split(eplb_phy, w.shape[0])
@@ -206,7 +206,6 @@ def _report(w, layer: int, layout: ExpertLayout, before: np.ndarray, eplb_phy: n
     def cross(phy, split) -> float:
         return cross_node_tokens(w, phy, w[phy] * split, node_of_slot, nodes) / max(w.sum(), 1e-300)
 
-    after = static_gpu_loads(w, placed.phy2log, placed.split, layout.num_gpus)
     return LayerReport(layer, float(before.max() / mean), float(eplb_load.max() / mean),
                        float(after.max() / mean), placed.lower_bound_ratio,
                        cross(placed.phy2log, placed.split), cross(eplb_phy, eplb_split), moved)
