@@ -22,8 +22,12 @@ parameter is initialised from a seed derived from its layer (and expert) index, 
 builds the same model. :func:`reference_losses` (one process, whole batch) gives the losses
 the parallel run must reproduce.
 
-Not implemented yet: tensor and context parallelism, and interleaved stages (``vpp > 1``).
-Such a plan is refused with a clear message. ZB-H1 and SlimPipe plans run in plain 1F1B order
+* **TP** (dense models): Megatron-LM's split, attention by heads and the MLP by columns, with
+  the ``f`` / ``g`` all-reduce operators (Shoeybi et al. 2019, sec. 3). Weights are cut from
+  the same seeded full layers.
+
+Not implemented yet: context parallelism, tensor parallelism of MoE layers (expert TP), and
+interleaved stages (``vpp > 1``). Such a plan is refused with a clear message. ZB-H1 and SlimPipe plans run in plain 1F1B order
 (the same arithmetic, another order).
 
 Rank 0 writes a run record:
@@ -86,8 +90,11 @@ class Block(nn.Module):
         self.fc1, self.fc2 = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
         self.moe: nn.Module | None = None  # set for MoE layers (the dense MLP then stays unused)
         self.moe_forward = None  # expert-parallel forward, set by the parallel job
+        self.tp_group = None  # set by shard_block for tensor parallelism
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tp_group is not None:
+            return self._forward_tp(x)
         b, s, h = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(h, dim=-1)
         q, k, v = (t.view(b, s, self.heads, h // self.heads).transpose(1, 2) for t in (q, k, v))
@@ -97,6 +104,17 @@ class Block(nn.Module):
             return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
         ffn = self.moe_forward or self.moe
         return x + ffn(self.ln2(x))
+
+    def _forward_tp(self, x: torch.Tensor) -> torch.Tensor:
+        """The same block with this rank's heads and MLP columns (:func:`shard_block`)."""
+        b, s, h = x.shape
+        local = self.qkv.out_features // 3
+        q, k, v = self.qkv(_CopyToTP.apply(self.ln1(x), self.tp_group)).split(local, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, local // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, local)
+        x = x + _ReduceFromTP.apply(F.linear(att, self.proj.weight), self.tp_group) + self.proj.bias
+        m = F.gelu(self.fc1(_CopyToTP.apply(self.ln2(x), self.tp_group)))
+        return x + _ReduceFromTP.apply(F.linear(m, self.fc2.weight), self.tp_group) + self.fc2.bias
 
 
 class Expert(nn.Module):
@@ -244,6 +262,71 @@ def _sync_expert_grads(model: "Stage", num_experts: int, group) -> None:
                 start += p.numel()
 
 
+# ----------------------------------------------------------------------------------------
+# Tensor parallelism (Megatron-LM's column / row split, Shoeybi et al. 2019, sec. 3)
+# ----------------------------------------------------------------------------------------
+
+
+class _CopyToTP(torch.autograd.Function):
+    """Megatron's ``f``: identity forward, all-reduce of the gradient backward."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+class _ReduceFromTP(torch.autograd.Function):
+    """Megatron's ``g``: all-reduce forward, identity backward."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        x = x.clone()
+        dist.all_reduce(x, group=group)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def shard_block(block: "Block", rank: int, size: int, group) -> None:
+    """Keep this TP rank's heads of the attention and its columns of the MLP, in place.
+
+    Column-parallel: ``qkv`` (by heads) and ``fc1`` (by rows); row-parallel: ``proj`` and
+    ``fc2`` (by columns, their biases added once after the all-reduce). LayerNorms stay
+    replicated (their inputs and gradients are the same on every TP rank).
+    """
+    h = block.qkv.in_features
+    per = h // size
+    rows = torch.arange(rank * per, (rank + 1) * per)
+    qkv_rows = torch.cat([rows, rows + h, rows + 2 * h])
+    ffn = block.fc1.out_features // size
+    ffn_rows = torch.arange(rank * ffn, (rank + 1) * ffn)
+    with torch.no_grad():
+        block.qkv = _sliced(block.qkv, qkv_rows, None)
+        block.proj = _sliced(block.proj, None, rows)
+        block.fc1 = _sliced(block.fc1, ffn_rows, None)
+        block.fc2 = _sliced(block.fc2, None, ffn_rows)
+    block.heads //= size
+    block.tp_group = group
+
+
+def _sliced(linear: nn.Linear, rows, cols) -> nn.Linear:
+    weight = linear.weight if rows is None else linear.weight[rows]
+    weight = weight if cols is None else weight[:, cols]
+    out = nn.Linear(weight.shape[1], weight.shape[0])
+    out.weight.copy_(weight)
+    out.bias.copy_(linear.bias if rows is None else linear.bias[rows])
+    return out
+
+
 def _seeded(seed: int, build):
     state = torch.random.get_rng_state()
     torch.manual_seed(seed)
@@ -320,12 +403,13 @@ def train(plan_path: str, shape_overrides: dict, out: str | None) -> list[float]
 
     rt = init(plan_path, backend="gloo")
     cfg, view = rt.plan.config, rt.view
-    if max(cfg["tp"], cfg["cp"], cfg["vpp"]) > 1:
-        raise PlannerError(f"the reference job runs DP x PP x EP with one model chunk per stage "
-                           f"only; this plan has tp={cfg['tp']} cp={cfg['cp']} vpp={cfg['vpp']} "
-                           "(plan with --schedule 1f1b and --tp 1)")
     model_spec = rt.plan.model_spec()
     moe = model_spec.moe
+    if max(cfg["cp"], cfg["vpp"]) > 1 or (cfg["tp"] > 1 and moe is not None):
+        raise PlannerError(f"the reference job runs DP x TP x PP (dense) and DP x PP x EP (MoE) "
+                           f"with one model chunk per stage; this plan has tp={cfg['tp']} "
+                           f"cp={cfg['cp']} vpp={cfg['vpp']}{' on an MoE model' if moe else ''} "
+                           "(plan with --schedule 1f1b)")
     shape = JobShape(num_layers=model_spec.num_layers, dp=cfg["dp"],
                      moe_layers=tuple(model_spec.moe_layers) if moe else (),
                      num_experts=moe.num_experts if moe else 0, top_k=moe.top_k if moe else 0,
@@ -356,7 +440,11 @@ def _build_stage(rt, shape: JobShape, log: list) -> "Stage":
     cfg, view = rt.plan.config, rt.view
     first, last = view.stage == 0, view.stage == cfg["pp"] - 1
     if cfg["ep"] == 1 or not shape.moe_layers:
-        return Stage(shape, view.layers, first, last)
+        model = Stage(shape, view.layers, first, last)
+        if cfg["tp"] > 1:
+            for block in model.blocks:
+                shard_block(block, view.coords["tp"], cfg["tp"], rt.groups["tp"])
+        return model
     doc = rt.plan.expert_placement
     moe_ids = [i for i, m in enumerate(shape.moe_layers) if m]
     if doc is None:  # no placement in the plan: experts split evenly, one replica each
@@ -421,7 +509,8 @@ def _step(shape: JobShape, model: Stage, opt, rt, pp_ranks: list[int], step: int
     opt.step()
     # The loss lives on the last stages (each holds its DP share of the global mean): the sum
     # over the world is the global mean loss, and every rank learns it.
-    loss = loss_sum.reshape(1) if s == pp - 1 else torch.zeros(1)
+    holder = s == pp - 1 and view.coords["tp"] == 0  # TP ranks hold the same loss: count it once
+    loss = loss_sum.reshape(1) if holder else torch.zeros(1)
     dist.all_reduce(loss)
     return loss.item()
 

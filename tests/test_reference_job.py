@@ -18,8 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-5  # relative: float32 sums in another order (micro-batches, DP all-reduce)
 
 
-def _plan(tmp_path: Path, pp: int) -> Path:
-    return solve_to(tmp_path / f"plan-pp{pp}.json", "--pp", str(pp), "--schedule", "1f1b")
+def _plan(tmp_path: Path, pp: int, tp: int = 1) -> Path:
+    return solve_to(tmp_path / f"plan-tp{tp}-pp{pp}.json", "--pp", str(pp), "--tp", str(tp),
+                    "--schedule", "1f1b")
 
 
 def _run(plan: Path, record: Path) -> subprocess.CompletedProcess:
@@ -31,15 +32,16 @@ def _run(plan: Path, record: Path) -> subprocess.CompletedProcess:
                            "--out", str(record)], capture_output=True, text=True, timeout=240, env=env)
 
 
-@pytest.mark.parametrize("pp", [2, 4], ids=["dp2xpp2", "pp4"])
-def test_parallel_losses_equal_the_single_process_reference(tmp_path, pp):
-    plan = _plan(tmp_path, pp)
+@pytest.mark.parametrize("tp,pp", [(1, 2), (1, 4), (2, 2), (2, 1)],
+                         ids=["dp2xpp2", "pp4", "tp2xpp2", "tp2xdp2"])
+def test_parallel_losses_equal_the_single_process_reference(tmp_path, tp, pp):
+    plan = _plan(tmp_path, pp, tp)
     record_path = tmp_path / "run.json"
     result = _run(plan, record_path)
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads(record_path.read_text())
     dp = record["config"]["dp"]
-    assert record["config"]["pp"] == pp and dp * pp == 4
+    assert record["config"]["pp"] == pp and record["config"]["tp"] == tp and dp * pp * tp == 4
     expected = reference_losses(JobShape(num_layers=32, dp=dp))
     assert len(record["losses"]) == len(expected) == 3
     for got, want in zip(record["losses"], expected):
