@@ -414,7 +414,6 @@ def train(plan_path: str, shape_overrides: dict, out: str | None) -> list[float]
                      moe_layers=tuple(model_spec.moe_layers) if moe else (),
                      num_experts=moe.num_experts if moe else 0, top_k=moe.top_k if moe else 0,
                      **shape_overrides)
-    s, pp = view.stage, cfg["pp"]
     log: list = []
     model = _build_stage(rt, shape, log)
     opt = torch.optim.SGD(model.parameters(), lr=shape.lr)
@@ -426,7 +425,7 @@ def train(plan_path: str, shape_overrides: dict, out: str | None) -> list[float]
         times.append(time.perf_counter() - start)
         losses.append(loss)
     events = [None] * view.world_size
-    dist.all_gather_object(events, {"rank": view.rank, "ep": view.coords["ep"], "stage": s,
+    dist.all_gather_object(events, {"rank": view.rank, "ep": view.coords["ep"], "stage": view.stage,
                                     "events": log})
     if out is not None and view.rank == 0:
         _write_record(out, rt, shape, losses, times, events)
@@ -528,7 +527,9 @@ def _sync_grads(model: "Stage", rt, shape: JobShape) -> None:
                 expert_params |= {id(p) for p in block.moe.experts.parameters()}
         _sync_expert_grads(model, shape.num_experts, group)
     for p in model.parameters():
-        if id(p) not in expert_params and p.grad is not None:
+        if id(p) not in expert_params:
+            if p.grad is None:  # e.g. an expert that got no token here: every rank must reduce
+                p.grad = torch.zeros_like(p)
             dist.all_reduce(p.grad, group=group)
 
 

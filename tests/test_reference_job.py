@@ -106,3 +106,18 @@ def test_expert_parallel_run_follows_the_placement_and_matches_the_reference(tmp
         quota = np.rint(solve_quotas(np.array(counts, float), phy2log, gpu_of_slot, 4).quota)
         received = {int(p): n for e in same for p, n in e["received"].items()}
         assert [received[p] for p in range(4 * S)] == quota.astype(int).tolist()
+
+
+def test_moe_model_without_expert_parallelism_matches_the_reference(tmp_path):
+    """Every expert on every DP rank: an expert that gets no token on one rank still joins
+    the gradient all-reduce (else the ranks would hang)."""
+    plan = solve_to(tmp_path / "plan.json", "--pp", "2", "--ep", "1", "--schedule", "1f1b",
+                    model=str(ROOT / "tests" / "fixtures" / "tiny-moe.yaml"))
+    record_path = tmp_path / "run.json"
+    result = _run(plan, record_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads(record_path.read_text())
+    expected = reference_losses(JobShape(num_layers=4, dp=2, moe_layers=(False, True, True, True),
+                                         num_experts=8, top_k=2))
+    for got, want in zip(record["losses"], expected):
+        assert abs(got - want) <= TOLERANCE * abs(want)
