@@ -32,20 +32,30 @@ def _run(plan: Path, record: Path) -> subprocess.CompletedProcess:
                            "--out", str(record)], capture_output=True, text=True, timeout=240, env=env)
 
 
-@pytest.mark.parametrize("tp,pp", [(1, 2), (1, 4), (2, 2), (2, 1)],
-                         ids=["dp2xpp2", "pp4", "tp2xpp2", "tp2xdp2"])
-def test_parallel_losses_equal_the_single_process_reference(tmp_path, tp, pp):
-    plan = _plan(tmp_path, pp, tp)
+TINY_MOE = dict(num_layers=4, moe_layers=(False, True, True, True), num_experts=8, top_k=2)
+
+
+def _run_and_check_losses(plan: Path, tmp_path: Path, **shape) -> dict:
+    """Run the plan under torchrun; its losses must equal the single-process reference's
+    (``JobShape(**shape)``). Returns the run record."""
     record_path = tmp_path / "run.json"
     result = _run(plan, record_path)
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads(record_path.read_text())
-    dp = record["config"]["dp"]
-    assert record["config"]["pp"] == pp and record["config"]["tp"] == tp and dp * pp * tp == 4
-    expected = reference_losses(JobShape(num_layers=32, dp=dp))
+    expected = reference_losses(JobShape(**shape))
     assert len(record["losses"]) == len(expected) == 3
     for got, want in zip(record["losses"], expected):
         assert abs(got - want) <= TOLERANCE * abs(want)
+    return record
+
+
+@pytest.mark.parametrize("tp,pp", [(1, 2), (1, 4), (2, 2), (2, 1)],
+                         ids=["dp2xpp2", "pp4", "tp2xpp2", "tp2xdp2"])
+def test_parallel_losses_equal_the_single_process_reference(tmp_path, tp, pp):
+    plan = _plan(tmp_path, pp, tp)
+    dp = 4 // (tp * pp)
+    record = _run_and_check_losses(plan, tmp_path, num_layers=32, dp=dp)
+    assert record["config"] == {"tp": tp, "pp": pp, "dp": dp, "cp": 1, "ep": 1}
     assert record["plan_inputs_hash"] == json.loads(plan.read_text())["inputs_hash"]
     assert len(record["step_times_s"]) == 3 and all(t > 0 for t in record["step_times_s"])
 
@@ -84,14 +94,7 @@ def test_expert_parallel_run_follows_the_placement_and_matches_the_reference(tmp
     plan = json.loads(moe_plan.read_text())
     doc = plan["expert_placement"]
     assert max(max(c) for c in doc["replica_counts"]) >= 2  # some expert is replicated
-    record_path = tmp_path / "run.json"
-    result = _run(moe_plan, record_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    record = json.loads(record_path.read_text())
-    expected = reference_losses(JobShape(num_layers=4, dp=4, moe_layers=(False, True, True, True),
-                                         num_experts=8, top_k=2))
-    for got, want in zip(record["losses"], expected):
-        assert abs(got - want) <= TOLERANCE * abs(want)
+    record = _run_and_check_losses(moe_plan, tmp_path, dp=4, **TINY_MOE)
     ranks = sorted(record["expert_events"], key=lambda r: r["ep"])
     assert [r["ep"] for r in ranks] == [0, 1, 2, 3]
     S = doc["slots_per_gpu"]
@@ -113,11 +116,4 @@ def test_moe_model_without_expert_parallelism_matches_the_reference(tmp_path):
     the gradient all-reduce (else the ranks would hang)."""
     plan = solve_to(tmp_path / "plan.json", "--pp", "2", "--ep", "1", "--schedule", "1f1b",
                     model=str(ROOT / "tests" / "fixtures" / "tiny-moe.yaml"))
-    record_path = tmp_path / "run.json"
-    result = _run(plan, record_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    record = json.loads(record_path.read_text())
-    expected = reference_losses(JobShape(num_layers=4, dp=2, moe_layers=(False, True, True, True),
-                                         num_experts=8, top_k=2))
-    for got, want in zip(record["losses"], expected):
-        assert abs(got - want) <= TOLERANCE * abs(want)
+    _run_and_check_losses(plan, tmp_path, dp=2, **TINY_MOE)
