@@ -444,24 +444,19 @@ def _build_stage(rt, shape: JobShape, log: list) -> "Stage":
             for block in model.blocks:
                 shard_block(block, view.coords["tp"], cfg["tp"], rt.groups["tp"])
         return model
-    doc = rt.plan.expert_placement
-    moe_ids = [i for i, m in enumerate(shape.moe_layers) if m]
-    if doc is None:  # no placement in the plan: experts split evenly, one replica each
-        S = shape.num_experts // cfg["ep"]
-        maps = {i: np.arange(shape.num_experts) for i in moe_ids}
-    else:
-        S = doc["slots_per_gpu"]
-        maps = {i: np.array(row) for i, row in zip(moe_ids, doc["physical_to_logical"])}
+    from planner.runtime import expert_maps
+
+    maps, S = expert_maps(rt.plan)
     ep_group = next(g for g in rt.plan.groups["ep"] if view.rank in g)
     me = sorted(ep_group).index(view.rank)
     if me != view.coords["ep"]:
         raise PlannerError(f"rank {view.rank}: EP coordinate {view.coords['ep']} but position {me} "
                            "in its EP group")
-    slots = {i: tuple(int(e) for e in maps[i][me * S:(me + 1) * S]) for i in moe_ids}
+    slots = view.experts
     model = Stage(shape, view.layers, first, last, slots)
     for i, block in zip(view.layers, model.blocks):
         if block.moe is not None:
-            block.moe_forward = ExpertDispatch(block.moe, i, maps[i], S, me, cfg["ep"],
+            block.moe_forward = ExpertDispatch(block.moe, i, np.array(maps[i]), S, me, cfg["ep"],
                                                rt.groups["ep"], log)
     return model
 

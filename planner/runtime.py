@@ -5,7 +5,7 @@
     rt = init("plan.json")            # under torchrun; gloo on CPU, nccl on GPUs
     rt.groups["tp"]                   # this rank's TP process group (None if the group is 1)
     rt.view.stage, rt.view.layers     # this rank's pipeline stage and its model layers
-    rt.view.experts[layer]            # logical experts this rank holds (expert placement)
+    rt.view.experts[layer]            # logical experts this rank holds (MoE models)
 
 Order of work (each step is a function of its own):
 
@@ -86,21 +86,31 @@ def rank_view(plan: Plan, env: Mapping[str, str] | None = None) -> RankView:
                     _experts(plan, coords["ep"]))
 
 
-def _experts(plan: Plan, ep_rank: int) -> dict[int, tuple[int, ...]]:
-    """Logical experts in this rank's slots, per model MoE layer (empty without a placement).
+def expert_maps(plan: Plan) -> tuple[dict[int, tuple[int, ...]], int]:
+    """The EP group's ``physical_to_logical`` per model MoE layer, and the slots per GPU.
 
-    The placement covers one EP group; the rank's GPU in it is its ``ep`` coordinate. Loads
-    files number layers from the first layer; the model's MoE layers map onto the placement's
-    in order.
+    From the plan's expert placement when it has one (the model's MoE layers map onto the
+    placement's rows in order); otherwise one replica per expert, split evenly over the
+    ``ep`` GPUs. Empty for a dense model.
     """
-    doc = plan.expert_placement
-    if doc is None:
-        return {}
     model = plan.model_spec()
+    if model.moe is None:
+        return {}, 0
     moe_layers = [i for i, is_moe in enumerate(model.moe_layers) if is_moe]
-    S = doc["slots_per_gpu"]
-    return {layer: tuple(row[ep_rank * S:(ep_rank + 1) * S])
-            for layer, row in zip(moe_layers, doc["physical_to_logical"])}
+    doc = plan.expert_placement
+    if doc is not None:
+        rows = doc["physical_to_logical"]
+        return {i: tuple(row) for i, row in zip(moe_layers, rows)}, doc["slots_per_gpu"]
+    experts = model.moe.num_experts
+    return ({i: tuple(range(experts)) for i in moe_layers},
+            experts // plan.config["ep"])
+
+
+def _experts(plan: Plan, ep_rank: int) -> dict[int, tuple[int, ...]]:
+    """Logical experts in this rank's slots per model MoE layer; the rank's GPU in the EP
+    group is its ``ep`` coordinate (see :func:`expert_maps`)."""
+    maps, S = expert_maps(plan)
+    return {layer: row[ep_rank * S:(ep_rank + 1) * S] for layer, row in maps.items()}
 
 
 def build_groups(plan: Plan, rank: int) -> dict[str, Any]:
