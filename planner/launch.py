@@ -82,10 +82,19 @@ def run_local(cmd: list[str], env: dict[str, str] | None = None) -> LaunchResult
     return LaunchResult(code, time.monotonic() - start, interrupted)
 
 
-def write_launch_record(path: Path, plan: Plan, cmd: list[str], result: LaunchResult) -> None:
-    """The launcher's run record (a user script's; the reference job writes a richer one)."""
+def write_run_record(path: Path, plan: Plan, fields: dict, environment: dict | None = None) -> None:
+    """A run record (``planner.run-record/v1``): the plan's hash and world, the machine, and
+    ``fields`` (what the run measured), written atomically."""
     record = {"schema": "planner.run-record/v1", "plan_inputs_hash": plan.inputs_hash,
-              "world_size": plan.num_gpus, "command": cmd, "exit_code": result.exit_code,
-              "interrupted": result.interrupted, "wall_s": result.wall_s,
-              "environment": {"python": platform.python_version(), "host": platform.node()}}
+              "world_size": plan.num_gpus,
+              "config": {k: plan.config[k] for k in ("tp", "pp", "dp", "cp", "ep")},
+              "environment": {"python": platform.python_version(), "host": platform.node(),
+                              **(environment or {})},
+              **fields}
     write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def write_launch_record(path: Path, plan: Plan, cmd: list[str], result: LaunchResult) -> None:
+    """The launcher's run record of a user script (the reference job writes a richer one)."""
+    write_run_record(path, plan, {"command": cmd, "exit_code": result.exit_code,
+                                  "interrupted": result.interrupted, "wall_s": result.wall_s})

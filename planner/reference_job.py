@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -530,17 +529,14 @@ def _sync_grads(model: "Stage", rt, shape: JobShape) -> None:
 
 def _write_record(out: str, rt, shape: JobShape, losses: list[float], times: list[float],
                   events: list) -> None:
-    from planner.files import write_atomic
+    from planner.launch import write_run_record
 
-    record = {"schema": "planner.run-record/v1", "plan_inputs_hash": rt.plan.inputs_hash,
-              "world_size": rt.view.world_size, "config": {k: rt.plan.config[k] for k in ("tp", "pp", "dp", "cp", "ep")},
-              "shape": shape.__dict__, "losses": losses, "step_times_s": times,
-              "expert_events": events,
-              "environment": {"torch": torch.__version__, "python": platform.python_version(),
-                              "host": platform.node(), "backend": dist.get_backend(),
-                              "threads": torch.get_num_threads(),
-                              "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}}
-    write_atomic(Path(out), json.dumps(record, indent=1, sort_keys=True) + "\n")
+    write_run_record(Path(out), rt.plan,
+                     {"shape": shape.__dict__, "losses": losses, "step_times_s": times,
+                      "expert_events": events},
+                     {"torch": torch.__version__, "backend": dist.get_backend(),
+                      "threads": torch.get_num_threads(),
+                      "omp_num_threads": os.environ.get("OMP_NUM_THREADS")})
 
 
 def main(argv: list[str] | None = None) -> None:
