@@ -43,14 +43,18 @@ def _slots(num_experts: int, gpus: int, slots_per_gpu: Optional[int], redundant_
     return num_experts // gpus + redundant_per_gpu
 
 
+def _read_placement_json(path: Path):
+    """A placement file's JSON (our document or SGLang's map); SpecError if unreadable."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise SpecError(str(path), "", f"a readable JSON placement file ({err})") from None
+
+
 def _read_current(path: Path):
     from planner.experts import current_from_document
 
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise SpecError(str(path), "", f"a readable JSON placement file ({err})") from None
-    return current_from_document(data, str(path))
+    return current_from_document(_read_placement_json(path), str(path))
 
 
 @experts_app.command("plan")
@@ -136,10 +140,7 @@ def evaluate(
     from planner.experts_eval import evaluate_document, render_evaluation
     from planner.validate import validate_expert_placement
 
-    try:
-        doc = json.loads(placement.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise SpecError(str(placement), "", f"a readable placement JSON ({err})") from None
+    doc = _read_placement_json(placement)
     validate_expert_placement(doc, str(placement))
     result = evaluate_document(doc, _loads(loads), str(placement))
     if output_format is OutputFormat.json:
