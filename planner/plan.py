@@ -39,7 +39,7 @@ from cost_models.step import Estimate, config_stage_layers, stage_layers
 from planner import __version__
 from topologies.catalog import GB
 from topologies.cluster import Cluster
-from topologies.spec import cluster_from_dict
+from topologies.spec import cluster_from_dict, gpu_to_plain
 
 SCHEMA_VERSION = 1
 RANK_COLUMNS = ("rank", "node_rank", "local", "tp", "cp", "dp", "pp", "ep", "etp", "edp")
@@ -108,7 +108,11 @@ def model_from_plain(d: dict[str, Any]) -> ModelSpec:
 
 
 def cluster_to_plain(cluster: Cluster) -> dict[str, Any]:
-    """The cluster as a cluster file (``topologies.spec.ClusterSpec``) would describe it."""
+    """The cluster as a cluster file (``topologies.spec.ClusterSpec``) would describe it.
+
+    A catalog GPU is written by name, any other device as its inline device object
+    (``topologies.spec.gpu_to_plain``), so that the file rebuilds the same ``GpuSpec``.
+    """
     def nic(n) -> dict[str, Any]:
         out = {"count": n.count, "gbps": n.gbps, "transport": n.transport,
                "latency_us": n.latency_s * 1e6}
@@ -120,8 +124,9 @@ def cluster_to_plain(cluster: Cluster) -> dict[str, Any]:
     for gi, g in enumerate(cluster.node_groups):
         first = sum(x.count for x in cluster.node_groups[:gi])
         groups.append({
-            "name": g.name, "count": g.count, "gpu": g.gpu.name, "gpus_per_node": g.gpus_per_node,
-            "fabric": g.fabric, "intra_bw_GBps": g.intra_bw_bytes_per_s / GB,
+            "name": g.name, "count": g.count, "gpu": gpu_to_plain(g.gpu),
+            "gpus_per_node": g.gpus_per_node, "fabric": g.fabric,
+            "intra_bw_GBps": g.intra_bw_bytes_per_s / GB,
             "intra_latency_us": g.intra_latency_s * 1e6, "nics": [nic(n) for n in g.nics],
             "nvlink_domain_nodes": g.nvlink_domain_nodes,
             "hosts": [cluster.host_of_node(first + i) for i in range(g.count)]})

@@ -1,4 +1,5 @@
-"""Cluster specs, presets, the topology graph, group views and the ``topo show`` rendering."""
+"""Cluster specs, presets, the topology graph, group views and the ``topo show`` rendering,
+inline devices and the host fabric."""
 from __future__ import annotations
 
 import copy
@@ -10,16 +11,19 @@ import networkx as nx
 import pytest
 from pydantic import ValidationError
 from rich.console import Console
+from typer.testing import CliRunner
 
+from planner.cli import app
 from planner.clusters import cluster_from_options, load_cluster
 from planner.errors import SpecError
+from planner.plan import cluster_to_plain
 from planner.topo_report import render_presets, render_topology
-from topologies.catalog import UnknownGpuError, gpu_catalog
+from topologies.catalog import INLINE_CONFIDENCE, UnknownGpuError, gpu_catalog
 from topologies.cluster import Cluster, group_view
 from topologies.graph import build_graph, path_tier, tier_summary
 from topologies.presets import (UnknownPresetError, cluster_presets, load_cluster_preset,
                                 preset_text)
-from topologies.spec import cluster_from_dict, homogeneous_cluster
+from topologies.spec import DeviceSpec, cluster_from_dict, gpu_to_plain, homogeneous_cluster
 
 GBPS = 1e9  # bytes/s in one GB/s
 
@@ -415,3 +419,174 @@ def test_render_topology_of_mixed_cluster_shows_every_group() -> None:
 def test_render_presets_lists_names_and_descriptions() -> None:
     text = _render(render_presets(cluster_presets()))
     assert "gb200-nvl72" in text and "single NVLink domain" in text
+
+
+# --- inline devices and the host fabric ---------------------------------------------------
+
+
+CPU_DEVICE = {"name": "epyc-9654", "memory_gb": 256, "memory_bw_GBps": 180,
+              "peak_tflops": {"fp32": 3.1, "bf16": 1.5}, "arch": "Zen4",
+              "source": "planner calibrate"}
+
+
+def _host_spec(**group: object) -> dict:
+    """One CPU host running 4 gloo processes, its device written inline."""
+    return {"name": "cpu", "node_groups": [{
+        "name": "cpu", "count": 1, "gpu": copy.deepcopy(CPU_DEVICE), "gpus_per_node": 4,
+        "fabric": "host", "intra_bw_GBps": 12, **group}]}
+
+
+def test_inline_device_on_the_host_fabric_builds() -> None:
+    group = cluster_from_dict(_host_spec()).node_groups[0]
+    gpu = group.gpu
+    assert (gpu.name, gpu.arch, gpu.source, gpu.confidence) == (
+        "epyc-9654", "Zen4", "planner calibrate", INLINE_CONFIDENCE)
+    assert gpu.hbm_bytes == 256 * 2**30 and gpu.hbm_bw_bytes_per_s == 180 * GBPS
+    assert gpu.peak_flops == {"bf16": 1.5e12, "fp32": 3.1e12}
+    assert (gpu.nvlink_bw_bytes_per_s, gpu.tdp_w, gpu.nvlink_domain_gpus) == (0, None, None)
+    assert group.fabric == "host" and group.intra_bw_bytes_per_s == 12 * GBPS
+    assert group.intra_latency_s == pytest.approx(20e-6)  # INTRA_LATENCY_US["host"]
+    view = group_view(cluster_from_dict(_host_spec()), range(4))
+    assert view.intra.name == "host" and view.inter is None
+
+
+def test_inline_device_round_trips_through_the_plan_form() -> None:
+    cluster = cluster_from_dict(_host_spec())
+    plain = cluster_to_plain(cluster)
+    assert plain["node_groups"][0]["gpu"] == {**CPU_DEVICE, "memory_gb": 256.0,
+                                              "memory_bw_GBps": 180.0,
+                                              "peak_tflops": {"bf16": 1.5, "fp32": 3.1}}
+    rebuilt = cluster_from_dict(json.loads(json.dumps(plain)))
+    assert rebuilt.node_groups[0].gpu == cluster.node_groups[0].gpu
+    assert cluster_to_plain(rebuilt) == plain
+
+
+@pytest.mark.parametrize("memory_gb, bw, tflops", [
+    (0.1, 0.3, 1e-3), (93.13225746154785, 3.3, 0.7), (1 / 3, 2 / 3, 1234.567891)])
+def test_inline_device_figures_round_trip_exactly(memory_gb, bw, tflops) -> None:
+    device = {"name": "odd", "memory_gb": memory_gb, "memory_bw_GBps": bw,
+              "peak_tflops": {"fp16": tflops, "tf32": tflops / 7}}
+    cluster = cluster_from_dict(_host_spec(gpu=device))
+    rebuilt = cluster_from_dict(cluster_to_plain(cluster))
+    assert rebuilt.node_groups[0].gpu == cluster.node_groups[0].gpu
+
+
+def test_catalog_gpus_are_written_by_name() -> None:
+    for name, gpu in gpu_catalog().items():
+        assert gpu_to_plain(gpu) == name
+    plain = cluster_to_plain(homogeneous_cluster("H100", 2))
+    assert plain["node_groups"][0]["gpu"] == "H100-SXM5-80GB"
+
+
+def test_inline_device_with_the_catalogs_figures_is_the_catalog_gpu() -> None:
+    h100 = gpu_catalog()["H100-SXM5-80GB"]
+    device = {"name": "H100", "memory_gb": 80, "memory_bw_GBps": 3350,
+              "peak_tflops": {"bf16": 989, "fp16": 989, "fp8": 1979, "tf32": 495}}
+    data = _spec()
+    data["node_groups"][0]["gpu"] = device
+    assert cluster_from_dict(data).node_groups[0].gpu == h100
+    assert DeviceSpec.model_validate(device).to_gpu() is h100
+
+
+def test_inline_device_on_a_catalog_fabric_needs_a_bandwidth() -> None:
+    group = cluster_from_dict(_host_spec(fabric="pcie", intra_bw_GBps=None)).node_groups[0]
+    assert group.intra_bw_bytes_per_s == 25 * GBPS  # arch unknown to pcie_generation: Gen4
+    with pytest.raises(ValidationError, match="an inline device carries epyc-9654 no NVLink"):
+        cluster_from_dict(_host_spec(fabric="nvswitch", intra_bw_GBps=None))
+    assert cluster_from_dict(_host_spec(fabric="nvswitch")).node_groups[0].fabric == "nvswitch"
+
+
+def test_missing_peak_names_where_the_figures_come_from() -> None:
+    cpu = cluster_from_dict(_host_spec()).node_groups[0].gpu
+    with pytest.raises(ValueError, match="no fp8 peak in the cluster file .has: bf16, fp32"):
+        cpu.peak_flops_for("fp8")
+    with pytest.raises(ValueError, match="no fp32 peak in the catalog"):
+        gpu_catalog()["H100-SXM5-80GB"].peak_flops_for("fp32")
+
+
+def _set_device(key: str, value: object):
+    def mutate(d: dict) -> None:
+        d["node_groups"][0]["gpu"][key] = value
+    return mutate
+
+
+def _drop_device(key: str):
+    def mutate(d: dict) -> None:
+        del d["node_groups"][0]["gpu"][key]
+    return mutate
+
+
+INLINE_ERRORS = [  # (change to _host_spec(), field path in the message, fragment of it)
+    (_set_device("memory_gb", -1), "node_groups.0.gpu.memory_gb", "greater than 0"),
+    (_set_device("peak_tflops", {"bf16": 1, "fp64": 2}), "node_groups.0.gpu.peak_tflops",
+     "at least one of bf16, fp16, fp8, tf32, fp32 (unknown: fp64)"),
+    (_set_device("peak_tflops", {}), "node_groups.0.gpu.peak_tflops", "(got none)"),
+    (_set_device("peak_tflops", {"bf16": 0}), "node_groups.0.gpu.peak_tflops.bf16",
+     "greater than 0"),
+    (_drop_device("memory_bw_GBps"), "node_groups.0.gpu.memory_bw_GBps", "required"),
+    (_set_device("name", ""), "node_groups.0.gpu.name", "at least 1 character"),
+    (_set_device("colour", "red"), "node_groups.0.gpu.colour",
+     "allowed: name, memory_gb, memory_bw_GBps, peak_tflops, arch, source"),
+    (_set_device("name", "H100"), "node_groups.0.gpu",
+     "name 'H100' is catalog GPU H100-SXM5-80GB (memory_gb 80, memory_bw_GBps 3350, "
+     "peak_tflops {bf16: 989, fp16: 989, fp8: 1979, tf32: 495}), and this device's memory_gb, "
+     "memory_bw_GBps, peak_tflops differ; rename the device or write gpu: H100-SXM5-80GB"),
+    (_set(("node_groups", 0, "gpu"), 3), "node_groups.0.gpu",
+     "a GPU catalog name (H100, A100, ...) or an inline device object"),
+    (_set(("node_groups", 0, "intra_bw_GBps"), None), "node_groups.0",
+     "an explicit intra_bw_GBps for fabric host"),
+    (_set(("node_groups", 0, "nvlink_domain_nodes"), 2), "node_groups.0",
+     "nvlink_domain_nodes: 1 for fabric host (got 2)"),
+]
+
+
+@pytest.mark.parametrize("mutate, field, fragment", INLINE_ERRORS)
+def test_inline_device_and_host_errors_name_the_field(tmp_path: Path, mutate, field,
+                                                      fragment) -> None:
+    data = _host_spec()
+    mutate(data)
+    with pytest.raises(ValidationError):
+        cluster_from_dict(data)
+    path = tmp_path / "bad.yaml"
+    path.write_text(json.dumps(data, indent=2))
+    with pytest.raises(SpecError) as raised:
+        load_cluster(str(path))
+    assert raised.value.field == field
+    assert fragment in str(raised.value) and "Traceback" not in str(raised.value)
+
+
+INLINE_YAML = """\
+description: one CPU host, four gloo processes
+node_groups:
+  - name: cpu
+    count: 2
+    gpu:
+      name: epyc-9654
+      memory_gb: 256
+      memory_bw_GBps: 180
+      peak_tflops: {fp32: 3.1, bf16: 1.5}
+    gpus_per_node: 4
+    fabric: host
+    intra_bw_GBps: 12
+    nics: [{count: 1, gbps: 25, transport: tcp}]
+network:
+  tiers: [{name: leaf, nodes_per_switch: 2}]
+"""
+
+
+def test_topo_show_prints_a_cluster_with_an_inline_device(tmp_path: Path) -> None:
+    path = tmp_path / "cpu.yaml"
+    path.write_text(INLINE_YAML)
+    result = CliRunner().invoke(app, ["topo", "show", str(path)], env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.stderr
+    for fragment in ("epyc-9654", "256 GiB", "1.5", "host", "1x 25G TCP", "12", "20",
+                     "Total: 8 GPUs on 2 nodes"):
+        assert fragment in result.stdout, fragment
+
+
+def test_topo_show_names_a_bad_inline_field(tmp_path: Path) -> None:
+    path = tmp_path / "cpu.yaml"
+    path.write_text(INLINE_YAML.replace("memory_gb: 256", "memory_gb: -256"))
+    result = CliRunner().invoke(app, ["topo", "show", str(path)], env={"COLUMNS": "160"})
+    assert result.exit_code == 2
+    assert "cpu.yaml:7: node_groups.0.gpu.memory_gb: expected greater than 0" in result.stderr

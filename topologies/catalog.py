@@ -23,7 +23,13 @@ _PEAK_KEYS: dict[str, tuple[str, ...]] = {
     "fp16": ("fp16_tflops_dense", "fp16_tensor_tflops_dense", "bf16_tflops_dense"),
     "fp8": ("fp8_tflops_dense",),
     "tf32": ("tf32_tflops_dense",),
+    "fp32": ("fp32_tflops_dense",),  # no catalog entry carries it yet; inline devices may
 }
+PRECISIONS: tuple[str, ...] = tuple(_PEAK_KEYS)
+
+# ``confidence`` of a device described inline in a cluster file (topologies.spec.DeviceSpec)
+# rather than taken from the catalog: its figures are whatever that file gives.
+INLINE_CONFIDENCE = "cluster file"
 
 
 class UnknownGpuError(KeyError):
@@ -59,7 +65,8 @@ class GpuSpec:
             return self.peak_flops[precision]
         except KeyError:
             have = ", ".join(sorted(self.peak_flops)) or "none"
-            raise ValueError(f"GPU {self.name} has no {precision} peak in the catalog "
+            where = "cluster file" if self.confidence == INLINE_CONFIDENCE else "catalog"
+            raise ValueError(f"GPU {self.name} has no {precision} peak in the {where} "
                              f"(has: {have})") from None
 
 

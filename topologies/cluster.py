@@ -21,7 +21,7 @@ import numpy as np
 from topologies.catalog import GpuSpec
 
 TRANSPORTS = ("ib", "roce", "tcp")
-FABRICS = ("nvswitch", "nvlink", "pcie", "xgmi")
+FABRICS = ("nvswitch", "nvlink", "pcie", "xgmi", "host")
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class NodeGroup:
     count: int
     gpu: GpuSpec
     gpus_per_node: int
-    fabric: str  # intra-node fabric: "nvswitch" | "nvlink" | "pcie" | "xgmi"
+    fabric: str  # intra-node fabric: "nvswitch" | "nvlink" | "pcie" | "xgmi" | "host"
     intra_bw_bytes_per_s: float  # one direction, per GPU, nominal
     intra_latency_s: float
     nics: tuple[Nic, ...]

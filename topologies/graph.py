@@ -29,7 +29,7 @@ import networkx as nx
 from topologies.catalog import GB
 from topologies.cluster import Cluster, LinkTier, Nic, NodeGroup
 
-INTRA_TIER = {"nvswitch": "nvlink", "nvlink": "nvlink", "xgmi": "xgmi", "pcie": "pcie"}
+INTRA_TIER = {"nvswitch": "nvlink", "nvlink": "nvlink", "xgmi": "xgmi", "pcie": "pcie", "host": "host"}
 TRANSPORT_LABELS = {"ib": "IB", "roce": "RoCE", "tcp": "TCP"}
 
 SwitchId = tuple[str, int, int, int]

@@ -3,7 +3,9 @@
 A cluster YAML/JSON file is checked here (unknown keys, non-positive numbers, unknown GPUs,
 inconsistent fabrics) and converted into the frozen :class:`~topologies.cluster.Cluster` the
 cost models read. Figures a file may leave out are filled from the GPU catalog
-(``data/gpu_specs.json``) and the defaults below, each with its source.
+(``data/gpu_specs.json``) and the defaults below, each with its source. A device the catalog
+lacks (a CPU host measured by ``planner calibrate``, a new GPU) is written inline as a
+:class:`DeviceSpec` in place of the catalog name.
 
 Units in the file: bandwidths in GB/s one direction per GPU (``intra_bw_GBps``) or Gbit/s per
 NIC port as marketed (``gbps``); latencies in microseconds. Inside :class:`Cluster` everything
@@ -14,12 +16,14 @@ This module raises ``pydantic.ValidationError`` (a ``ValueError``) and never imp
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence, get_args
+from typing import Annotated, Any, Literal, Mapping, Sequence, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from topologies.catalog import GB, GpuSpec, UnknownGpuError, get_gpu
+from topologies.catalog import (GB, GIB, INLINE_CONFIDENCE, PRECISIONS, GpuSpec,
+                                 UnknownGpuError, get_gpu, gpu_catalog)
 from topologies.cluster import Cluster, NetworkTier, Nic, NodeGroup
 
 # Effective one-direction GPU-to-GPU bandwidth over PCIe x16, GB/s: about 80% of the raw
@@ -29,7 +33,11 @@ PCIE_X16_EFFECTIVE_GBPS: dict[int, float] = {3: 12.0, 4: 25.0, 5: 50.0}
 # Default intra-domain latency per fabric, us. NVSwitch: ASTRA-sim's validated HGX H100 model
 # uses 936 ns (shared/data/topology/astra-sim_HGX-H100-validated.yml); NCCL's hwLat table
 # (src/graph/tuning.cc) puts PCIe at about twice NVLink. xGMI: estimate, between the two.
-INTRA_LATENCY_US: dict[str, float] = {"nvswitch": 1.0, "nvlink": 1.0, "xgmi": 1.5, "pcie": 2.0}
+# host: processes of one machine talking through host memory (gloo over loopback or shared
+# memory); 20 us is a typical gloo loopback small-message latency (estimate), which
+# ``planner calibrate`` replaces with the measured figure.
+INTRA_LATENCY_US: dict[str, float] = {"nvswitch": 1.0, "nvlink": 1.0, "xgmi": 1.5, "pcie": 2.0,
+                                      "host": 20.0}
 
 # Default end-to-end NIC latency per transport, us. IB: NCCL hwLat NET (Tree/LL) = 5 us, also
 # Nic's own default. RoCE: slightly above IB (estimate). TCP: kernel sockets (estimate).
@@ -77,18 +85,130 @@ class NicSpec(_Strict):
                    latency_us * 1e-6)
 
 
+class DeviceSpec(_Strict):
+    """A device the GPU catalog lacks, written inline as a node group's ``gpu``."""
+
+    name: str = Field(min_length=1, description="Device name; not a catalog name or alias "
+                      "unless every figure below equals the catalog's.")
+    memory_gb: float = Field(gt=0, description="Memory per device, GB as the catalog writes it "
+                             "(read as GiB, what nvidia-smi reports).")
+    memory_bw_GBps: float = Field(gt=0, description="Memory bandwidth per device, GB/s.")
+    peak_tflops: dict[str, Annotated[float, Field(gt=0)]] = Field(
+        description=f"Dense peak TFLOP/s by precision ({', '.join(PRECISIONS)}).")
+    arch: str = Field(default="custom", description="Architecture (Hopper, ...); PCIe "
+                      "generation for fabric pcie is read from it (default: Gen4).")
+    source: str = Field(default="", description="Where the figures come from.")
+
+    @field_validator("peak_tflops")
+    @classmethod
+    def _known_precisions(cls, peaks: dict[str, float]) -> dict[str, float]:
+        unknown = [p for p in peaks if p not in PRECISIONS]
+        if unknown or not peaks:
+            got = f" (unknown: {', '.join(unknown)})" if unknown else " (got none)"
+            raise ValueError(f"peak_tflops keyed by precision, at least one of "
+                             f"{', '.join(PRECISIONS)}{got}")
+        return peaks
+
+    @model_validator(mode="after")
+    def _name_free_or_same_figures(self) -> DeviceSpec:
+        twin = self.catalog_twin()
+        if twin is None:
+            return self
+        mine = self._build()
+        differ = [label for label, a, b in (
+            ("memory_gb", mine.hbm_bytes, twin.hbm_bytes),
+            ("memory_bw_GBps", mine.hbm_bw_bytes_per_s, twin.hbm_bw_bytes_per_s))
+            if not math.isclose(a, b, rel_tol=1e-9)]
+        if mine.peak_flops.keys() != twin.peak_flops.keys() or not all(
+                math.isclose(v, twin.peak_flops[k], rel_tol=1e-9)
+                for k, v in mine.peak_flops.items()):
+            differ.append("peak_tflops")
+        if differ:
+            raise ValueError(f"a device name outside the GPU catalog, or the catalog's figures: "
+                             f"name '{self.name}' is catalog GPU {twin.name} "
+                             f"({_figures_text(twin)}), and this device's "
+                             f"{', '.join(differ)} differ; rename the device or write "
+                             f"gpu: {twin.name}")
+        return self
+
+    def catalog_twin(self) -> GpuSpec | None:
+        """The catalog GPU this device's name (or alias) names, if any."""
+        try:
+            return get_gpu(self.name)
+        except UnknownGpuError:
+            return None
+
+    def _build(self) -> GpuSpec:
+        return GpuSpec(
+            name=self.name, arch=self.arch,
+            peak_flops={p: self.peak_tflops[p] * 1e12 for p in PRECISIONS if p in self.peak_tflops},
+            hbm_bytes=self.memory_gb * GIB, hbm_bw_bytes_per_s=self.memory_bw_GBps * GB,
+            nvlink_bw_bytes_per_s=0.0, tdp_w=None, nvlink_domain_gpus=None,
+            source=self.source, confidence=INLINE_CONFIDENCE)
+
+    def to_gpu(self) -> GpuSpec:
+        """The device as a :class:`GpuSpec` (no NVLink figure: give the fabric's
+        ``intra_bw_GBps``); a device named like a catalog GPU, with its figures, is that GPU."""
+        return self.catalog_twin() or self._build()
+
+
+def _unscale(value: float, scale: float) -> float:
+    """The float ``x`` with ``x * scale == value`` (nearest to ``value / scale``), so a figure
+    written back to a file rebuilds the same bytes/s or FLOP/s."""
+    x = value / scale
+    for candidate in (x, math.nextafter(x, math.inf), math.nextafter(x, -math.inf)):
+        if candidate * scale == value:
+            return candidate
+    return x
+
+
+def device_to_plain(gpu: GpuSpec) -> dict[str, Any]:
+    """``gpu`` as an inline device object (the :class:`DeviceSpec` fields) that rebuilds it.
+
+    NVLink bandwidth, TDP and NVLink domain size are not device fields and are left out.
+    """
+    return {"name": gpu.name, "arch": gpu.arch, "memory_gb": _unscale(gpu.hbm_bytes, GIB),
+            "memory_bw_GBps": _unscale(gpu.hbm_bw_bytes_per_s, GB),
+            "peak_tflops": {p: _unscale(v, 1e12) for p, v in gpu.peak_flops.items()},
+            "source": gpu.source}
+
+
+def gpu_to_plain(gpu: GpuSpec) -> str | dict[str, Any]:
+    """A node group's ``gpu`` as a cluster file writes it: the catalog name when ``gpu`` is
+    the catalog's entry of that name, else its inline device object."""
+    return gpu.name if gpu_catalog().get(gpu.name) == gpu else device_to_plain(gpu)
+
+
+def _figures_text(gpu: GpuSpec) -> str:
+    """A GPU's device figures as a cluster file writes them, for error messages."""
+    plain = device_to_plain(gpu)
+    peaks = ", ".join(f"{p}: {v:g}" for p, v in plain["peak_tflops"].items())
+    return (f"memory_gb {plain['memory_gb']:g}, memory_bw_GBps {plain['memory_bw_GBps']:g}, "
+            f"peak_tflops {{{peaks}}}")
+
+
+def gpu_spec_of(gpu: str | DeviceSpec) -> GpuSpec:
+    """The :class:`GpuSpec` of a node group's ``gpu``: a catalog name or an inline device."""
+    return gpu.to_gpu() if isinstance(gpu, DeviceSpec) else get_gpu(gpu)
+
+
 class NodeGroupSpec(_Strict):
     """``count`` identical nodes (servers, or GB200 compute trays)."""
 
     name: str = Field(min_length=1, description="Name of the group, unique in the cluster.")
     count: int = Field(ge=1, description="Number of nodes in the group.")
-    gpu: str = Field(description="GPU catalog name or alias (H100, A100, GB200, ...).")
-    gpus_per_node: int = Field(ge=1, description="GPUs in one node (GB200 tray: 4).")
-    fabric: Literal["nvswitch", "nvlink", "pcie", "xgmi"] = Field(
-        description="Intra-node fabric: nvswitch, nvlink (direct links), pcie or xgmi (AMD).")
+    gpu: str | DeviceSpec = Field(
+        description="GPU catalog name or alias (H100, A100, GB200, ...), or an inline device "
+        "object (name, memory_gb, memory_bw_GBps, peak_tflops) for one the catalog lacks.")
+    gpus_per_node: int = Field(ge=1, description="GPUs (devices, processes) in one node "
+                               "(GB200 tray: 4).")
+    fabric: Literal["nvswitch", "nvlink", "pcie", "xgmi", "host"] = Field(
+        description="Intra-node fabric: nvswitch, nvlink (direct links), pcie, xgmi (AMD) or "
+        "host (processes of one machine through host memory: gloo over loopback/shared memory).")
     intra_bw_GBps: float | None = Field(
         default=None, gt=0, description="Intra-domain bandwidth, GB/s one direction per GPU; "
-        "default: catalog NVLink/xGMI figure, or PCIe x16 effective for fabric pcie.")
+        "default: catalog NVLink/xGMI figure, or PCIe x16 effective for fabric pcie; "
+        "required for fabric host.")
     intra_latency_us: float | None = Field(
         default=None, gt=0, description="Intra-domain latency, us; default by fabric.")
     nics: list[NicSpec] = Field(default_factory=list, description="Scale-out NICs of one node.")
@@ -98,19 +218,42 @@ class NodeGroupSpec(_Strict):
         default=None, description="Host names of the nodes, one per node in order (used by the "
         "launch emitters); default '<group name>-<index>'.")
 
-    @field_validator("gpu")
+    @field_validator("gpu", mode="before")
     @classmethod
-    def _known_gpu(cls, name: str) -> str:
+    def _known_gpu(cls, gpu: Any) -> str | DeviceSpec:
+        if isinstance(gpu, DeviceSpec):
+            return gpu
+        if isinstance(gpu, Mapping):  # an inline device: its errors keep their field paths
+            return DeviceSpec.model_validate(gpu)
+        if not isinstance(gpu, str):
+            raise ValueError("a GPU catalog name (H100, A100, ...) or an inline device object "
+                             "with name, memory_gb, memory_bw_GBps and peak_tflops")
         try:
-            return get_gpu(name).name
+            return get_gpu(gpu).name
         except UnknownGpuError as err:
-            raise ValueError(f"a GPU from the catalog: {err}") from None
+            raise ValueError(f"a GPU from the catalog (or an inline device object with name, "
+                             f"memory_gb, memory_bw_GBps and peak_tflops): {err}") from None
+
+    def _gpu_spec(self) -> GpuSpec:
+        """The group's GPU: the catalog entry, or the inline device's."""
+        return gpu_spec_of(self.gpu)
 
     @model_validator(mode="after")
     def _fabric_fits_gpu(self) -> NodeGroupSpec:
-        gpu = get_gpu(self.gpu)
+        gpu = self._gpu_spec()
+        if self.fabric == "host":
+            if self.intra_bw_GBps is None:
+                raise ValueError("an explicit intra_bw_GBps for fabric host: the bandwidth "
+                                 "between two processes of a node through host memory, GB/s "
+                                 "one direction (planner calibrate measures it)")
+            if self.nvlink_domain_nodes != 1:
+                raise ValueError(f"nvlink_domain_nodes: 1 for fabric host (got "
+                                 f"{self.nvlink_domain_nodes}): host memory joins one node only")
+            return self
         if self.fabric != "pcie" and self.intra_bw_GBps is None and gpu.nvlink_bw_bytes_per_s <= 0:
-            raise ValueError(f"fabric: pcie, or an explicit intra_bw_GBps: the catalog gives "
+            where = ("an inline device carries" if gpu.confidence == INLINE_CONFIDENCE
+                     else "the catalog gives")
+            raise ValueError(f"fabric: pcie, or an explicit intra_bw_GBps: {where} "
                              f"{gpu.name} no NVLink/xGMI bandwidth for fabric '{self.fabric}'")
         if self.nvlink_domain_nodes > 1 and self.fabric == "pcie":
             raise ValueError(f"nvlink_domain_nodes: 1 for fabric pcie (got "
@@ -119,10 +262,11 @@ class NodeGroupSpec(_Strict):
 
     @model_validator(mode="after")
     def _domain_fits_gpu(self) -> NodeGroupSpec:
-        limit = get_gpu(self.gpu).nvlink_domain_gpus
+        gpu = self._gpu_spec()
+        limit = gpu.nvlink_domain_gpus
         domain_gpus = self.nvlink_domain_nodes * self.gpus_per_node
         if limit and domain_gpus > limit:
-            raise ValueError(f"at most {limit} GPUs per {self.gpu} NVLink domain: "
+            raise ValueError(f"at most {limit} GPUs per {gpu.name} NVLink domain: "
                              f"nvlink_domain_nodes {self.nvlink_domain_nodes} x gpus_per_node "
                              f"{self.gpus_per_node} = {domain_gpus}; lower nvlink_domain_nodes")
         return self
@@ -145,7 +289,7 @@ class NodeGroupSpec(_Strict):
         """The given intra-domain bandwidth, else the catalog or PCIe figure."""
         if self.intra_bw_GBps is not None:
             return self.intra_bw_GBps * GB
-        gpu = get_gpu(self.gpu)
+        gpu = self._gpu_spec()
         if self.fabric == "pcie":
             return PCIE_X16_EFFECTIVE_GBPS[pcie_generation(gpu)] * GB
         return gpu.nvlink_bw_bytes_per_s
@@ -153,7 +297,7 @@ class NodeGroupSpec(_Strict):
     def to_node_group(self) -> NodeGroup:
         """The frozen node group this entry describes."""
         latency_us = self.intra_latency_us or INTRA_LATENCY_US[self.fabric]
-        return NodeGroup(self.name, self.count, get_gpu(self.gpu), self.gpus_per_node,
+        return NodeGroup(self.name, self.count, self._gpu_spec(), self.gpus_per_node,
                          self.fabric, self.intra_bw_bytes_per_s(), latency_us * 1e-6,
                          tuple(n.to_nic() for n in self.nics), self.nvlink_domain_nodes,
                          tuple(self.hosts or ()))
