@@ -9,7 +9,10 @@ A ring over members spread across domains (nodes, NVL72 racks) is limited by the
 the fast tier and the scale-out tier; the scale-out tier serves a node's ``k`` members through
 k NICs in parallel (NCCL builds one ring per NIC), so its bus bandwidth is k times one GPU's
 NIC share. Link tiers are data (``topologies.GroupView``); efficiencies are calibration
-parameters (``Profile.link_efficiency``).
+parameters (``Profile.link_efficiency``). Libraries whose algorithms do not follow the busbw
+factors (gloo: its reduce-scatter and all-gather are not bandwidth-optimal rings) get a
+fitted factor per collective on the latency and on the bandwidth
+(``Profile.op_factors``, 1 for NCCL).
 """
 from __future__ import annotations
 
@@ -49,20 +52,28 @@ def all_reduce_s(view: GroupView, size_bytes: float, prof: Profile) -> float:
     intra = view.intra.latency_s if view.intra else 0.0
     tree_lat = 2.0 * (math.log2(max(view.num_domains, 1)) * inter + math.log2(
         max(view.members_per_domain, 1)) * intra)
-    return min(ring_lat, tree_lat) + 2.0 * (n - 1) / n * size_bytes / bus_bandwidth(view, prof)
+    lat_f, bw_f = prof.op_factors("all_reduce")
+    return lat_f * min(ring_lat, tree_lat) + 2.0 * (n - 1) / n * size_bytes / (
+        bw_f * bus_bandwidth(view, prof))
+
+
+def _ring_one_pass_s(view: GroupView, size_bytes: float, prof: Profile, op: str) -> float:
+    n = view.size
+    if n <= 1 or size_bytes <= 0:
+        return 0.0
+    lat_f, bw_f = prof.op_factors(op)
+    return lat_f * _ring_latency_s(view, 1.0) + (n - 1) / n * size_bytes / (
+        bw_f * bus_bandwidth(view, prof))
 
 
 def all_gather_s(view: GroupView, size_bytes: float, prof: Profile) -> float:
     """Ring all-gather of a ``size_bytes`` result (each rank holds size/n)."""
-    n = view.size
-    if n <= 1 or size_bytes <= 0:
-        return 0.0
-    return _ring_latency_s(view, 1.0) + (n - 1) / n * size_bytes / bus_bandwidth(view, prof)
+    return _ring_one_pass_s(view, size_bytes, prof, "all_gather")
 
 
 def reduce_scatter_s(view: GroupView, size_bytes: float, prof: Profile) -> float:
     """Ring reduce-scatter of a ``size_bytes`` input (same traffic as all-gather)."""
-    return all_gather_s(view, size_bytes, prof)
+    return _ring_one_pass_s(view, size_bytes, prof, "reduce_scatter")
 
 
 def all_to_all_s(view: GroupView, send_bytes: float, prof: Profile) -> float:
@@ -75,13 +86,14 @@ def all_to_all_s(view: GroupView, send_bytes: float, prof: Profile) -> float:
     if n <= 1 or send_bytes <= 0:
         return 0.0
     k = view.members_per_domain
+    lat_f, bw_f = prof.op_factors("all_to_all")
     t_intra = t_inter = 0.0
     if view.intra is not None:
-        t_intra = (k - 1) / n * send_bytes / (
-            view.intra.bw_bytes_per_s * prof.link_eff(view.intra.name)) + view.intra.latency_s
+        t_intra = (k - 1) / n * send_bytes / (bw_f * view.intra.bw_bytes_per_s * prof.link_eff(
+            view.intra.name)) + lat_f * view.intra.latency_s
     if view.inter is not None:
-        t_inter = (n - k) / n * send_bytes / (
-            view.inter.bw_bytes_per_s * prof.link_eff(view.inter.name)) + view.inter.latency_s
+        t_inter = (n - k) / n * send_bytes / (bw_f * view.inter.bw_bytes_per_s * prof.link_eff(
+            view.inter.name)) + lat_f * view.inter.latency_s
     return max(t_intra, t_inter)
 
 
@@ -90,4 +102,6 @@ def send_recv_s(view: GroupView, size_bytes: float, prof: Profile) -> float:
     if view.size <= 1 or size_bytes <= 0:
         return 0.0
     tier = view.inter if view.inter is not None else view.intra
-    return tier.latency_s + size_bytes / (tier.bw_bytes_per_s * prof.link_eff(tier.name))
+    lat_f, bw_f = prof.op_factors("send_recv")
+    return lat_f * tier.latency_s + size_bytes / (bw_f * tier.bw_bytes_per_s
+                                                  * prof.link_eff(tier.name))

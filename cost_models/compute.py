@@ -24,7 +24,7 @@ from functools import lru_cache
 from cost_models.model_spec import ModelSpec
 from cost_models.profile import Profile
 
-ACT_BYTES = 2  # bf16/fp16 activations
+ACT_BYTES = 2  # bf16/fp16 activations (Shard.elem_bytes scales everything for fp32)
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,7 @@ class Shard:
     unfused_attention: bool
     dropout: bool
     moe_imbalance: float = 1.0
+    elem_bytes: int = 2  # bytes per activation element (4 in fp32)
 
     @property
     def tokens(self) -> float:
@@ -173,7 +174,7 @@ def _elementwise_bytes(model: ModelSpec, layer: int, sh: Shard) -> float:
     if sh.unfused_attention:  # scale+mask+softmax (r/w 2 B), dropout (r/w 2 B + 1 B mask)
         keys = _attention_keys(model, layer, sh.seq_len, causal_skip=False)
         scores = keys * model.num_heads / t * (4 + (5 if sh.dropout else 0))
-    return sh.tokens * (per_token + scores)
+    return sh.tokens * (per_token + scores) * sh.elem_bytes / ACT_BYTES
 
 
 def layer_work(model: ModelSpec, layer: int, sh: Shard) -> LayerWork:
@@ -196,6 +197,7 @@ class GpuRates:
     peak_flops: float
     hbm_bytes_per_s: float
     fp8: bool = False
+    elem_bytes: int = 2  # operand bytes (4 in fp32)
 
 
 def gemm_time_s(g: Gemm, rates: GpuRates, prof: Profile) -> float:
@@ -204,7 +206,7 @@ def gemm_time_s(g: Gemm, rates: GpuRates, prof: Profile) -> float:
     eff = prof.gemm_efficiency * n / (n + prof.gemm_half_dim)
     speed = prof.fp8_speedup if rates.fp8 else 1.0
     compute = g.flops / (rates.peak_flops * eff * speed)
-    memory = 2.0 * (g.m * g.k + g.k * g.n + g.m * g.n) * g.count / (
+    memory = rates.elem_bytes * (g.m * g.k + g.k * g.n + g.m * g.n) * g.count / (
         rates.hbm_bytes_per_s * prof.hbm_efficiency)
     return max(compute, memory)
 

@@ -77,6 +77,7 @@ class ActivationShape:
     unfused_attention: bool
     dropout: bool
     moe_imbalance: float
+    elem_bytes: int = 2  # bytes per stored element (4 in fp32; the formulas count 2-byte values)
 
 
 def _attention_tensors(model: ModelSpec, t: int) -> float:
@@ -107,8 +108,9 @@ def layer_activation_bytes(model: ModelSpec, layer: int, sh: ActivationShape,
     """Activation bytes of one layer for one micro-batch (Korthikanti et al. 2022)."""
     h, t = model.hidden_size, sh.tp
     rep_div = t if sh.sequence_parallel else 1
+    scale = sh.elem_bytes / 2
     if recompute == "full":
-        return sh.tokens * 2 * h / rep_div
+        return scale * sh.tokens * 2 * h / rep_div
     replicated = (8 * h + (2 * h if sh.dropout else 0)) / rep_div  # norms' and GEMMs' inputs
     ffn = _ffn_tensors(model, layer, sh)
     if recompute == "selective" and not sh.unfused_attention:
@@ -122,7 +124,7 @@ def layer_activation_bytes(model: ModelSpec, layer: int, sh: ActivationShape,
         per_token += (5 if sh.dropout else 2) * model.num_heads * keys / t
     elif not sh.unfused_attention:
         per_token += 4 * model.num_heads / t  # fp32 log-sum-exp per query and head
-    return sh.tokens * per_token
+    return scale * sh.tokens * per_token
 
 
 def in_flight_chunks(stage: int, pp: int, vpp: int, micro_batches: int, slices: int = 1) -> int:
@@ -137,11 +139,14 @@ def in_flight_chunks(stage: int, pp: int, vpp: int, micro_batches: int, slices: 
 
 
 def state_bytes(dense_params: float, expert_params: float, dp_shard: int, edp_shard: int,
-                zero: int) -> tuple[float, float, float]:
-    """(weights, grads, optimizer) bytes for parameters already split by TP/PP/EP."""
+                zero: int, per_param: tuple[int, int, int] = (2, 4, 12)
+                ) -> tuple[float, float, float]:
+    """(weights, grads, optimizer) bytes for parameters already split by TP/PP/EP;
+    ``per_param``: bytes of each per parameter (``Workload.state_bytes_per_param``)."""
+    w_bytes, g_bytes, o_bytes = per_param
     def sharded(n_dense: float, n_expert: float, on: bool) -> float:
         return n_dense / dp_shard + n_expert / edp_shard if on else n_dense + n_expert
-    weights = 2 * sharded(dense_params, expert_params, zero >= 3)
-    grads = 4 * sharded(dense_params, expert_params, zero >= 2)
-    optimizer = 12 * sharded(dense_params, expert_params, zero >= 1)
+    weights = w_bytes * sharded(dense_params, expert_params, zero >= 3)
+    grads = g_bytes * sharded(dense_params, expert_params, zero >= 2)
+    optimizer = o_bytes * sharded(dense_params, expert_params, zero >= 1)
     return weights, grads, optimizer

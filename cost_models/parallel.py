@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 RECOMPUTE = ("none", "selective", "full")
-PRECISIONS = ("bf16", "fp16", "fp8")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+OPTIMIZERS = ("adam", "sgd")
 ATTENTION = ("flash", "unfused")
 
 
@@ -23,7 +24,12 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Workload:
-    """What is trained: sequence length, global batch in sequences, precision, optimizer."""
+    """What is trained: sequence length, global batch in sequences, precision, optimizer.
+
+    ``precision``: bf16/fp16/fp8 are mixed precision (2-byte activations and weights, fp32 main
+    gradients and master weights); fp32 trains in plain fp32 (4-byte everything, no master copy),
+    as a plain-torch job on CPU does. ``optimizer``: adam (two fp32 moments) or sgd (none).
+    """
 
     seq_len: int
     global_batch: int
@@ -36,9 +42,37 @@ class Workload:
                              "must be >= 1")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision '{self.precision}' must be one of {PRECISIONS}")
-        if self.optimizer != "adam":
-            raise ValueError(f"optimizer '{self.optimizer}': only 'adam' (mixed precision) is "
-                             "modelled")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer '{self.optimizer}' must be one of {OPTIMIZERS}")
+
+    @property
+    def elem_bytes(self) -> int:
+        """Bytes of one activation or weight element: 4 in fp32, else 2 (bf16/fp16 storage)."""
+        return 4 if self.precision == "fp32" else 2
+
+    @property
+    def state_bytes_per_param(self) -> tuple[int, int, int]:
+        """(weights, gradients, optimizer) bytes per parameter.
+
+        Mixed precision (Megatron-LM ``docs/source/api-guide/dist_optimizer.md``): 2-byte
+        weights, 4-byte fp32 main gradients, and fp32 master weights (4) plus Adam's two moments
+        (8). Plain fp32: 4-byte weights and gradients, the weights are the master copy, so only
+        Adam's moments (8) remain; SGD without momentum keeps no state.
+        """
+        master = 0 if self.precision == "fp32" else 4
+        moments = 8 if self.optimizer == "adam" else 0
+        return self.elem_bytes, 4, master + moments
+
+    @property
+    def optimizer_bytes_per_param(self) -> int:
+        """HBM bytes the optimizer step moves per parameter (memory bound).
+
+        Fused Adam, mixed precision: read fp32 p, m, v, g (16), write p, m, v (12), write the
+        2-byte copy (2) = 30. SGD: read p and g, write p (12), plus the 2-byte copy when mixed.
+        """
+        if self.optimizer == "adam":
+            return 28 + (2 if self.precision != "fp32" else 0)
+        return 12 + (2 if self.precision != "fp32" else 0)
 
     @property
     def tokens(self) -> int:

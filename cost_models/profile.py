@@ -14,6 +14,10 @@ from importlib import resources
 from pathlib import Path
 
 
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+_DICT_FIELDS = ("link_efficiency", "collective_latency_factor", "collective_bw_factor")
+
+
 @dataclass(frozen=True)
 class Profile:
     """Efficiencies are achieved / nominal, in (0, 1]. Sizes in bytes, times in seconds."""
@@ -27,12 +31,19 @@ class Profile:
     link_efficiency: dict[str, float] = field(default_factory=lambda: {
         "nvswitch": 0.8, "nvlink": 0.75, "xgmi": 0.7, "pcie": 0.7,
         "ib": 0.85, "roce": 0.8, "tcp": 0.5})
+    # Per collective (all_reduce, all_gather, reduce_scatter, all_to_all, send_recv): factors on
+    # the tier's latency and bandwidth, for libraries whose algorithms do not follow the busbw
+    # factors (gloo's; fitted by ``planner calibrate``). Missing ops: 1.
+    collective_latency_factor: dict[str, float] = field(default_factory=dict)
+    collective_bw_factor: dict[str, float] = field(default_factory=dict)
     reserved_bytes: float = 2.5 * 2**30  # CUDA context, NCCL and cuBLAS workspaces
     fragmentation_fraction: float = 0.05  # allocator fragmentation, fraction of the rest
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name in _DICT_FIELDS[1:]:
+                continue
             if f.name != "link_efficiency" and (not isinstance(value, (int, float))
                                                 or isinstance(value, bool) or value < 0):
                 raise ValueError(f"profile {f.name}={value!r} must be a number >= 0")
@@ -46,6 +57,13 @@ class Profile:
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ValueError(f"profile {name}={value} must be in (0, 1]")
+        for name in ("collective_latency_factor", "collective_bw_factor"):
+            table = getattr(self, name)
+            if not isinstance(table, dict) or any(
+                    op not in COLLECTIVE_OPS or not isinstance(v, (int, float)) or v <= 0
+                    for op, v in table.items()):
+                raise ValueError(f"profile {name} must map collectives {COLLECTIVE_OPS} to "
+                                 f"positive numbers, got {table!r}")
         for tier, value in self.link_efficiency.items():
             if not isinstance(value, (int, float)) or not 0 < value <= 1:
                 raise ValueError(f"profile link_efficiency.{tier}={value} must be in (0, 1]")
@@ -55,6 +73,11 @@ class Profile:
         base = tier_name.split("+")[0].split("/")[0]
         return self.link_efficiency.get(base, 0.7)
 
+    def op_factors(self, op: str) -> tuple[float, float]:
+        """(latency factor, bandwidth factor) of collective ``op`` (1, 1 unless calibrated)."""
+        return (self.collective_latency_factor.get(op, 1.0),
+                self.collective_bw_factor.get(op, 1.0))
+
 
 def _merge(base: Profile, overrides: dict) -> Profile:
     if not isinstance(overrides, dict):
@@ -63,9 +86,9 @@ def _merge(base: Profile, overrides: dict) -> Profile:
     unknown = set(overrides) - known
     if unknown:
         raise ValueError(f"unknown profile field(s) {sorted(unknown)}; known: {sorted(known)}")
-    if "link_efficiency" in overrides:
-        overrides = {**overrides, "link_efficiency": {**base.link_efficiency,
-                                                      **overrides["link_efficiency"]}}
+    for name in _DICT_FIELDS:
+        if name in overrides and isinstance(overrides[name], dict):
+            overrides = {**overrides, name: {**getattr(base, name), **overrides[name]}}
     return replace(base, **overrides)
 
 
@@ -92,6 +115,8 @@ def apply_overrides(profile: Profile, path: str | Path, gpu_name: str) -> Profil
     data = json.loads(Path(path).read_text())
     if not isinstance(data, dict):
         raise ValueError("a calibration file must hold a JSON object")
+    if data.get("schema") == "planner.calibration/v1":  # written by planner calibrate
+        return _merge(profile, data.get("profile", {}))
     if "gpus" in data or "common" in data:
         profile = _merge(profile, data.get("common", {}))
         gpus = data.get("gpus", {})
@@ -102,4 +127,9 @@ def apply_overrides(profile: Profile, path: str | Path, gpu_name: str) -> Profil
 
 
 def profile_to_dict(profile: Profile) -> dict:
-    return asdict(profile)
+    """Every field; the per-collective factors only when calibrated (older plans hash alike)."""
+    out = asdict(profile)
+    for name in _DICT_FIELDS[1:]:
+        if not out[name]:
+            del out[name]
+    return out

@@ -54,7 +54,6 @@ from cost_models.parallel import ParallelConfig, Workload
 from cost_models.profile import Profile
 from topologies.cluster import Cluster
 
-ADAM_BYTES_PER_PARAM = 30  # fused Adam: read fp32 p, m, v, g (16); write p, m, v (12); bf16 p (2)
 BWD_GEMM, BWD_ATTN, BWD_ELEM = 2.0, 2.5, 2.0  # backward / forward work (see compute.py)
 
 
@@ -192,7 +191,8 @@ def _layer_comm_fwd(ctx: _Context, views: GroupViews, layer: int) -> tuple[float
 def _layer_comm_fwd_shard(ctx: _Context, views: GroupViews, layer: int,
                           sh: Shard) -> tuple[float, float, float]:
     m, cfg, prof = ctx.model, ctx.cfg, ctx.prof
-    act_bytes = sh.tokens * m.hidden_size * 2
+    elem = ctx.rates.elem_bytes
+    act_bytes = sh.tokens * m.hidden_size * elem
     moe_layer = m.is_moe_layer(layer)
     tp_blocks = 1 + (0 if moe_layer and not m.moe.num_shared_experts else 1)
     tp = tp_blocks * comm.all_reduce_s(views.tp, act_bytes, prof)  # AR == AG + RS in bytes
@@ -200,10 +200,10 @@ def _layer_comm_fwd_shard(ctx: _Context, views: GroupViews, layer: int,
     if cfg.cp > 1:
         kv_width = (m.num_heads * (m.mla.qk_head_dim + m.mla.v_head_dim) if m.mla
                     else 2 * m.num_kv_heads * m.head_dim) / cfg.tp
-        cp = comm.all_gather_s(views.cp, sh.tokens * kv_width * 2 * cfg.cp, prof)
+        cp = comm.all_gather_s(views.cp, sh.tokens * kv_width * elem * cfg.cp, prof)
     ep = 0.0
     if moe_layer and cfg.ep > 1:
-        send = sh.tokens / cfg.tp * m.moe.top_k * cfg.moe_imbalance * m.hidden_size * 2
+        send = sh.tokens / cfg.tp * m.moe.top_k * cfg.moe_imbalance * m.hidden_size * elem
         ep = 2 * comm.all_to_all_s(views.ep, send, prof)  # dispatch + combine
     return tp, cp, ep
 
@@ -266,7 +266,7 @@ def _stage_cost(ctx: _Context, stage: int, layers: Sequence[int],
         parts[0] += 3 * k * lm_head_forward_time(m, ctx.slice_shard, ctx.rates, ctx.prof)
     # each TP rank sends 1/t of the boundary activation: sequence parallelism, or Megatron's
     # scatter/gather optimisation without it (SC'21 sec. 4.1); SlimPipe sends k slices
-    act_bytes = ctx.slice_shard.tokens * m.hidden_size * 2 / cfg.tp
+    act_bytes = ctx.slice_shard.tokens * m.hidden_size * ctx.rates.elem_bytes / cfg.tp
     pp = (2 * cfg.vpp * k * comm.send_recv_s(views.pp, act_bytes, ctx.prof) if cfg.pp > 1
           else 0.0)
     return StageCost(stage, len(layers), parts[0], parts[1], parts[2], parts[3], parts[4], pp,
@@ -341,21 +341,23 @@ def _dp_comm(ctx: _Context, stage: int, dense: float, expert: float) -> tuple[fl
                 + comm.all_reduce_s(views.edp, 4 * expert, prof)), 0.0
     grads = (comm.reduce_scatter_s(views.dp_cp, 4 * dense, prof)
              + comm.reduce_scatter_s(views.edp, 4 * expert, prof))
-    params = (comm.all_gather_s(views.dp_cp, 2 * dense, prof)
-              + comm.all_gather_s(views.edp, 2 * expert, prof))
+    elem = ctx.rates.elem_bytes
+    params = (comm.all_gather_s(views.dp_cp, elem * dense, prof)
+              + comm.all_gather_s(views.edp, elem * expert, prof))
     return grads, params
 
 
 def _memory(ctx: _Context, stage: int, layers: Sequence[int], capacity: float) -> MemoryBreakdown:
     cfg, model, m = ctx.cfg, ctx.model, ctx.cfg.micro_batches(ctx.workload)
     dense, expert = _stage_params(model, cfg, stage, layers)
-    weights, grads, optim = state_bytes(dense, expert, cfg.dp * cfg.cp, cfg.expert_dp, cfg.zero)
+    weights, grads, optim = state_bytes(dense, expert, cfg.dp * cfg.cp, cfg.expert_dp, cfg.zero,
+                                        ctx.workload.state_bytes_per_param)
     params = _layer_tables(model)[0]
     if cfg.zero >= 3:  # one layer gathered at a time, forward and backward prefetch
-        weights += 2 * 2 * max((sum(params[l]) for l in layers), default=0.0) / cfg.tp
+        weights += 2 * ctx.rates.elem_bytes * max((sum(params[l]) for l in layers), default=0.0) / cfg.tp
     shape = ActivationShape(ctx.shard.tokens, ctx.workload.seq_len, cfg.tp, cfg.expert_tp,
                             cfg.sequence_parallel, ctx.shard.unfused_attention, cfg.dropout,
-                            cfg.moe_imbalance)
+                            cfg.moe_imbalance, ctx.shard.elem_bytes)
     k = cfg.seq_slices
     n_full = _fully_recomputed(cfg, layers)
     rest_mode = "none" if cfg.recompute == "full" else cfg.recompute  # past recompute_layers
@@ -377,11 +379,11 @@ def _make_context(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: P
                   prof: Profile, views: tuple[GroupViews, ...]) -> _Context:
     gpu = cluster.slowest_gpu
     fp8 = workload.precision == "fp8"
-    peak = gpu.peak_flops_for("bf16")
-    rates = GpuRates(peak, gpu.hbm_bw_bytes_per_s, fp8)
+    peak = gpu.peak_flops_for("fp32" if workload.precision == "fp32" else "bf16")
+    rates = GpuRates(peak, gpu.hbm_bw_bytes_per_s, fp8, workload.elem_bytes)
     shard = Shard(cfg.micro_batch, workload.seq_len, cfg.tp, cfg.cp, cfg.ep, cfg.expert_tp,
                   cfg.sequence_parallel, cfg.attention == "unfused", cfg.dropout,
-                  cfg.moe_imbalance)
+                  cfg.moe_imbalance, workload.elem_bytes)
     slice_shard = shard if cfg.seq_slices == 1 else replace(
         shard, seq_len=workload.seq_len // cfg.seq_slices)
     return _Context(model, workload, cfg, prof, rates, views, shard, slice_shard)
@@ -448,7 +450,7 @@ def estimate(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: Parall
             exposed = m * (max(0.0, params - fwd_c) + max(0.0, params + grads - bwd_c))
             grads, params = m * grads, 2 * m * params
         shard = (dense / (cfg.dp * cfg.cp) + expert / cfg.expert_dp) if cfg.zero else dense + expert
-        opt = shard * ADAM_BYTES_PER_PARAM / (ctx.rates.hbm_bytes_per_s * prof.hbm_efficiency)
+        opt = shard * workload.optimizer_bytes_per_param / (ctx.rates.hbm_bytes_per_s * prof.hbm_efficiency)
         if exposed + opt > dp_exposed + optimizer:
             dp_exposed, optimizer, dp_total = exposed, opt, grads + params
     time = TimeBreakdown(m * slow.compute_s, m * slow.recompute_s, m * slow.tp_comm_s,
@@ -542,18 +544,19 @@ def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg
     for layer in layers:
         dense, expert = layer_params_split(model, layer)
         states.append(sum(state_bytes(dense / cfg.tp, expert / (cfg.ep * cfg.expert_tp),
-                                      dp_shard, edp, cfg.zero)))
+                                      dp_shard, edp, cfg.zero, workload.state_bytes_per_param)))
     shape = ActivationShape(ctx.shard.tokens, workload.seq_len, cfg.tp, cfg.expert_tp,
                             cfg.sequence_parallel, ctx.shard.unfused_attention, cfg.dropout,
-                            cfg.moe_imbalance)
+                            cfg.moe_imbalance, workload.elem_bytes)
     # partial full recompute (recompute_layers) is modelled as none: times and bytes agree
     mode = "full" if recomputed else ("none" if cfg.recompute == "full" else cfg.recompute)
     acts = [layer_activation_bytes(model, l, shape, mode) / k for l in layers]
     vocab = model.vocab_size * model.hidden_size / cfg.tp
+    per_param = workload.state_bytes_per_param
     emb = sum(state_bytes(vocab + model.position_embeddings * model.hidden_size / cfg.tp, 0.0,
-                          dp_shard, edp, cfg.zero))
+                          dp_shard, edp, cfg.zero, per_param))
     head_states = 0.0 if model.tied_embeddings and cfg.pp == 1 else sum(
-        state_bytes(vocab, 0.0, dp_shard, edp, cfg.zero))
+        state_bytes(vocab, 0.0, dp_shard, edp, cfg.zero, per_param))
     logits = 8 * ctx.shard.tokens / k * model.vocab_size / cfg.tp
     m = cfg.micro_batches(workload)
     limit = (cluster.min_hbm_bytes - prof.reserved_bytes) / (1 + prof.fragmentation_fraction)

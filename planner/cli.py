@@ -3,7 +3,8 @@
 Commands: ``presets`` (models, clusters, GPUs), ``topo show|list`` (clusters), ``estimate``
 (step time and memory of one parallel configuration), ``solve`` (search, place, slice: the best
 plans), ``explain`` / ``compare`` (plan files), ``emit`` (launch configs of a plan), ``launch``
-(run a plan here under torchrun: ``planner.launch``), ``experts``
+(run a plan here under torchrun: ``planner.launch``), ``calibrate`` / ``check-run``
+(measure this machine, compare a run with its prediction: ``planner.cli_run``), ``experts``
 (MoE expert placement: ``planner.cli_experts``). Errors are caught once, in the top-level
 group (:class:`PlannerGroup`), so the console script and ``CliRunner`` behave the same: a
 :class:`~planner.errors.PlannerError`, a usage error or a cost model's ``ValueError`` prints one
@@ -76,6 +77,11 @@ from planner.cli_experts import experts_app  # noqa: E402  (a sub-app of this gr
 
 app.add_typer(experts_app, name="experts")
 
+from planner.cli_run import calibrate_command, check_run_command  # noqa: E402
+
+app.command("calibrate")(calibrate_command)
+app.command("check-run")(check_run_command)
+
 
 class PresetKind(str, Enum):
     models = "models"
@@ -92,6 +98,16 @@ class Recompute(str, Enum):
 class Precision(str, Enum):
     bf16 = "bf16"
     fp8 = "fp8"
+    fp32 = "fp32"
+
+
+class Optimizer(str, Enum):
+    adam = "adam"
+    sgd = "sgd"
+
+
+OptimizerOpt = Annotated[Optimizer, typer.Option(
+    help="adam (two fp32 moments) or sgd (no state; e.g. the reference job).")]
 
 
 ClusterOpt = Annotated[Optional[str], typer.Option(
@@ -168,7 +184,9 @@ def estimate(
         "--zero-bubble/--no-zero-bubble", help="ZB-H1 pipeline schedule (needs --vpp 1).")] = False,
     seq_slices: Annotated[int, typer.Option(
         min=1, help="SlimPipe: sequence slices per micro-batch (1F1B, pp > 1).")] = 1,
-    precision: Annotated[Precision, typer.Option(help="GEMM precision.")] = Precision.bf16,
+    precision: Annotated[Precision, typer.Option(
+        help="bf16/fp8: mixed precision; fp32: plain fp32 (CPU jobs).")] = Precision.bf16,
+    optimizer: OptimizerOpt = Optimizer.adam,
     calibration: Annotated[Optional[Path], typer.Option(
         help="JSON overriding calibration parameters (see docs/calibration.md).")] = None,
     output_format: Annotated[OutputFormat, typer.Option(
@@ -180,7 +198,7 @@ def estimate(
     """
     spec = load_model(model)
     hardware = resolve_cluster(ClusterChoice(cluster, gpu, nodes, gpus_per_node), DEFAULT_GPU)
-    workload = make_workload(seq_len, global_batch, precision.value)
+    workload = make_workload(seq_len, global_batch, precision.value, optimizer.value)
     choice = ParallelChoice(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp,
                             micro_batch=micro_batch, recompute=recompute.value,
                             recompute_layers=recompute_layers,
@@ -216,7 +234,9 @@ def solve(
     gpus_per_node: GpusPerNodeOpt = None,
     global_batch: Annotated[int, typer.Option(min=1, help="Sequences per step.")] = 1024,
     seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sequence.")] = 4096,
-    precision: Annotated[Precision, typer.Option(help="GEMM precision.")] = Precision.bf16,
+    precision: Annotated[Precision, typer.Option(
+        help="bf16/fp8: mixed precision; fp32: plain fp32 (CPU jobs).")] = Precision.bf16,
+    optimizer: OptimizerOpt = Optimizer.adam,
     top_k: Annotated[int, typer.Option(min=1, max=100, help="Plans to show.")] = 10,
     objective: Annotated[Objective, typer.Option(
         help="throughput: fastest plan on all GPUs; min-gpus: fewest GPUs reaching "
@@ -255,7 +275,7 @@ def solve(
                         "--objective min-gpus", target_tokens_per_s)
     spec = load_model(model)
     hardware = resolve_cluster(ClusterChoice(cluster, gpu, nodes, gpus_per_node), DEFAULT_GPU)
-    workload = make_workload(seq_len, global_batch, precision.value)
+    workload = make_workload(seq_len, global_batch, precision.value, optimizer.value)
     profile = load_profile(hardware.slowest_gpu.name, calibration)
     space = SearchSpace(tp=tp, pp=pp, cp=cp, ep=ep, micro_batch=micro_batch,
                         schedules=tuple(s.value for s in schedule) if schedule else

@@ -99,10 +99,12 @@ def make_config(choice: ParallelChoice, num_gpus: int) -> ParallelConfig:
         raise _options_error(err) from None
 
 
-def make_workload(seq_len: int, global_batch: int, precision: str) -> Workload:
+def make_workload(seq_len: int, global_batch: int, precision: str,
+                  optimizer: str = "adam") -> Workload:
     """The :class:`Workload`; constructor errors name the options."""
     try:
-        return Workload(seq_len=seq_len, global_batch=global_batch, precision=precision)
+        return Workload(seq_len=seq_len, global_batch=global_batch, precision=precision,
+                        optimizer=optimizer)
     except ValueError as err:
         raise _options_error(err) from None
 
