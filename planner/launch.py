@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planner.files import write_atomic
-from planner.plan import Plan
+from planner.plan import Plan, plan_to_dict
 
 GRACE_S = 5.0
 
@@ -83,11 +83,13 @@ def run_local(cmd: list[str], env: dict[str, str] | None = None) -> LaunchResult
 
 
 def write_run_record(path: Path, plan: Plan, fields: dict, environment: dict | None = None) -> None:
-    """A run record (``planner.run-record/v1``): the plan's hash and world, the machine, and
-    ``fields`` (what the run measured), written atomically."""
+    """A run record (``planner.run-record/v1``): the plan's hash and world, the whole plan
+    (``plan``, :func:`planner.plan.plan_to_dict`: predictions can be recomputed from the record
+    alone), the machine, and ``fields`` (what the run measured), written atomically."""
     record = {"schema": "planner.run-record/v1", "plan_inputs_hash": plan.inputs_hash,
               "world_size": plan.num_gpus,
               "config": {k: plan.config[k] for k in ("tp", "pp", "dp", "cp", "ep")},
+              "plan": plan_to_dict(plan),
               "environment": {"python": platform.python_version(), "host": platform.node(),
                               **(environment or {})},
               **fields}

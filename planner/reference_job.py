@@ -16,11 +16,27 @@ process groups and trains only the layers of its pipeline stage:
   tokens to replicas and back (gloo supports uneven all-to-all). Each logical expert's gradient
   is summed over all its replicas.
 
-The model keeps the plan's layer count, MoE layers, expert count, top-k and layer-to-stage split,
-but is tiny (``--hidden``, 4 heads, a 128-token vocabulary), so it runs on CPU. Every
-parameter is initialised from a seed derived from its layer (and expert) index, so any split
-builds the same model. :func:`reference_losses` (one process, whole batch) gives the losses
-the parallel run must reproduce.
+The model keeps the plan's layer count, MoE layers, expert count, top-k and layer-to-stage split.
+Its widths and batch come from ``--size``:
+
+* ``tiny`` (default): ``--hidden`` (32), 4 heads, a 128-token vocabulary, FFN ``4 * hidden``,
+  expert FFN ``2 * hidden``, ``--seq-len`` (16), micro-batches of one sequence and
+  ``--micro-batches`` (4) per DP rank, so it runs on CPU in seconds.
+* ``plan``: the plan's model and batch (:func:`plan_shape_fields`): ``hidden_size``,
+  ``num_heads``, ``ffn_hidden_size``, ``vocab_size``, ``moe.expert_ffn_hidden``, the
+  workload's ``seq_len``, the plan's ``micro_batch`` and ``micro_batches``. The job builds
+  one architecture only - pre-LayerNorm blocks, multi-head attention without positional
+  embeddings, a plain ``fc1 -> gelu -> fc2`` MLP (exact erf GELU), untied head - and every
+  model that is not exactly that is refused with a one-line :class:`PlannerError` (glu,
+  another activation or norm, GQA/MQA, MLA, sliding windows, shared experts, tied or
+  positional embeddings, MTP modules). Its linears (qkv, attention output, MLP, experts)
+  all carry biases and the router has none, so for the cost models' parameter counts the
+  model file should say ``qkv_bias``, ``attn_out_bias``, ``mlp_bias`` and ``moe.expert_bias``
+  true and ``moe.router_bias`` false (bias flags are not checked).
+
+Every parameter is initialised from a seed derived from its layer (and expert) index, so any
+split builds the same model. :func:`reference_losses` (one process, whole batch) gives the
+losses the parallel run must reproduce.
 
 * **TP** (dense models): Megatron-LM's split, attention by heads and the MLP by columns, with
   the ``f`` / ``g`` all-reduce operators (Shoeybi et al. 2019, sec. 3). Weights are cut from
@@ -30,10 +46,27 @@ Not implemented yet: context parallelism, tensor parallelism of MoE layers (expe
 interleaved stages (``vpp > 1``). Such a plan is refused with a clear message. ZB-H1 and SlimPipe plans run in plain 1F1B order
 (the same arithmetic, another order).
 
-Rank 0 writes a run record:
+Every rank times each step by kind (:class:`Timers`, ``time.perf_counter``; the kinds are
+disjoint, so they add up to at most the step):
 
-* the plan's inputs hash and the environment;
-* per-step times and losses;
+* ``forward`` / ``backward``: compute of all micro-batches of the step (the loss included on
+  the last stage), without the TP / EP communication and quota solving nested in them;
+* ``tp_comm``: the all-reduces of Megatron's ``f`` and ``g`` (forward and backward);
+* ``ep_comm``: the all-gather of expert counts and both all-to-alls, forward and backward
+  (:class:`_AllToAll` times its own backward);
+* ``quota_solve``: the dispatch's CPU work (quotas, dispatch matrix, slot of each token);
+* ``pp_wait``: time blocked in ``dist.recv`` and in the final waits on the ``isend`` works
+  (pipeline bubble plus transfer);
+* ``dp_comm``: the gradient sync (:func:`_sync_grads`, expert gradients included);
+* ``optimizer``: ``opt.step()``;
+* ``step``: the whole step (the loss all-reduce at its end is in no other kind).
+
+Rank 0 writes a run record (:func:`planner.launch.write_run_record`):
+
+* the whole plan, its inputs hash and the environment;
+* losses, rank 0's step times (``step_times_s``) and the slowest rank's
+  (``step_times_max_s``);
+* ``rank_timings``: per rank its stage, coordinates, torch threads and per-step timings;
 * every rank's expert events (global counts, and tokens received per slot).
 """
 from __future__ import annotations
@@ -41,7 +74,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,12 +91,15 @@ from planner.errors import PlannerError
 
 @dataclass(frozen=True)
 class JobShape:
-    """The tiny model and batch: ``micro_batches`` per DP rank of ``micro_batch`` sequences."""
+    """The model and batch: ``micro_batches`` per DP rank of ``micro_batch`` sequences.
+    ``ffn`` / ``expert_ffn`` 0 mean ``4 * hidden`` / ``2 * hidden`` (the tiny job's widths)."""
 
     num_layers: int
     hidden: int = 32
     heads: int = 4
     vocab: int = 128
+    ffn: int = 0
+    expert_ffn: int = 0
     seq_len: int = 16
     micro_batch: int = 1
     micro_batches: int = 4
@@ -73,20 +111,126 @@ class JobShape:
     num_experts: int = 0
     top_k: int = 0
 
+    def __post_init__(self) -> None:
+        if not self.ffn:
+            object.__setattr__(self, "ffn", 4 * self.hidden)
+        if not self.expert_ffn:
+            object.__setattr__(self, "expert_ffn", 2 * self.hidden)
+
     @property
     def global_batch(self) -> int:
         return self.dp * self.micro_batches * self.micro_batch
 
 
-class Block(nn.Module):
-    """Pre-norm transformer block: causal self-attention and a GELU MLP."""
+# Activations the job runs as exact (erf) GELU, ``F.gelu``: the tanh approximations differ by
+# < 1e-3 and cost the same, so a model that names them is built (not bit-for-bit its kernel).
+GELU_LIKE = ("gelu", "gelu_new", "gelu_pytorch_tanh")
 
-    def __init__(self, hidden: int, heads: int) -> None:
+
+def plan_shape_fields(plan) -> dict[str, int]:
+    """The :class:`JobShape` fields of ``--size plan``: the plan's model widths and batch.
+
+    Raises :class:`PlannerError` (one line) when the job cannot build the plan's model exactly
+    (see the module docstring); bias flags are not checked."""
+    m = plan.model_spec()
+    problems = []
+    if m.glu:
+        problems.append("glu=true (the job needs glu: false, a plain fc1-gelu-fc2 MLP)")
+    if m.activation not in GELU_LIKE:
+        problems.append(f"activation={m.activation} (the job needs one of {', '.join(GELU_LIKE)})")
+    if m.norm != "layernorm":
+        problems.append(f"norm={m.norm} (the job needs layernorm)")
+    if m.num_kv_heads != m.num_heads:
+        problems.append(f"num_kv_heads={m.num_kv_heads} (the job needs num_kv_heads = "
+                        f"num_heads = {m.num_heads}: no GQA/MQA)")
+    if m.head_dim * m.num_heads != m.hidden_size:
+        problems.append(f"head_dim={m.head_dim} (the job needs head_dim * num_heads = "
+                        f"hidden_size = {m.hidden_size})")
+    if m.mla is not None:
+        problems.append("mla set (the job needs plain multi-head attention)")
+    if m.sliding_window is not None:
+        problems.append(f"sliding_window={m.sliding_window} (the job needs full causal attention)")
+    if m.moe is not None and m.moe.num_shared_experts > 0:
+        problems.append(f"moe.num_shared_experts={m.moe.num_shared_experts} (the job needs 0)")
+    if m.tied_embeddings:
+        problems.append("tied_embeddings=true (the job needs an untied head)")
+    if m.position_embeddings > 0:
+        problems.append(f"position_embeddings={m.position_embeddings} (the job has none: needs 0)")
+    if m.mtp_layers > 0:
+        problems.append(f"mtp_layers={m.mtp_layers} (the job has no MTP modules: needs 0)")
+    if problems:
+        raise PlannerError(f"--size plan: the reference job cannot build model '{m.name}' "
+                           f"exactly: {'; '.join(problems)} (use --size tiny, or a model file "
+                           "without these)")
+    return {"hidden": m.hidden_size, "heads": m.num_heads, "ffn": m.ffn_hidden_size,
+            "vocab": m.vocab_size, "expert_ffn": m.moe.expert_ffn_hidden if m.moe else 0,
+            "seq_len": plan.workload().seq_len, "micro_batch": plan.config["micro_batch"],
+            # global_batch // (dp * micro_batch), the plan's gradient-accumulation steps
+            "micro_batches": plan.micro_batches}
+
+
+# ----------------------------------------------------------------------------------------
+# Timers
+# ----------------------------------------------------------------------------------------
+
+TIMED_KINDS = ("forward", "backward", "tp_comm", "ep_comm", "quota_solve", "pp_wait",
+               "dp_comm", "optimizer")
+STEP_KINDS = TIMED_KINDS + ("step",)
+
+
+class Timers:
+    """Seconds per kind of this rank, one dict per step (``time.perf_counter``).
+
+    :meth:`timed` sections nest and are exclusive: a section's time leaves out the sections
+    timed inside it (the TP all-reduces inside a forward count as ``tp_comm``, not
+    ``forward``), so the kinds are disjoint. Autograd runs a CPU backward on the thread that
+    called ``backward()``, so sections timed inside it nest in the ``backward`` section."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.steps: list[dict[str, float]] = []
+        self.current = dict.fromkeys(TIMED_KINDS, 0.0)
+        self._stack: list[float] = []  # per open section: seconds of the sections inside it
+
+    def add(self, kind: str, seconds: float) -> None:
+        """Add ``seconds`` to ``kind`` in this step (not subtracted from an open section)."""
+        self.current[kind] = self.current.get(kind, 0.0) + seconds
+
+    @contextmanager
+    def timed(self, kind: str):
+        self._stack.append(0.0)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - start
+            inner = self._stack.pop()
+            self.add(kind, elapsed - inner)
+            if self._stack:
+                self._stack[-1] += elapsed
+
+    def end_step(self, step_seconds: float) -> None:
+        self.current["step"] = step_seconds
+        self.steps.append(self.current)
+        self.current = dict.fromkeys(TIMED_KINDS, 0.0)
+
+
+TIMERS = Timers()  # this process's (one rank per process); reset by train()
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: causal self-attention and a GELU MLP (``ffn`` wide,
+    default ``4 * hidden``)."""
+
+    def __init__(self, hidden: int, heads: int, ffn: int | None = None) -> None:
         super().__init__()
+        ffn = ffn or 4 * hidden
         self.heads = heads
         self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
         self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
-        self.fc1, self.fc2 = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
+        self.fc1, self.fc2 = nn.Linear(hidden, ffn), nn.Linear(ffn, hidden)
         self.moe: nn.Module | None = None  # set for MoE layers (the dense MLP then stays unused)
         self.moe_forward = None  # expert-parallel forward, set by the parallel job
         self.tp_group = None  # set by shard_block for tensor parallelism
@@ -117,9 +261,12 @@ class Block(nn.Module):
 
 
 class Expert(nn.Module):
-    def __init__(self, hidden: int) -> None:
+    """One routed expert: ``fc1 -> gelu -> fc2``, ``ffn`` wide (default ``2 * hidden``)."""
+
+    def __init__(self, hidden: int, ffn: int | None = None) -> None:
         super().__init__()
-        self.fc1, self.fc2 = nn.Linear(hidden, 2 * hidden), nn.Linear(2 * hidden, hidden)
+        ffn = ffn or 2 * hidden
+        self.fc1, self.fc2 = nn.Linear(hidden, ffn), nn.Linear(ffn, hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(F.gelu(self.fc1(x)))
@@ -134,7 +281,7 @@ class MoE(nn.Module):
         super().__init__()
         s, self.top_k, self.slots = shape.seed, shape.top_k, slots
         self.router = _seeded(s + 30_000 + layer, lambda: nn.Linear(shape.hidden, shape.num_experts, bias=False))
-        self.experts = nn.ModuleList(_seeded(s + 40_000 + 1_000 * layer + e, lambda: Expert(shape.hidden))
+        self.experts = nn.ModuleList(_seeded(s + 40_000 + 1_000 * layer + e, lambda: Expert(shape.hidden, shape.expert_ffn))
                                      for e in slots)
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,7 +342,6 @@ class ExpertDispatch:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         from solvers.expert_quota import solve_quotas
-        from torch.distributed.nn.functional import all_to_all_single
 
         flat = x.reshape(-1, x.shape[-1])
         idx, gates = self.moe.route(flat)
@@ -203,28 +349,28 @@ class ExpertDispatch:
         E = self.moe.router.out_features
         local = torch.bincount(experts, minlength=E)
         gathered = [torch.zeros_like(local) for _ in range(self.ep)]
-        dist.all_gather(gathered, local, group=self.group)
-        counts = torch.stack(gathered).numpy()
-        gpu_of_slot = np.arange(self.phy2log.shape[0]) // self.S
-        quota = np.rint(solve_quotas(counts.sum(0).astype(np.float64), self.phy2log, gpu_of_slot,
-                                     self.ep).quota).astype(np.int64)
-        matrix = replica_ranges(counts, quota, self.phy2log)
-        slot_of = self._my_slots(experts.numpy(), counts, quota)
-        order = np.lexsort((np.arange(slot_of.shape[0]), slot_of))
+        with TIMERS.timed("ep_comm"):
+            dist.all_gather(gathered, local, group=self.group)
+        with TIMERS.timed("quota_solve"):
+            counts = torch.stack(gathered).numpy()
+            gpu_of_slot = np.arange(self.phy2log.shape[0]) // self.S
+            quota = np.rint(solve_quotas(counts.sum(0).astype(np.float64), self.phy2log,
+                                         gpu_of_slot, self.ep).quota).astype(np.int64)
+            matrix = replica_ranges(counts, quota, self.phy2log)
+            slot_of = self._my_slots(experts.numpy(), counts, quota)
+            order = np.lexsort((np.arange(slot_of.shape[0]), slot_of))
+            mine = range(self.me * self.S, (self.me + 1) * self.S)
+            send_splits = np.bincount(slot_of // self.S, minlength=self.ep).tolist()
+            recv_splits = [int(matrix[src, mine.start:mine.stop].sum()) for src in range(self.ep)]
         tokens = torch.as_tensor(order // self.moe.top_k)
-        mine = range(self.me * self.S, (self.me + 1) * self.S)
-        send_splits = np.bincount(slot_of // self.S, minlength=self.ep).tolist()
-        recv_splits = [int(matrix[src, mine.start:mine.stop].sum()) for src in range(self.ep)]
-        recv = all_to_all_single(flat.new_empty(sum(recv_splits), flat.shape[1]), flat[tokens],
-                                 recv_splits, send_splits, group=self.group)
+        recv = _AllToAll.apply(flat[tokens], recv_splits, send_splits, self.group)
         labels = np.concatenate([np.repeat(np.arange(self.S), matrix[src, mine.start:mine.stop])
                                  for src in range(self.ep)])
         out = torch.zeros_like(recv)
         for i in np.unique(labels):
             rows = torch.as_tensor(np.flatnonzero(labels == i))
             out = out.index_add(0, rows, self.moe.experts[i](recv[rows]))
-        back = all_to_all_single(flat.new_empty(len(order), flat.shape[1]), out,
-                                 send_splits, recv_splits, group=self.group)
+        back = _AllToAll.apply(out, send_splits, recv_splits, self.group)
         weights = gates.reshape(-1)[torch.as_tensor(order)].unsqueeze(1)
         self.log.append({"layer": self.layer, "global_counts": counts.sum(0).tolist(),
                          "received": {int(p): int(matrix[:, p].sum()) for p in mine}})
@@ -240,6 +386,28 @@ class ExpertDispatch:
             pos = counts[:self.me, e].sum() + np.arange(mine.shape[0])
             out[mine] = reps[np.searchsorted(bounds, pos, side="right")]
         return out
+
+
+class _AllToAll(torch.autograd.Function):
+    """Uneven all-to-all of rows (``torch.distributed.nn.functional.all_to_all_single``'s
+    arithmetic: backward is the all-to-all with the splits swapped), timed as ``ep_comm``
+    in both directions."""
+
+    @staticmethod
+    def forward(ctx, x, out_splits, in_splits, group):
+        ctx.splits, ctx.group = (out_splits, in_splits), group
+        out = x.new_empty(sum(out_splits), x.shape[1])
+        with TIMERS.timed("ep_comm"):
+            dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        out_splits, in_splits = ctx.splits
+        back = grad.new_empty(sum(in_splits), grad.shape[1])
+        with TIMERS.timed("ep_comm"):
+            dist.all_to_all_single(back, grad.contiguous(), in_splits, out_splits, group=ctx.group)
+        return back, None, None, None
 
 
 def _sync_expert_grads(model: "Stage", num_experts: int, group) -> None:
@@ -277,7 +445,8 @@ class _CopyToTP(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         grad = grad.clone()
-        dist.all_reduce(grad, group=ctx.group)
+        with TIMERS.timed("tp_comm"):
+            dist.all_reduce(grad, group=ctx.group)
         return grad, None
 
 
@@ -287,7 +456,8 @@ class _ReduceFromTP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group):
         x = x.clone()
-        dist.all_reduce(x, group=group)
+        with TIMERS.timed("tp_comm"):
+            dist.all_reduce(x, group=group)
         return x
 
     @staticmethod
@@ -343,7 +513,7 @@ class Stage(nn.Module):
         super().__init__()
         s = shape.seed
         self.embed = _seeded(s + 10_000, lambda: nn.Embedding(shape.vocab, shape.hidden)) if first else None
-        self.blocks = nn.ModuleList(_seeded(s + i, lambda: Block(shape.hidden, shape.heads)) for i in layers)
+        self.blocks = nn.ModuleList(_seeded(s + i, lambda: Block(shape.hidden, shape.heads, shape.ffn)) for i in layers)
         for i, block in zip(layers, self.blocks):
             if shape.moe_layers and shape.moe_layers[i]:
                 held = tuple(range(shape.num_experts)) if slots is None else slots[i]
@@ -400,6 +570,8 @@ def train(plan_path: str, shape_overrides: dict, out: str | None) -> list[float]
     """Run the job on this rank (see the module docstring); returns the per-step losses."""
     from planner.runtime import init
 
+    if os.environ.get("OMP_NUM_THREADS"):  # torchrun sets 1 for nproc > 1; torch usually obeys
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     rt = init(plan_path, backend="gloo")
     cfg, view = rt.plan.config, rt.view
     model_spec = rt.plan.model_spec()
@@ -418,16 +590,19 @@ def train(plan_path: str, shape_overrides: dict, out: str | None) -> list[float]
     opt = torch.optim.SGD(model.parameters(), lr=shape.lr)
     pp_ranks = next(g for g in rt.plan.groups["pp"] if view.rank in g)
     losses, times = [], []
+    TIMERS.reset()
     for step in range(shape.steps):
         start = time.perf_counter()
         loss = _step(shape, model, opt, rt, pp_ranks, step)
         times.append(time.perf_counter() - start)
+        TIMERS.end_step(times[-1])
         losses.append(loss)
-    events = [None] * view.world_size
-    dist.all_gather_object(events, {"rank": view.rank, "ep": view.coords["ep"], "stage": view.stage,
-                                    "events": log})
+    ranks = [None] * view.world_size
+    dist.all_gather_object(ranks, {"rank": view.rank, "ep": view.coords["ep"], "stage": view.stage,
+                                   "events": log, "coords": dict(view.coords),
+                                   "threads": torch.get_num_threads(), "steps": TIMERS.steps})
     if out is not None and view.rank == 0:
-        _write_record(out, rt, shape, losses, times, events)
+        _write_record(out, rt, shape, losses, times, ranks)
     dist.barrier()
     dist.destroy_process_group()
     return losses
@@ -477,11 +652,14 @@ def _step(shape: JobShape, model: Stage, opt, rt, pp_ranks: list[int], step: int
                 inp = x_mine[rows]
             else:
                 inp = torch.empty(act_shape)
-                dist.recv(inp, src=pp_ranks[s - 1])
+                with TIMERS.timed("pp_wait"):
+                    dist.recv(inp, src=pp_ranks[s - 1])
                 inp.requires_grad_(True)
-            outp = model(inp)
+            with TIMERS.timed("forward"):
+                outp = model(inp)
+                if s == pp - 1:
+                    outp = _loss(outp, y_mine[rows], total)
             if s == pp - 1:
-                outp = _loss(outp, y_mine[rows], total)
                 loss_sum = loss_sum + outp.detach()
             else:
                 sends.append(dist.isend(outp.detach().contiguous(), dst=pp_ranks[s + 1]))
@@ -489,17 +667,24 @@ def _step(shape: JobShape, model: Stage, opt, rt, pp_ranks: list[int], step: int
         else:
             inp, outp = saved.pop(i)
             if s == pp - 1:
-                outp.backward()
+                with TIMERS.timed("backward"):
+                    outp.backward()
             else:
                 grad = torch.empty(act_shape)
-                dist.recv(grad, src=pp_ranks[s + 1])
-                outp.backward(grad)
+                with TIMERS.timed("pp_wait"):
+                    dist.recv(grad, src=pp_ranks[s + 1])
+                with TIMERS.timed("backward"):
+                    outp.backward(grad)
             if s > 0:
                 sends.append(dist.isend(inp.grad.contiguous(), dst=pp_ranks[s - 1]))
-    for work in sends:
-        work.wait()
-    _sync_grads(model, rt, shape)
-    opt.step()
+    if sends:  # (no pp_wait at all without pipeline stages)
+        with TIMERS.timed("pp_wait"):
+            for work in sends:
+                work.wait()
+    with TIMERS.timed("dp_comm"):
+        _sync_grads(model, rt, shape)
+    with TIMERS.timed("optimizer"):
+        opt.step()
     # The loss lives on the last stages (each holds its DP share of the global mean): the sum
     # over the world is the global mean loss, and every rank learns it.
     holder = s == pp - 1 and view.coords["tp"] == 0  # TP ranks hold the same loss: count it once
@@ -520,20 +705,42 @@ def _sync_grads(model: "Stage", rt, shape: JobShape) -> None:
             if block.moe is not None:
                 expert_params |= {id(p) for p in block.moe.experts.parameters()}
         _sync_expert_grads(model, shape.num_experts, group)
-    for p in model.parameters():
-        if id(p) not in expert_params:
-            if p.grad is None:  # e.g. an expert that got no token here: every rank must reduce
-                p.grad = torch.zeros_like(p)
-            dist.all_reduce(p.grad, group=group)
+    # one bucket, one all-reduce (what DDP and Megatron do with their gradient buckets, and
+    # what the cost model assumes): per-parameter calls would pay the latency dozens of times
+    params = [p for p in model.parameters() if id(p) not in expert_params]
+    for p in params:
+        if p.grad is None:  # e.g. an expert that got no token here: every rank must reduce
+            p.grad = torch.zeros_like(p)
+    bucket = torch.cat([p.grad.reshape(-1) for p in params])
+    dist.all_reduce(bucket, group=group)
+    start = 0
+    for p in params:
+        p.grad.copy_(bucket[start:start + p.numel()].view_as(p))
+        start += p.numel()
+
+
+# What this job runs, whatever the plan's options say (``planner check-run`` predicts the job
+# with these): plain fp32 and SGD, gradients all-reduced in one bucket after the backward pass
+# (no ZeRO, no overlap), no recompute, no sequence parallelism, SDPA attention, no dropout.
+IMPLEMENTATION = {"precision": "fp32", "optimizer": "sgd", "zero": 0,
+                  "overlap_grad_reduce": False, "overlap_param_gather": False,
+                  "tp_comm_overlap": False, "sequence_parallel": False, "recompute": "none",
+                  "attention": "flash", "dropout": False, "zero_bubble": False, "seq_slices": 1}
 
 
 def _write_record(out: str, rt, shape: JobShape, losses: list[float], times: list[float],
-                  events: list) -> None:
+                  ranks: list[dict]) -> None:
+    """``ranks``: every rank's gathered object (expert events, coordinates, threads, timings)."""
     from planner.launch import write_run_record
 
+    ranks = sorted(ranks, key=lambda r: r["rank"])
+    events = [{k: r[k] for k in ("rank", "ep", "stage", "events")} for r in ranks]
+    timings = [{k: r[k] for k in ("rank", "stage", "coords", "threads", "steps")} for r in ranks]
+    step_max = [max(r["steps"][i]["step"] for r in ranks) for i in range(len(times))]
     write_run_record(Path(out), rt.plan,
                      {"shape": shape.__dict__, "losses": losses, "step_times_s": times,
-                      "expert_events": events},
+                      "step_times_max_s": step_max, "rank_timings": timings,
+                      "expert_events": events, "implementation": IMPLEMENTATION},
                      {"torch": torch.__version__, "backend": dist.get_backend(),
                       "threads": torch.get_num_threads(),
                       "omp_num_threads": os.environ.get("OMP_NUM_THREADS")})
@@ -544,12 +751,33 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("plan")
     parser.add_argument("--out", default=None, help="run record JSON (written by rank 0)")
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--micro-batches", type=int, default=4)
-    parser.add_argument("--hidden", type=int, default=32)
-    parser.add_argument("--seq-len", type=int, default=16)
+    parser.add_argument("--size", choices=("tiny", "plan"), default="tiny",
+                        help="tiny: the --hidden/--seq-len/--micro-batches model (default); "
+                             "plan: the plan's model widths and batch")
+    tiny = {"micro_batches": 4, "hidden": 32, "seq_len": 16}
+    parser.add_argument("--micro-batches", type=int, default=None,
+                        help=f"tiny size only (default {tiny['micro_batches']})")
+    parser.add_argument("--hidden", type=int, default=None,
+                        help=f"tiny size only (default {tiny['hidden']})")
+    parser.add_argument("--seq-len", type=int, default=None,
+                        help=f"tiny size only (default {tiny['seq_len']})")
     args = parser.parse_args(argv)
-    losses = train(args.plan, {"steps": args.steps, "micro_batches": args.micro_batches,
-                               "hidden": args.hidden, "seq_len": args.seq_len}, args.out)
+    given = {k: getattr(args, k) for k in tiny if getattr(args, k) is not None}
+    if args.size == "plan" and given:
+        names = ", ".join("--" + k.replace("_", "-") for k in given)
+        parser.error(f"{names}: only with --size tiny (with --size plan the plan sets the "
+                     "model widths, seq-len and micro-batches)")
+    try:
+        if args.size == "plan":
+            from planner.plan_file import load_plan
+
+            # refused here, before torch.distributed starts
+            overrides = plan_shape_fields(load_plan(Path(args.plan)))
+        else:
+            overrides = {**tiny, **given}
+        losses = train(args.plan, {"steps": args.steps, **overrides}, args.out)
+    except PlannerError as err:
+        sys.exit(f"error: {err}")
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps({"losses": losses}))
 

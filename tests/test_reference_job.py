@@ -1,4 +1,5 @@
-"""The reference job under real 4-process torchrun (gloo, CPU) computes the single-process losses."""
+"""The reference job under real 4-process torchrun (gloo, CPU) computes the single-process losses
+and records every rank's per-step timings."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,8 @@ import pytest
 from plan_helpers import solve_to
 
 torch = pytest.importorskip("torch")
-from planner.reference_job import JobShape, _one_f_one_b, reference_losses  # noqa: E402
+from planner.reference_job import (STEP_KINDS, TIMED_KINDS, JobShape, _one_f_one_b,  # noqa: E402
+                                    main, reference_losses)
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-5  # relative: float32 sums in another order (micro-batches, DP all-reduce)
@@ -23,30 +25,64 @@ def _plan(tmp_path: Path, pp: int, tp: int = 1) -> Path:
                     "--schedule", "1f1b")
 
 
-def _run(plan: Path, record: Path) -> subprocess.CompletedProcess:
+def _run(plan: Path, record: Path, *args: str) -> subprocess.CompletedProcess:
     if shutil.which("torchrun") is None:
         pytest.skip("torchrun not on PATH")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                            "--nproc-per-node=4", "-m", "planner.reference_job", str(plan),
-                           "--out", str(record)], capture_output=True, text=True, timeout=240, env=env)
+                           "--out", str(record), *args], capture_output=True, text=True,
+                          timeout=240, env=env)
 
 
 TINY_MOE = dict(num_layers=4, moe_layers=(False, True, True, True), num_experts=8, top_k=2)
 
 
-def _run_and_check_losses(plan: Path, tmp_path: Path, **shape) -> dict:
-    """Run the plan under torchrun; its losses must equal the single-process reference's
-    (``JobShape(**shape)``). Returns the run record."""
+def _run_and_check_losses(plan: Path, tmp_path: Path, *args: str, **shape) -> dict:
+    """Run the plan under torchrun (job options ``args``); its losses must equal the
+    single-process reference's (``JobShape(**shape)``) and its timings be consistent
+    (:func:`_check_timings`). Returns the run record."""
     record_path = tmp_path / "run.json"
-    result = _run(plan, record_path)
+    result = _run(plan, record_path, *args)
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads(record_path.read_text())
     expected = reference_losses(JobShape(**shape))
-    assert len(record["losses"]) == len(expected) == 3
+    assert len(record["losses"]) == len(expected) == shape.get("steps", 3)
     for got, want in zip(record["losses"], expected):
         assert abs(got - want) <= TOLERANCE * abs(want)
+    assert record["plan"] == json.loads(plan.read_text())  # the whole plan, as its file has it
+    _check_timings(record)
     return record
+
+
+def _check_timings(record: dict) -> None:
+    """Every rank's per-step timings: every kind, none negative, the disjoint kinds within the
+    step; communication only where the plan has that axis (none on a DP-only, dense plan)."""
+    plan, cfg = record["plan"], record["config"]
+    moe = plan["inputs"]["model"]["moe"] is not None
+    timings = record["rank_timings"]
+    assert [t["rank"] for t in timings] == list(range(4))
+    steps = len(record["losses"])
+    for t in timings:
+        assert t["threads"] == 1  # OMP_NUM_THREADS=1
+        assert t["coords"]["pp"] == t["stage"] and set(t["coords"]) >= {"tp", "dp", "pp", "ep"}
+        assert len(t["steps"]) == steps
+        for step in t["steps"]:
+            assert set(step) == set(STEP_KINDS)
+            assert all(v >= 0 for v in step.values())
+            assert sum(step[k] for k in TIMED_KINDS) <= 1.05 * step["step"] + 0.005
+            assert step["forward"] > 0 and step["backward"] > 0 and step["optimizer"] > 0
+            assert (step["tp_comm"] > 0) == (cfg["tp"] > 1)
+            assert (step["ep_comm"] > 0) == (cfg["ep"] > 1 and moe)
+            assert (step["quota_solve"] > 0) == (cfg["ep"] > 1 and moe)
+            if cfg["pp"] == 1:
+                assert step["pp_wait"] == 0
+            elif t["stage"] > 0:  # waits for the previous stage's activations
+                assert step["pp_wait"] > 0
+            assert step["dp_comm"] > 0 or cfg["dp"] == 1
+    assert record["step_times_s"] == [s["step"] for s in timings[0]["steps"]]
+    assert record["step_times_max_s"] == [max(t["steps"][i]["step"] for t in timings)
+                                          for i in range(steps)]
 
 
 @pytest.mark.parametrize("tp,pp", [(1, 2), (1, 4), (2, 2), (2, 1)],
@@ -117,3 +153,47 @@ def test_moe_model_without_expert_parallelism_matches_the_reference(tmp_path):
     plan = solve_to(tmp_path / "plan.json", "--pp", "2", "--ep", "1", "--schedule", "1f1b",
                     model=str(ROOT / "tests" / "fixtures" / "tiny-moe.yaml"))
     _run_and_check_losses(plan, tmp_path, dp=2, **TINY_MOE)
+
+
+def _plan_size_model(folder: Path) -> Path:
+    """tests/fixtures/tiny-moe.yaml (hidden 256, vocab 1024, 8 experts top-2) as the job
+    builds it exactly: plain GELU MLP, LayerNorm, biases everywhere but the router."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "tests" / "fixtures" / "tiny-moe.yaml").read_text())
+    data.update(glu=False, activation="gelu", norm="layernorm", qkv_bias=True,
+                attn_out_bias=True, mlp_bias=True)
+    data["moe"].update(expert_bias=True, router_bias=False)
+    path = folder / "tiny-moe-gelu.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_plan_size_trains_the_plans_model_and_batch(tmp_path):
+    """``--size plan``: the plan's widths, vocabulary, sequence and micro-batches (EP4)."""
+    plan = solve_to(tmp_path / "plan.json", "--pp", "1", "--ep", "4", "--schedule", "1f1b",
+                    "--seq-len", "64", model=str(_plan_size_model(tmp_path)))
+    doc = json.loads(plan.read_text())
+    shape = dict(TINY_MOE, hidden=256, heads=4, ffn=1024, vocab=1024, expert_ffn=512, seq_len=64,
+                 micro_batch=doc["config"]["micro_batch"], micro_batches=doc["micro_batches"],
+                 dp=doc["config"]["dp"], steps=2)
+    assert doc["config"]["dp"] * shape["micro_batch"] * shape["micro_batches"] == 8
+    record = _run_and_check_losses(plan, tmp_path, "--size", "plan", "--steps", "2", **shape)
+    shape["moe_layers"] = [False, True, True, True]
+    assert {k: record["shape"][k] for k in shape} == shape
+
+
+def test_plan_size_refuses_a_model_the_job_cannot_build(tmp_path):
+    plan = _plan(tmp_path, 2)  # llama-3.1-8b: SwiGLU, RMSNorm, GQA
+    with pytest.raises(SystemExit) as err:
+        main([str(plan), "--size", "plan"])
+    message = str(err.value.code)
+    assert "\n" not in message and "cannot build model 'llama-3.1-8b'" in message
+    assert "glu=true (the job needs glu: false" in message and "norm=rmsnorm" in message
+
+
+def test_plan_size_takes_no_tiny_size_options(tmp_path, capsys):
+    with pytest.raises(SystemExit) as err:
+        main([str(tmp_path / "plan.json"), "--size", "plan", "--hidden", "64", "--seq-len", "8"])
+    assert err.value.code == 2
+    assert "--hidden, --seq-len: only with --size tiny" in capsys.readouterr().err

@@ -1,0 +1,276 @@
+"""Fit profile parameters to microbenchmark timings (``planner calibrate``).
+
+Every fit uses the cost model's own formulas, so a fitted parameter means what the model means
+by it. Each formula is linear in a pair of unknowns, so each fit is a least-squares problem in
+*relative* error (every case counts alike, a 10 us case as much as a 10 ms one), solved in
+closed form with both unknowns kept non-negative:
+
+* GEMM (``compute.gemm_time_s``): t = F / (P * e * n / (n + h)) = (F/P) * (1/e) + (F/(P n)) * (h/e),
+  unknowns 1/e and h/e; P is the best throughput measured, and P, e are rescaled so e <= 1.
+* Attention (``compute.layer_forward_time``; backward = ``step.BWD_ATTN`` x forward): causal
+  forward + backward t = (1 + BWD_ATTN) * F_attn / (P * a), one unknown 1/a.
+* Memory bandwidth (the roofline's memory side): t = bytes / B, one unknown 1/B.
+* Collectives (``communication``, Hockney's alpha-beta): every formula there is
+  latency * c_lat + bytes * c_bw / bandwidth on a one-tier group, unknowns latency and
+  1/bandwidth; c_lat and c_bw come from evaluating the formula itself at unit values.
+* Per-kernel overhead: a small transformer layer's forward + backward minus what the fitted
+  GEMM, attention and bandwidth figures predict for it, divided by its kernel launches
+  (``LayerWork.kernels`` forward, twice that backward: ``step._backward_s``).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from cost_models import communication as comm
+from cost_models.compute import Gemm, GpuRates, Shard, layer_forward_time, layer_work
+from cost_models.model_spec import ModelSpec
+from cost_models.profile import Profile
+from topologies.cluster import GroupView, LinkTier
+
+BWD_ATTN = 2.5  # cost_models.step.BWD_ATTN (kept equal by a test)
+
+
+def nonneg_lstsq2(rows: Sequence[tuple[float, float]], target: Sequence[float]) -> tuple[float, float]:
+    """argmin ||A x - y||^2 over x >= 0 for two unknowns (closed form, then the faces)."""
+    a11 = sum(a * a for a, _ in rows)
+    a12 = sum(a * b for a, b in rows)
+    a22 = sum(b * b for _, b in rows)
+    y1 = sum(a * y for (a, _), y in zip(rows, target))
+    y2 = sum(b * y for (_, b), y in zip(rows, target))
+    det = a11 * a22 - a12 * a12
+    if det > 1e-12 * max(a11 * a22, 1e-300):
+        x1, x2 = (a22 * y1 - a12 * y2) / det, (a11 * y2 - a12 * y1) / det
+        if x1 >= 0 and x2 >= 0:
+            return x1, x2
+
+    def loss(x1: float, x2: float) -> float:
+        return sum((a * x1 + b * x2 - y) ** 2 for (a, b), y in zip(rows, target))
+    faces = [(max(0.0, y1 / a11) if a11 else 0.0, 0.0), (0.0, max(0.0, y2 / a22) if a22 else 0.0)]
+    return min(faces, key=lambda x: loss(*x))
+
+
+@dataclass(frozen=True)
+class Residual:
+    """One benchmark case: what was measured, what the fitted model predicts."""
+
+    kind: str
+    case: str
+    measured_s: float
+    predicted_s: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted_s / self.measured_s - 1.0
+
+
+@dataclass(frozen=True)
+class GemmFit:
+    peak_flops: float
+    efficiency: float
+    half_dim: float
+
+
+def fit_gemm(cases: Sequence[dict]) -> GemmFit:
+    """Cases: ``m``, ``n``, ``k``, ``time_s``."""
+    flops = [2.0 * c["m"] * c["n"] * c["k"] for c in cases]
+    peak = max(f / c["time_s"] for f, c in zip(flops, cases))
+    rows = [(f / (peak * c["time_s"]), f / (peak * min(c["m"], c["n"], c["k"]) * c["time_s"]))
+            for f, c in zip(flops, cases)]
+    inv_e, h_over_e = nonneg_lstsq2(rows, [1.0] * len(rows))
+    eff = 1.0 / inv_e if inv_e > 0 else 1.0
+    half = h_over_e * eff
+    if eff > 1.0:  # the fitted asymptote beats every measured case: make it the peak
+        peak, eff = peak * eff, 1.0
+    return GemmFit(peak, eff, half)
+
+
+def attention_flops(batch: int, heads: int, seq: int, head_dim: int) -> float:
+    """Causal forward FLOPs as ``compute.attention_core_flops`` counts them with a fused kernel:
+    2 * tokens * (s/2 keys) * heads * (qk + v dims)."""
+    return 2.0 * batch * seq * (seq / 2.0) * heads * 2 * head_dim
+
+
+def fit_attention(cases: Sequence[dict], peak_flops: float) -> float:
+    """Attention efficiency (fraction of ``peak_flops``) from causal forward + backward cases."""
+    rows = [(1 + BWD_ATTN) * attention_flops(c["batch"], c["heads"], c["seq"], c["head_dim"])
+            / (peak_flops * c["time_s"]) for c in cases]
+    inv_a = sum(rows) / sum(r * r for r in rows)  # least squares of rows * x = 1
+    return min(1.0, 1.0 / inv_a)
+
+
+def fit_bandwidth(cases: Sequence[dict]) -> float:
+    """Bytes/s from ``moved_bytes`` / ``time_s`` cases (least squares in relative error)."""
+    rows = [c["moved_bytes"] / c["time_s"] for c in cases]  # each row: bytes/t * (1/B) = 1
+    inv_b = sum(rows) / sum(r * r for r in rows)
+    return 1.0 / inv_b
+
+
+COLLECTIVES: dict[str, Callable[[GroupView, float, Profile], float]] = {
+    "all_reduce": comm.all_reduce_s, "all_gather": comm.all_gather_s,
+    "reduce_scatter": comm.reduce_scatter_s, "all_to_all": comm.all_to_all_s,
+    "send_recv": comm.send_recv_s,
+}
+
+
+def one_tier_view(size: int, tier: str, bw_bytes_per_s: float, latency_s: float) -> GroupView:
+    """A group of ``size`` members in one domain whose fast tier is ``tier``."""
+    return GroupView(size, size, 1, LinkTier(tier, bw_bytes_per_s, latency_s), None)
+
+
+def _unit_coefficients(op: str, size: int, nbytes: float, prof: Profile) -> tuple[float, float]:
+    f = COLLECTIVES[op]
+    c_lat = f(one_tier_view(size, "host", math.inf, 1.0), nbytes, prof)
+    c_bw = f(one_tier_view(size, "host", 1.0, 0.0), nbytes, prof)
+    return c_lat, c_bw
+
+
+def fit_link(cases: Sequence[dict], tier: str = "host") -> tuple[float, float]:
+    """(bandwidth bytes/s, latency s) of a one-tier link from collective cases (``op``,
+    ``group_size``, ``bytes``, ``time_s``), with the tier's efficiency taken as 1."""
+    prof = Profile(link_efficiency={tier: 1.0})
+    rows, target = [], []
+    for c in cases:
+        c_lat, c_bw = _unit_coefficients(c["op"], c["group_size"], c["bytes"], prof)
+        rows.append((c_lat / c["time_s"], c_bw / c["time_s"]))
+        target.append(1.0)
+    latency, inv_bw = nonneg_lstsq2(rows, target)
+    return (1.0 / inv_bw if inv_bw > 0 else math.inf), latency
+
+
+@dataclass(frozen=True)
+class LinkFit:
+    """A tier's bandwidth and latency (those of all-reduce), and each other collective's
+    factors on them (``Profile.collective_latency_factor`` / ``collective_bw_factor``)."""
+
+    bw_bytes_per_s: float
+    latency_s: float
+    latency_factor: dict
+    bw_factor: dict
+
+
+def fit_link_per_op(cases: Sequence[dict], tier: str = "host",
+                    reference: str = "all_reduce") -> LinkFit:
+    """One alpha-beta fit per collective; the reference op's figures become the tier's."""
+    fits = {}
+    for op in COLLECTIVES:
+        mine = [c for c in cases if c["op"] == op]
+        if mine:
+            fits[op] = fit_link(mine, tier)
+    if not fits:
+        return LinkFit(math.inf, 0.0, {}, {})
+    ref = reference if reference in fits else next(iter(fits))
+    bw, lat = fits[ref]
+    lat_f = {op: (l / lat if lat > 0 else 1.0) for op, (_, l) in fits.items() if op != ref}
+    bw_f = {op: (b / bw if math.isfinite(b) and math.isfinite(bw) else 1.0)
+            for op, (b, _) in fits.items() if op != ref}
+    return LinkFit(bw, lat, {k: v for k, v in lat_f.items() if v > 0},
+                   {k: v for k, v in bw_f.items() if v > 0})
+
+
+def predict_collective(case: dict, link: LinkFit, tier: str = "host") -> float:
+    view = one_tier_view(case["group_size"], tier, link.bw_bytes_per_s, link.latency_s)
+    prof = Profile(link_efficiency={tier: 1.0}, collective_latency_factor=link.latency_factor,
+                   collective_bw_factor=link.bw_factor)
+    return COLLECTIVES[case["op"]](view, case["bytes"], prof)
+
+
+def block_model(hidden: int, heads: int, ffn: int) -> ModelSpec:
+    """The reference job's transformer block as a ModelSpec (GELU MLP, LayerNorm, biases)."""
+    return ModelSpec(name="block", num_layers=1, hidden_size=hidden, num_heads=heads,
+                     num_kv_heads=heads, head_dim=hidden // heads, ffn_hidden_size=ffn,
+                     vocab_size=1, glu=False, activation="gelu", norm="layernorm", qkv_bias=True,
+                     attn_out_bias=True, mlp_bias=True)
+
+
+def layer_train_parts_s(case: dict, rates: GpuRates, prof: Profile) -> tuple[float, int]:
+    """(forward + backward time without launch overheads, kernel launches) of a layer case."""
+    model = block_model(case["hidden"], case["heads"], case["ffn"])
+    shard = Shard(case["batch"], case["seq"], 1, 1, 1, 1, False, False, False,
+                  elem_bytes=rates.elem_bytes)
+    t = layer_forward_time(layer_work(model, 0, shard), rates, prof)
+    work = (t.gemm_s * 3 + t.attention_s * (1 + BWD_ATTN) + t.elementwise_s * 3)
+    return work, 3 * layer_work(model, 0, shard).kernels
+
+
+def fit_kernel_overhead(cases: Sequence[dict], rates: GpuRates, prof: Profile) -> float:
+    """Seconds per kernel launch: the layers' unexplained time over their launches (LS, >= 0)."""
+    rows, rest = [], []
+    for c in cases:
+        work, kernels = layer_train_parts_s(c, rates, prof)
+        rows.append(kernels / c["time_s"])
+        rest.append(1.0 - work / c["time_s"])
+    x = sum(r * y for r, y in zip(rows, rest)) / sum(r * r for r in rows)
+    return max(0.0, x)
+
+
+def median_cases(per_rank: Sequence[Sequence[dict]]) -> list[dict]:
+    """One list of cases: each case's median time over the ranks that ran it together."""
+    out = []
+    for cases in zip(*per_rank):
+        out.append({**cases[0], "time_s": statistics.median(c["time_s"] for c in cases)})
+    return out
+
+
+@dataclass(frozen=True)
+class CalibrationFit:
+    """What the microbenchmarks say about one device and its link tier."""
+
+    peak_flops: float
+    memory_bw_bytes_per_s: float
+    profile: Profile
+    link: LinkFit
+    residuals: tuple[Residual, ...]
+
+
+def fit_all(raw: dict, tier: str = "host", elem_bytes: int = 4) -> CalibrationFit:
+    """Fit every parameter from a ``planner.calibration-raw/v1`` record (see module doc)."""
+    compute = raw["compute"]
+    gemm_cases = median_cases([r["gemm"] for r in compute])
+    attn_cases = median_cases([r["attention"] for r in compute])
+    layer_cases = median_cases([r["layer"] for r in compute])
+    copy_cases = median_cases([r["copy"] for r in compute])
+    g = fit_gemm(gemm_cases)
+    attn_eff = fit_attention(attn_cases, g.peak_flops)
+    bw = fit_bandwidth(copy_cases)
+    prof = Profile(gemm_efficiency=g.efficiency, gemm_half_dim=g.half_dim,
+                   attention_efficiency=attn_eff, hbm_efficiency=1.0, kernel_overhead_s=0.0,
+                   link_efficiency={tier: 1.0})
+    rates = GpuRates(g.peak_flops, bw, False, elem_bytes)
+    overhead = fit_kernel_overhead(layer_cases, rates, prof)
+    comm_cases = raw.get("collectives", [])
+    link = fit_link_per_op(comm_cases, tier)
+    prof = Profile(**{**prof.__dict__, "kernel_overhead_s": overhead,
+                      "collective_latency_factor": link.latency_factor,
+                      "collective_bw_factor": link.bw_factor})
+    residuals = _residuals(gemm_cases, attn_cases, layer_cases, copy_cases, comm_cases, g,
+                           rates, prof, link, tier)
+    return CalibrationFit(g.peak_flops, bw, prof, link, residuals)
+
+
+def _residuals(gemm_cases, attn_cases, layer_cases, copy_cases, comm_cases, g: GemmFit,
+               rates: GpuRates, prof: Profile, link: LinkFit, tier: str) -> tuple[Residual, ...]:
+    from cost_models.compute import gemm_time_s
+
+    out = []
+    for c in gemm_cases:
+        pred = gemm_time_s(Gemm(c["m"], c["n"], c["k"]), rates, prof)
+        out.append(Residual("gemm", f"{c['m']}x{c['n']}x{c['k']}", c["time_s"], pred))
+    for c in attn_cases:
+        pred = (1 + BWD_ATTN) * attention_flops(c["batch"], c["heads"], c["seq"], c["head_dim"]) / (
+            g.peak_flops * prof.attention_efficiency)
+        out.append(Residual("attention", f"b{c['batch']} a{c['heads']} s{c['seq']} "
+                                         f"d{c['head_dim']}", c["time_s"], pred))
+    for c in layer_cases:
+        work, kernels = layer_train_parts_s(c, rates, prof)
+        out.append(Residual("layer", f"b{c['batch']} s{c['seq']} h{c['hidden']}", c["time_s"],
+                            work + kernels * prof.kernel_overhead_s))
+    for c in copy_cases:
+        out.append(Residual("memory", f"{c['bytes'] // 2**10} KiB", c["time_s"],
+                            c["moved_bytes"] / rates.hbm_bytes_per_s))
+    for c in comm_cases:
+        out.append(Residual(c["op"], f"x{c['group_size']} {c['bytes']} B", c["time_s"],
+                            predict_collective(c, link, tier)))
+    return tuple(out)

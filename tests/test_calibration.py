@@ -1,0 +1,173 @@
+"""planner calibrate / check-run: the fits recover known parameters, and the whole loop
+(calibrate -> solve on the measured machine -> launch -> check-run) runs on CPU with gloo."""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+import socket
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from cost_models import fitting, step
+from cost_models.compute import Gemm, GpuRates, gemm_time_s
+from cost_models.profile import Profile
+from planner.cli import app
+from planner.clusters import load_cluster
+
+RUNNER = CliRunner()
+
+
+def test_bwd_attention_ratio_is_the_step_models():
+    assert fitting.BWD_ATTN == step.BWD_ATTN
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_nonneg_lstsq2_matches_a_brute_force_grid(seed):
+    rng = random.Random(seed)
+    rows = [(rng.uniform(-1, 2), rng.uniform(-1, 2)) for _ in range(6)]
+    target = [rng.uniform(-1, 2) for _ in rows]
+
+    def loss(x):
+        return sum((a * x[0] + b * x[1] - y) ** 2 for (a, b), y in zip(rows, target))
+    got = fitting.nonneg_lstsq2(rows, target)
+    assert min(got) >= 0
+    grid = [i / 200 for i in range(0, 801)]
+    best = min(((x, y) for x in grid[::4] for y in grid[::4]), key=loss)
+    assert loss(got) <= loss(best) + 1e-9
+
+
+def test_gemm_fit_recovers_the_curve_it_was_made_with():
+    prof = Profile(gemm_efficiency=0.8, gemm_half_dim=40.0, hbm_efficiency=1.0)
+    rates = GpuRates(100e9, 1e15, False, 4)  # memory never binds
+    cases = [{"m": m, "n": n, "k": k, "time_s": gemm_time_s(Gemm(m, n, k), rates, prof)}
+             for m, n, k in itertools.product((16, 64, 256, 1024), (32, 512), (64, 2048))]
+    fit = fitting.fit_gemm(cases)
+    assert fit.peak_flops * fit.efficiency == pytest.approx(80e9, rel=1e-9)
+    assert fit.half_dim == pytest.approx(40.0, rel=1e-9)
+    assert fit.efficiency <= 1.0
+
+
+def test_link_fit_recovers_latency_bandwidth_and_per_op_factors():
+    truth = fitting.LinkFit(2e9, 50e-6, {"all_gather": 0.5, "send_recv": 2.0},
+                            {"all_gather": 1.5, "all_to_all": 0.25})
+    cases = [{"op": op, "group_size": g, "bytes": b}
+             for op in fitting.COLLECTIVES for g in (2, 4) for b in (2**10, 2**16, 2**22)
+             if op != "send_recv" or g == 2]
+    for c in cases:
+        c["time_s"] = fitting.predict_collective(c, truth)
+    fit = fitting.fit_link_per_op(cases)
+    assert fit.bw_bytes_per_s == pytest.approx(2e9, rel=1e-6)
+    assert fit.latency_s == pytest.approx(50e-6, rel=1e-6)
+    for op in fitting.COLLECTIVES:
+        assert fit.latency_factor.get(op, 1.0) == pytest.approx(
+            truth.latency_factor.get(op, 1.0), rel=1e-6)
+        assert fit.bw_factor.get(op, 1.0) == pytest.approx(truth.bw_factor.get(op, 1.0),
+                                                           rel=1e-6)
+
+
+def test_kernel_overhead_fit_recovers_the_overhead():
+    prof = Profile(gemm_efficiency=0.9, gemm_half_dim=20.0, attention_efficiency=0.3,
+                   hbm_efficiency=1.0, kernel_overhead_s=7e-6)
+    rates = GpuRates(50e9, 20e9, False, 4)
+    cases = []
+    for b, s, h in ((1, 16, 32), (2, 64, 64), (1, 128, 128)):
+        case = {"batch": b, "seq": s, "hidden": h, "heads": 4, "ffn": 4 * h}
+        work, kernels = fitting.layer_train_parts_s(case, rates, prof)
+        cases.append({**case, "time_s": work + kernels * 7e-6})
+    fitted = fitting.fit_kernel_overhead(cases, rates, Profile(**{**prof.__dict__,
+                                                                  "kernel_overhead_s": 0.0}))
+    assert fitted == pytest.approx(7e-6, rel=1e-9)
+
+
+def test_profile_rejects_unknown_collectives():
+    with pytest.raises(ValueError, match="collective_bw_factor"):
+        Profile(collective_bw_factor={"broadcast": 2.0})
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_calibrate_solve_launch_check_run(tmp_path):
+    """The loop on this machine: every file is written and read back, every command exits 0."""
+    pytest.importorskip("torch")
+    cal, machine = tmp_path / "cal.json", tmp_path / "cal.cluster.yaml"
+    result = RUNNER.invoke(app, ["calibrate", "--quick", "--nproc", "2", "--out", str(cal),
+                                 "--master-port", str(_free_port())])
+    assert result.exit_code == 0, result.output
+    assert "gemm_efficiency" in result.output and "all_reduce" in result.output
+    doc = json.loads(cal.read_text())
+    assert doc["schema"] == "planner.calibration/v1"
+    assert doc["raw"]["world_size"] == 2
+    assert {c["op"] for c in doc["raw"]["collectives"]} >= {"all_reduce", "all_to_all",
+                                                            "send_recv"}
+    prof = doc["profile"]
+    assert 0 < prof["gemm_efficiency"] <= 1 and prof["kernel_overhead_s"] >= 0
+    cluster = load_cluster(str(machine))
+    assert cluster.num_gpus == 2 and cluster.node_groups[0].fabric == "host"
+    assert yaml.safe_load(machine.read_text())["node_groups"][0]["gpu"]["peak_tflops"]["fp32"] > 0
+
+    model = tmp_path / "model.yaml"
+    model.write_text(yaml.safe_dump({
+        "name": "ref-small", "num_layers": 2, "hidden_size": 64, "num_heads": 4,
+        "num_kv_heads": 4, "head_dim": 16, "ffn_hidden_size": 256, "vocab_size": 128,
+        "glu": False, "activation": "gelu", "norm": "layernorm", "qkv_bias": True,
+        "attn_out_bias": True, "mlp_bias": True}))
+    plan = tmp_path / "plan.json"
+    result = RUNNER.invoke(app, ["solve", "--cluster", str(machine), "--calibration", str(cal),
+                                 "--model", str(model), "--precision", "fp32", "--optimizer",
+                                 "sgd", "--global-batch", "4", "--seq-len", "32", "--pp", "2",
+                                 "--schedule", "1f1b", "--out", str(plan)])
+    assert result.exit_code == 0, result.output
+    record = tmp_path / "run.json"
+    result = RUNNER.invoke(app, ["launch", str(plan), "--record", str(record),
+                                 "--master-port", str(_free_port()), "--script-arg=--size",
+                                 "--script-arg=plan", "--script-arg=--steps", "--script-arg=3"])
+    assert result.exit_code == 0, result.output
+    result = RUNNER.invoke(app, ["check-run", str(record), "--calibration", str(cal),
+                                 "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["what"]: r for r in json.loads(result.output)}
+    assert rows["step"]["predicted_s"] > 0 and rows["step"]["measured_s"] > 0
+    assert any(w.startswith("stage 1: pipeline wait") for w in rows)
+    result = RUNNER.invoke(app, ["check-run", str(record), "--calibration", str(cal)])
+    assert result.exit_code == 0 and "predicted vs measured" in result.output
+
+
+def test_check_run_names_what_a_record_lacks(tmp_path):
+    bad = tmp_path / "rec.json"
+    bad.write_text(json.dumps({"schema": "planner.run-record/v1", "plan": {}}))
+    result = RUNNER.invoke(app, ["check-run", str(bad)])
+    assert result.exit_code == 2
+    assert "shape" in result.output and str(bad) in result.output
+    bad.write_text("[1, 2]")
+    result = RUNNER.invoke(app, ["check-run", str(bad)])
+    assert result.exit_code == 2 and "schema" in result.output
+
+
+def test_fp32_sgd_workload_costs_four_byte_states_and_no_optimizer_moments():
+    from cost_models.parallel import ParallelConfig, Workload
+    from cost_models.step import estimate
+    from planner.models import load_model
+    from topologies.spec import cluster_from_dict
+
+    model = load_model("llama-3.1-8b")
+    cluster = cluster_from_dict({"node_groups": [{
+        "name": "box", "count": 1, "gpus_per_node": 8, "fabric": "host", "intra_bw_GBps": 10,
+        "gpu": {"name": "test-device", "memory_gb": 512, "memory_bw_GBps": 1000,
+                "peak_tflops": {"bf16": 400, "fp32": 50}}}]})
+    cfg = ParallelConfig(tp=8, zero=0)
+    mixed = estimate(model, cluster, Workload(2048, 8), cfg, Profile())
+    fp32 = estimate(model, cluster, Workload(2048, 8, "fp32", "sgd"),
+                    cfg, Profile())
+    assert fp32.memory.weights_bytes == pytest.approx(2 * mixed.memory.weights_bytes)
+    assert fp32.memory.optimizer_bytes == 0
+    assert fp32.memory.activations_bytes == pytest.approx(2 * mixed.memory.activations_bytes)
+    assert Workload(1, 1, "fp32", "sgd").optimizer_bytes_per_param == 12
+    assert Workload(1, 1).optimizer_bytes_per_param == 30
