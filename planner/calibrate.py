@@ -21,7 +21,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -162,7 +161,3 @@ def residual_summary(doc: dict) -> list[tuple[str, int, float, float]]:
         errs = sorted(errs)
         out.append((kind, len(errs), errs[len(errs) // 2], errs[-1]))
     return out
-
-
-def elapsed_label(start: float) -> str:
-    return f"{time.monotonic() - start:.0f} s"

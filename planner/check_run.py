@@ -29,9 +29,6 @@ from cost_models.profile import Profile
 from cost_models.step import Estimate, estimate
 from planner.errors import SpecError
 
-KINDS = ("forward", "backward", "tp_comm", "ep_comm", "quota_solve", "pp_wait", "dp_comm",
-         "optimizer", "step")
-
 
 @dataclass(frozen=True)
 class Row:
