@@ -588,12 +588,14 @@ def train(plan_path: str, shape_overrides: dict, out: str | None) -> list[float]
     log: list = []
     model = _build_stage(rt, shape, log)
     opt = torch.optim.SGD(model.parameters(), lr=shape.lr)
+    bucket = (attach_grad_bucket(_dense_params(model, rt.plan.config["ep"]))
+              if rt.groups.get("dp") is not None else None)
     pp_ranks = next(g for g in rt.plan.groups["pp"] if view.rank in g)
     losses, times = [], []
     TIMERS.reset()
     for step in range(shape.steps):
         start = time.perf_counter()
-        loss = _step(shape, model, opt, rt, pp_ranks, step)
+        loss = _step(shape, model, opt, rt, pp_ranks, step, bucket)
         times.append(time.perf_counter() - start)
         TIMERS.end_step(times[-1])
         losses.append(loss)
@@ -635,7 +637,8 @@ def _build_stage(rt, shape: JobShape, log: list) -> "Stage":
     return model
 
 
-def _step(shape: JobShape, model: Stage, opt, rt, pp_ranks: list[int], step: int) -> float:
+def _step(shape: JobShape, model: Stage, opt, rt, pp_ranks: list[int], step: int,
+          bucket: torch.Tensor | None) -> float:
     view, pp = rt.view, len(pp_ranks)
     s, d = view.stage, view.coords["dp"]
     x_all, y_all = batch(shape, step)
@@ -644,7 +647,7 @@ def _step(shape: JobShape, model: Stage, opt, rt, pp_ranks: list[int], step: int
     total = y_all.numel()
     act_shape = (shape.micro_batch, shape.seq_len, shape.hidden)
     saved, sends, loss_sum = {}, [], torch.zeros(())
-    opt.zero_grad()
+    opt.zero_grad(set_to_none=False)  # in place: dense grads stay views of the bucket
     for kind, i in _one_f_one_b(s, pp, shape.micro_batches):
         rows = slice(i * shape.micro_batch, (i + 1) * shape.micro_batch)
         if kind == "F":
@@ -682,7 +685,7 @@ def _step(shape: JobShape, model: Stage, opt, rt, pp_ranks: list[int], step: int
             for work in sends:
                 work.wait()
     with TIMERS.timed("dp_comm"):
-        _sync_grads(model, rt, shape)
+        _sync_grads(model, rt, shape, bucket)
     with TIMERS.timed("optimizer"):
         opt.step()
     # The loss lives on the last stages (each holds its DP share of the global mean): the sum
@@ -693,30 +696,40 @@ def _step(shape: JobShape, model: Stage, opt, rt, pp_ranks: list[int], step: int
     return loss.item()
 
 
-def _sync_grads(model: "Stage", rt, shape: JobShape) -> None:
+def _dense_params(model: "Stage", ep: int) -> list[torch.nn.Parameter]:
+    """The parameters every DP rank holds alike: all of them without expert parallelism, all
+    but the MoE experts with it (those are summed over their replicas instead)."""
+    experts = {id(p) for block in model.blocks if ep > 1 and block.moe is not None
+               for p in block.moe.experts.parameters()}
+    return [p for p in model.parameters() if id(p) not in experts]
+
+
+def attach_grad_bucket(params: list[torch.nn.Parameter]) -> torch.Tensor:
+    """One contiguous gradient buffer; each ``p.grad`` becomes a view into it, so the backward
+    pass accumulates straight into the bucket and the DP sync is one in-place all-reduce with
+    no flatten or copy-back (Megatron-LM's contiguous grad buffer,
+    ``megatron/core/distributed/param_and_grad_buffer.py``). Zero it in place
+    (``zero_grad(set_to_none=False)``) to keep the views."""
+    bucket = torch.zeros(sum(p.numel() for p in params))
+    start = 0
+    for p in params:
+        p.grad = bucket[start:start + p.numel()].view_as(p)
+        start += p.numel()
+    return bucket
+
+
+def _sync_grads(model: "Stage", rt, shape: JobShape, bucket: torch.Tensor | None) -> None:
     """Sum gradients over the stage's DP group (losses are already divided by the global token
-    count); with EP, each logical expert's gradient is summed over all its replicas."""
+    count); with EP, each logical expert's gradient is summed over all its replicas. Dense
+    gradients live in ``bucket`` (:func:`attach_grad_bucket`): one all-reduce (what DDP and
+    Megatron do with their buckets, and what the cost model assumes)."""
     group = rt.groups.get("dp")
     if group is None:
         return
-    expert_params = set()
     if rt.plan.config["ep"] > 1:
-        for block in model.blocks:
-            if block.moe is not None:
-                expert_params |= {id(p) for p in block.moe.experts.parameters()}
         _sync_expert_grads(model, shape.num_experts, group)
-    # one bucket, one all-reduce (what DDP and Megatron do with their gradient buckets, and
-    # what the cost model assumes): per-parameter calls would pay the latency dozens of times
-    params = [p for p in model.parameters() if id(p) not in expert_params]
-    for p in params:
-        if p.grad is None:  # e.g. an expert that got no token here: every rank must reduce
-            p.grad = torch.zeros_like(p)
-    bucket = torch.cat([p.grad.reshape(-1) for p in params])
-    dist.all_reduce(bucket, group=group)
-    start = 0
-    for p in params:
-        p.grad.copy_(bucket[start:start + p.numel()].view_as(p))
-        start += p.numel()
+    if bucket is not None:
+        dist.all_reduce(bucket, group=group)
 
 
 # What this job runs, whatever the plan's options say (``planner check-run`` predicts the job
