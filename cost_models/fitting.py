@@ -9,13 +9,21 @@ closed form with both unknowns kept non-negative:
   unknowns 1/e and h/e; P is the best throughput measured, and P, e are rescaled so e <= 1.
 * Attention (``compute.layer_forward_time``; backward = ``step.BWD_ATTN`` x forward): causal
   forward + backward t = (1 + BWD_ATTN) * F_attn / (P * a), one unknown 1/a.
-* Memory bandwidth (the roofline's memory side): t = bytes / B, one unknown 1/B.
+* Memory bandwidth (the roofline's memory side): t = bytes / B, one unknown 1/B, fitted on the
+  copies larger than any cache (:data:`STREAM_MIN_BYTES`): an optimizer step streams every
+  weight from memory, and smaller copies run from cache at several times that speed.
 * Collectives (``communication``, Hockney's alpha-beta): every formula there is
   latency * c_lat + bytes * c_bw / bandwidth on a one-tier group, unknowns latency and
-  1/bandwidth; c_lat and c_bw come from evaluating the formula itself at unit values.
-* Per-kernel overhead: a small transformer layer's forward + backward minus what the fitted
-  GEMM, attention and bandwidth figures predict for it, divided by its kernel launches
-  (``LayerWork.kernels`` forward, twice that backward: ``step._backward_s``).
+  1/bandwidth; c_lat and c_bw come from evaluating the formula itself at unit values. Fitted
+  in two stages, as Hockney (1994) measures r_inf and n_1/2: the bandwidth on the large
+  messages, the latency on the small ones, alternating until both settle; one joint fit in
+  relative error would let the many small messages set the bandwidth too.
+* Memory-bound kernels and per-kernel overhead: a transformer layer's forward + backward minus
+  what the fitted GEMM and attention figures predict for it is its element-wise traffic at
+  ``hbm_efficiency`` of the fitted bandwidth plus its kernel launches
+  (``LayerWork.kernels`` forward, twice that backward: ``step._backward_s``) at
+  ``kernel_overhead_s`` each: two unknowns, 1/efficiency and the overhead, fitted over layers
+  from launch-bound (tiny) to the sizes jobs run.
 """
 from __future__ import annotations
 
@@ -101,9 +109,17 @@ def fit_attention(cases: Sequence[dict], peak_flops: float) -> float:
     return min(1.0, 1.0 / inv_a)
 
 
+STREAM_MIN_BYTES = 48 * 2**20  # copies this large stream from memory on any CPU or GPU cache
+
+
 def fit_bandwidth(cases: Sequence[dict]) -> float:
-    """Bytes/s from ``moved_bytes`` / ``time_s`` cases (least squares in relative error)."""
-    rows = [c["moved_bytes"] / c["time_s"] for c in cases]  # each row: bytes/t * (1/B) = 1
+    """Streaming bytes/s from ``bytes``, ``moved_bytes``, ``time_s`` cases (least squares in
+    relative error) over the copies of at least :data:`STREAM_MIN_BYTES`, or over the largest
+    copy if none is that large."""
+    large = [c for c in cases if c["bytes"] >= STREAM_MIN_BYTES]
+    if not large:
+        large = [max(cases, key=lambda c: c["bytes"])]
+    rows = [c["moved_bytes"] / c["time_s"] for c in large]  # each row: bytes/t * (1/B) = 1
     inv_b = sum(rows) / sum(r * r for r in rows)
     return 1.0 / inv_b
 
@@ -127,16 +143,47 @@ def _unit_coefficients(op: str, size: int, nbytes: float, prof: Profile) -> tupl
     return c_lat, c_bw
 
 
+LARGE_MESSAGE_BYTES = 2**20  # bandwidth-bound: the bandwidth is fitted on these
+SMALL_MESSAGE_BYTES = 2**16  # latency-bound: the latency is fitted on these
+
+
+def _fit_one(rows: Sequence[tuple[float, float]], fixed: float,
+             target: Sequence[float] | None = None) -> float:
+    """argmin_x>=0 sum((fixed_coef * fixed + coef * x) - y)^2 over rows (fixed_coef, coef)
+    and targets y (1 unless given): both coefficients already divided by the measured time."""
+    target = [1.0] * len(rows) if target is None else target
+    num = sum(b * (y - a * fixed) for (a, b), y in zip(rows, target))
+    den = sum(b * b for _, b in rows)
+    return max(0.0, num / den) if den > 0 else 0.0
+
+
 def fit_link(cases: Sequence[dict], tier: str = "host") -> tuple[float, float]:
     """(bandwidth bytes/s, latency s) of a one-tier link from collective cases (``op``,
-    ``group_size``, ``bytes``, ``time_s``), with the tier's efficiency taken as 1."""
+    ``group_size``, ``bytes``, ``time_s``), with the tier's efficiency taken as 1: the
+    bandwidth from the messages of at least :data:`LARGE_MESSAGE_BYTES`, the latency from those
+    of at most :data:`SMALL_MESSAGE_BYTES`, alternating (each stage keeps the other's current
+    value); one joint fit over all cases when either set is empty."""
     prof = Profile(link_efficiency={tier: 1.0})
-    rows, target = [], []
+    rows, large, small = [], [], []
     for c in cases:
         c_lat, c_bw = _unit_coefficients(c["op"], c["group_size"], c["bytes"], prof)
-        rows.append((c_lat / c["time_s"], c_bw / c["time_s"]))
-        target.append(1.0)
-    latency, inv_bw = nonneg_lstsq2(rows, target)
+        row = (c_lat / c["time_s"], c_bw / c["time_s"])
+        rows.append(row)
+        if c["bytes"] >= LARGE_MESSAGE_BYTES:
+            large.append(row)
+        elif c["bytes"] <= SMALL_MESSAGE_BYTES:
+            small.append(row)
+    if large and small:
+        latency, inv_bw = 0.0, 0.0
+        for _ in range(20):
+            inv_bw = _fit_one(large, latency)
+            new = _fit_one([(b, a) for a, b in small], inv_bw)
+            if abs(new - latency) <= 1e-9 * max(latency, 1e-12):
+                latency = new
+                break
+            latency = new
+    else:
+        latency, inv_bw = nonneg_lstsq2(rows, [1.0] * len(rows))
     return (1.0 / inv_bw if inv_bw > 0 else math.inf), latency
 
 
@@ -185,25 +232,39 @@ def block_model(hidden: int, heads: int, ffn: int) -> ModelSpec:
                      attn_out_bias=True, mlp_bias=True)
 
 
-def layer_train_parts_s(case: dict, rates: GpuRates, prof: Profile) -> tuple[float, int]:
-    """(forward + backward time without launch overheads, kernel launches) of a layer case."""
+def _layer_forward(case: dict, rates: GpuRates, prof: Profile):
+    """(``LayerTime``, forward kernel launches) of a layer case."""
     model = block_model(case["hidden"], case["heads"], case["ffn"])
     shard = Shard(case["batch"], case["seq"], 1, 1, 1, 1, False, False, False,
                   elem_bytes=rates.elem_bytes)
-    t = layer_forward_time(layer_work(model, 0, shard), rates, prof)
+    work = layer_work(model, 0, shard)
+    return layer_forward_time(work, rates, prof), work.kernels
+
+
+def layer_train_parts_s(case: dict, rates: GpuRates, prof: Profile) -> tuple[float, int]:
+    """(forward + backward time without launch overheads, kernel launches) of a layer case."""
+    t, kernels = _layer_forward(case, rates, prof)
     work = (t.gemm_s * 3 + t.attention_s * (1 + BWD_ATTN) + t.elementwise_s * 3)
-    return work, 3 * layer_work(model, 0, shard).kernels
+    return work, 3 * kernels
 
 
-def fit_kernel_overhead(cases: Sequence[dict], rates: GpuRates, prof: Profile) -> float:
-    """Seconds per kernel launch: the layers' unexplained time over their launches (LS, >= 0)."""
+def fit_layer_overheads(cases: Sequence[dict], rates: GpuRates, prof: Profile
+                        ) -> tuple[float, float]:
+    """(``hbm_efficiency``, ``kernel_overhead_s``): what the layers' time beyond their GEMMs and
+    attention says about their element-wise kernels and launches (LS in relative error, the
+    efficiency at most 1, the overhead at least 0). ``prof``'s own two values are ignored."""
+    base = Profile(**{**prof.__dict__, "hbm_efficiency": 1.0, "kernel_overhead_s": 0.0})
     rows, rest = [], []
     for c in cases:
-        work, kernels = layer_train_parts_s(c, rates, prof)
-        rows.append(kernels / c["time_s"])
-        rest.append(1.0 - work / c["time_s"])
-    x = sum(r * y for r, y in zip(rows, rest)) / sum(r * r for r in rows)
-    return max(0.0, x)
+        work, kernels = layer_train_parts_s(c, rates, base)
+        elem = 3 * _layer_forward(c, rates, base)[0].elementwise_s
+        rows.append((elem / c["time_s"], kernels / c["time_s"]))
+        rest.append(1.0 - (work - elem) / c["time_s"])
+    inv_eff, overhead = nonneg_lstsq2(rows, rest)
+    if inv_eff < 1.0:  # faster than streaming (in cache): keep efficiency 1, refit the overhead
+        inv_eff = 1.0
+        overhead = _fit_one(rows, inv_eff, rest)
+    return 1.0 / inv_eff, overhead
 
 
 def median_cases(per_rank: Sequence[Sequence[dict]]) -> list[dict]:
@@ -239,10 +300,10 @@ def fit_all(raw: dict, tier: str = "host", elem_bytes: int = 4) -> CalibrationFi
                    attention_efficiency=attn_eff, hbm_efficiency=1.0, kernel_overhead_s=0.0,
                    link_efficiency={tier: 1.0})
     rates = GpuRates(g.peak_flops, bw, False, elem_bytes)
-    overhead = fit_kernel_overhead(layer_cases, rates, prof)
+    hbm_eff, overhead = fit_layer_overheads(layer_cases, rates, prof)
     comm_cases = raw.get("collectives", [])
     link = fit_link_per_op(comm_cases, tier)
-    prof = Profile(**{**prof.__dict__, "kernel_overhead_s": overhead,
+    prof = Profile(**{**prof.__dict__, "kernel_overhead_s": overhead, "hbm_efficiency": hbm_eff,
                       "collective_latency_factor": link.latency_factor,
                       "collective_bw_factor": link.bw_factor})
     residuals = _residuals(gemm_cases, attn_cases, layer_cases, copy_cases, comm_cases, g,
@@ -269,7 +330,7 @@ def _residuals(gemm_cases, attn_cases, layer_cases, copy_cases, comm_cases, g: G
                             work + kernels * prof.kernel_overhead_s))
     for c in copy_cases:
         out.append(Residual("memory", f"{c['bytes'] // 2**10} KiB", c["time_s"],
-                            c["moved_bytes"] / rates.hbm_bytes_per_s))
+                            c["moved_bytes"] / rates.hbm_bytes_per_s))  # streaming, eff. 1
     for c in comm_cases:
         out.append(Residual(c["op"], f"x{c['group_size']} {c['bytes']} B", c["time_s"],
                             predict_collective(c, link, tier)))

@@ -8,8 +8,11 @@ into profile parameters.
 
 Timings: each case runs once to warm up, then repeats until ``min_time_s`` has passed (at
 least ``min_reps`` times); we keep the median of the repeats (robust to a descheduled
-repeat). Collectives are timed between barriers, on the slowest rank (the collective is done
-when the last rank is done), as nccl-tests reports.
+repeat). Collectives are timed as a job meets them: each repeat starts at a barrier, runs a
+short compute burst (:func:`_burst`, untimed), then the collective; we keep the *mean* of the
+repeats, since a step pays every collective's time, its stalls included (on a host whose cores
+all compute, a gloo collective's mean is several times its median), on the slowest rank (the
+collective is done when the last rank is done), as nccl-tests reports.
 
 Rank 0 prints ``@@progress DONE TOTAL LABEL`` lines that ``planner calibrate`` turns into a
 progress bar.
@@ -50,14 +53,15 @@ FULL = Sizes(
           (1024, 768, 256), (2048, 256, 256), (128, 2048, 512), (16, 512, 512)),
     attention=((1, 4, 64, 64), (2, 4, 128, 64), (4, 4, 256, 64), (1, 8, 512, 32),
                (2, 8, 256, 64)),
-    layer=((1, 16, 32, 4), (1, 32, 64, 4), (2, 32, 64, 4)),
-    copy_bytes=(2**20, 4 * 2**20, 16 * 2**20),
-    comm_bytes=tuple(2**k for k in range(10, 25, 2)),
+    layer=((1, 16, 32, 4), (1, 32, 64, 4), (2, 32, 64, 4), (2, 64, 128, 4), (1, 128, 256, 4),
+           (4, 128, 256, 4)),
+    copy_bytes=(2**20, 4 * 2**20, 16 * 2**20, 64 * 2**20),
+    comm_bytes=tuple(2**k for k in range(10, 27, 2)),  # 1 KiB to 64 MiB (gradient buckets)
     min_time_s=0.15, min_reps=5)
 QUICK = Sizes(
     gemm=((32, 32, 32), (128, 128, 128), (256, 256, 256), (256, 1024, 256)),
     attention=((1, 4, 64, 64), (2, 4, 128, 64)),
-    layer=((1, 16, 32, 4),),
+    layer=((1, 16, 32, 4), (1, 32, 64, 4)),
     copy_bytes=(2**20,),
     comm_bytes=(2**10, 2**16, 2**20),
     min_time_s=0.01, min_reps=2)
@@ -209,24 +213,39 @@ def _agree(names: list[str]) -> list[str]:
     return [n for n in order if any(n in l for l in lists)]
 
 
+BURST_DIM = 256  # the compute burst before each timed collective: 4 GEMMs of this size
+
+
+def _burst(a: torch.Tensor) -> None:
+    """A little compute before each timed collective, as a job has between its collectives:
+    every core busy, so the collective meets the scheduling a job's collectives meet."""
+    for _ in range(4):
+        a @ a
+    _sync()
+
+
 def _timed_collective(op, group, sizes: Sizes) -> float:
-    """Median seconds of ``op`` over repeats that every member runs the same number of times
-    (a count the members agree on first); the barrier before each repeat is not timed."""
+    """Mean seconds of ``op`` over repeats that every member runs the same number of times
+    (a count the members agree on first); the barrier and the compute burst before each repeat
+    are not timed."""
     op()
+    a = _rand(BURST_DIM, BURST_DIM)
     dist.barrier(group=group)
     t0 = time.perf_counter()
     op()
+    _sync()
     probe = torch.tensor([time.perf_counter() - t0])
     dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)
     reps = int(min(200, max(sizes.min_reps, sizes.min_time_s / max(float(probe), 1e-6))))
     times = []
     for _ in range(reps):
         dist.barrier(group=group)
+        _burst(a)
         t0 = time.perf_counter()
         op()
         _sync()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.fmean(times)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -69,18 +69,42 @@ def test_link_fit_recovers_latency_bandwidth_and_per_op_factors():
                                                            rel=1e-6)
 
 
-def test_kernel_overhead_fit_recovers_the_overhead():
+@pytest.mark.parametrize("hbm_eff", [0.3, 1.0])
+def test_layer_fit_recovers_elementwise_efficiency_and_kernel_overhead(hbm_eff):
     prof = Profile(gemm_efficiency=0.9, gemm_half_dim=20.0, attention_efficiency=0.3,
-                   hbm_efficiency=1.0, kernel_overhead_s=7e-6)
-    rates = GpuRates(50e9, 20e9, False, 4)
+                   hbm_efficiency=hbm_eff, kernel_overhead_s=7e-6)
+    rates = GpuRates(5e9, 10e9, False, 4)  # element-wise kernels weigh; GEMMs stay compute-bound
     cases = []
-    for b, s, h in ((1, 16, 32), (2, 64, 64), (1, 128, 128)):
+    for b, s, h in ((1, 16, 32), (2, 64, 64), (1, 128, 128), (4, 128, 256)):
         case = {"batch": b, "seq": s, "hidden": h, "heads": 4, "ffn": 4 * h}
         work, kernels = fitting.layer_train_parts_s(case, rates, prof)
         cases.append({**case, "time_s": work + kernels * 7e-6})
-    fitted = fitting.fit_kernel_overhead(cases, rates, Profile(**{**prof.__dict__,
-                                                                  "kernel_overhead_s": 0.0}))
-    assert fitted == pytest.approx(7e-6, rel=1e-9)
+    eff, overhead = fitting.fit_layer_overheads(cases, rates, Profile(**{
+        **prof.__dict__, "hbm_efficiency": 0.5, "kernel_overhead_s": 0.0}))
+    assert eff == pytest.approx(hbm_eff, rel=1e-4)
+    assert overhead == pytest.approx(7e-6, rel=1e-4)
+
+
+def test_bandwidth_fit_uses_the_copies_larger_than_a_cache():
+    cases = [{"bytes": b, "moved_bytes": 3 * b, "time_s": 3 * b / bw}
+             for b, bw in ((2**20, 90e9), (16 * 2**20, 60e9), (64 * 2**20, 20e9))]
+    assert fitting.fit_bandwidth(cases) == pytest.approx(20e9)
+    assert fitting.fit_bandwidth(cases[:2]) == pytest.approx(60e9)  # else the largest
+
+
+def test_link_fit_takes_bandwidth_from_large_messages_and_latency_from_small_ones():
+    """Medium messages off the alpha-beta line (here 5x slower, as a cache or protocol switch
+    can make them) must not drag the fit: the large messages set the bandwidth, the small ones
+    the latency, and both come back exactly."""
+    truth = fitting.LinkFit(1e9, 300e-6, {}, {})
+    cases = []
+    for b in (2**10, 2**12, 2**14, 2**16, 2**17, 2**18, 2**19, 2**20, 2**22, 2**24):
+        case = {"op": "all_reduce", "group_size": 2, "bytes": b}
+        t = fitting.predict_collective(case, truth)
+        cases.append({**case, "time_s": t * (5 if 2**16 < b < 2**20 else 1)})
+    bw, latency = fitting.fit_link(cases)
+    assert bw == pytest.approx(1e9, rel=1e-6)
+    assert latency == pytest.approx(300e-6, rel=1e-6)
 
 
 def test_profile_rejects_unknown_collectives():
