@@ -256,10 +256,10 @@ def fit_layer_overheads(cases: Sequence[dict], rates: GpuRates, prof: Profile
     base = Profile(**{**prof.__dict__, "hbm_efficiency": 1.0, "kernel_overhead_s": 0.0})
     rows, rest = [], []
     for c in cases:
-        work, kernels = layer_train_parts_s(c, rates, base)
-        elem = 3 * _layer_forward(c, rates, base)[0].elementwise_s
-        rows.append((elem / c["time_s"], kernels / c["time_s"]))
-        rest.append(1.0 - (work - elem) / c["time_s"])
+        t, kernels = _layer_forward(c, rates, base)
+        dense = t.gemm_s * 3 + t.attention_s * (1 + BWD_ATTN)  # as layer_train_parts_s
+        rows.append((3 * t.elementwise_s / c["time_s"], 3 * kernels / c["time_s"]))
+        rest.append(1.0 - dense / c["time_s"])
     inv_eff, overhead = nonneg_lstsq2(rows, rest)
     if inv_eff < 1.0:  # faster than streaming (in cache): keep efficiency 1, refit the overhead
         inv_eff = 1.0
