@@ -27,6 +27,10 @@ For a split threshold ``H`` (tried over a small grid, the best kept):
 5. A short local search swaps replicas between the busiest GPU of the binding set (the flow's
    min cut) and the least-loaded GPU outside it while that lowers the optimum.
 
+With two slots per GPU the problem is a partition of the experts into groups
+(:mod:`solvers.expert_groups`); :func:`group_placement` searches that space directly and is
+one more candidate.
+
 Splittable bin packing with cardinality constraints is the underlying problem (Epstein and
 van Stee, "Approximation schemes for packing splittable items with cardinality constraints",
 2012); the chain of split items is the classic "next fit with splitting" idea. Quotas follow
@@ -45,6 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from solvers.expert_groups import search_groups, tree_gpus
 from solvers.expert_quota import QuotaSolution, solve_quotas
 
 _H_GRID = (2, 4, 8, 16, 24, 32)
@@ -202,6 +207,30 @@ def chain_placement(w: np.ndarray, layout: ExpertLayout, heavy_count: int, gpu_o
     return phy2log
 
 
+def group_placement(w: np.ndarray, layout: ExpertLayout, gpu_order: np.ndarray,
+                    iters: int = 300) -> np.ndarray | None:
+    """Two slots per GPU: the experts partitioned into ``E - G`` groups by
+    :func:`solvers.expert_groups.search_groups`, each laid out as a tree
+    (:func:`solvers.expert_groups.tree_gpus`) at its own load per GPU; spare slots as in
+    :func:`_fill_spare`. None when ``S != 2`` or ``E <= G`` (the model needs both)."""
+    G, S, E = layout.num_gpus, layout.slots_per_gpu, layout.num_experts
+    groups = E - G
+    if S != 2 or groups < 1 or w.sum() <= 0:
+        return None
+    labels = search_groups(w, groups, iters=iters)
+    per_gpu: list[list[int]] = []
+    for g in range(groups):
+        items = np.flatnonzero(labels == g)
+        cap = w[items].sum() / max(items.size - 1, 1) * (1 + 1e-12)
+        per_gpu += tree_gpus(w, items, cap)
+    _fill_spare(w, per_gpu, S)
+    phy2log = np.empty(G * S, dtype=np.int64)
+    for i, experts in enumerate(per_gpu):
+        g = int(gpu_order[i])
+        phy2log[g * S:(g + 1) * S] = sorted(experts)
+    return phy2log
+
+
 def greedy_counts(w: np.ndarray, num_slots: int) -> np.ndarray:
     """EPLB's replica counts: each redundant slot to the max load-per-replica expert."""
     counts = np.ones(w.shape[0], dtype=np.int64)
@@ -344,8 +373,9 @@ def plan_layer(
 
     Nominal (``K = 1``): candidates (a chain per ``H`` in the grid, along a node-interleaved
     GPU order - :func:`interleaved_gpu_order`: balance does not depend on GPU labels,
-    locality does - and the EPLB-like :func:`replication_placement`, with a replica-count
-    search when slots are scarce) each get their exact quotas; the best is improved by
+    locality does - the EPLB-like :func:`replication_placement`, with a replica-count
+    search when slots are scarce, and with two slots per GPU :func:`group_placement`) each
+    get their exact quotas; the best is improved by
     :func:`improve_by_swaps` (skipped when already within 0.02% of :func:`lp_lower_bound`).
     ``locality_slack``: long chains join the candidates (a heavy
     expert's replicas then span more nodes); among candidates within ``(1 + slack)`` of the
@@ -391,7 +421,7 @@ def _robust(scenarios: np.ndarray, w: np.ndarray, layout: ExpertLayout, quotas: 
         raise ValueError(f"robust_quotas must be 'realtime' or 'static', got {quotas!r}")
     grid = _H_GRID + ((64, 96, 128) if quotas == "realtime" else ())
     best = None
-    for p, sol in _candidates(w, layout, 0, tuple(h for h in grid if h <= layout.num_experts)):
+    for p, sol in _candidates(w, layout, 0, tuple(h for h in grid if h <= layout.num_experts), group_iters=60):
         exact = _split_from_quota(w, p, sol.quota)
         if quotas == "realtime":
             options = [(_worst_flow_ratio(scenarios, p, layout), exact)]
@@ -414,9 +444,10 @@ def _worst_flow_ratio(scenarios: np.ndarray, phy2log: np.ndarray, layout: Expert
 
 
 def _candidates(w: np.ndarray, layout: ExpertLayout, count_evals: int,
-                grid: tuple[int, ...]) -> list[tuple[np.ndarray, QuotaSolution]]:
+                grid: tuple[int, ...], group_iters: int = 300) -> list[tuple[np.ndarray, QuotaSolution]]:
     order = interleaved_gpu_order(layout)
     built = [chain_placement(w, layout, h, order) for h in grid if h <= layout.num_experts]
+    built.append(group_placement(w, layout, order, group_iters))
     built = [c for c in built if c is not None]
     out = [(p, _quotas(w, p, layout)) for p in built]
     scarce = layout.num_slots - layout.num_experts < layout.num_gpus - 1
