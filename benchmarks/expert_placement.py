@@ -243,7 +243,10 @@ def doc_lines(r: dict) -> list[str]:
         m = sec["mean"]
         lines.append(f"| {shape} | {m['eplb_default']:.4f} | {m['eplb_global']:.4f} | "
                      f"{m['planner']:.4f} | {m['lower_bound']:.4f} |")
-    lines += ["", "Cross workload: plan on A, evaluate on B (14 ordered pairs). Static columns keep the "
+    lines += ["", "The lower bound here is the replica-count bound (`lp_lower_bound`). At EP144 it is "
+              "weak; the covering-LP bound on sampled layers is in its own section below "
+              "(`benchmarks/expert_placement_bound.py`).", "",
+              "Cross workload: plan on A, evaluate on B (14 ordered pairs). Static columns keep the "
               "plan's split ratios (EPLB: even split); real-time columns re-plan quotas for B's "
               "loads on the placement planned from A. Robust mode plans on A and 16 log-normal "
               "drifts of it (sigma 0.15), never on B; 'robust (static)' scores static ratios, "

@@ -304,3 +304,43 @@ def covering_lp_bound(x: np.ndarray, num_groups: int, lo: float, hi: float, *,
         else:
             b = mid
     return a * scale
+
+
+def groups_of_placement(x: np.ndarray, phy2log: np.ndarray, num_groups: int) -> np.ndarray:
+    """Group labels from a two-slot placement: its connected components (GPUs as edges),
+    merged, lightest pair by merged :func:`group_ratio` first, down to ``num_groups`` groups of
+    2+ experts. Merging never raises the busiest load the components allowed (module
+    docstring), so :func:`search_groups` started here ends at or below the placement's ratio."""
+    E = x.shape[0]
+    parent = np.arange(E)
+
+    def find(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    for a, b in np.asarray(phy2log, dtype=np.int64).reshape(-1, 2):
+        ra, rb = find(int(a)), find(int(b))
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    roots = np.array([find(e) for e in range(E)])
+    members = {int(r): list(np.flatnonzero(roots == r)) for r in np.unique(roots)}
+    blocks = [(float(x[m].sum()), len(m), m) for m in members.values()]
+
+    def ratio(load, size):
+        return load / (size - 1) if size > 1 else np.inf
+
+    while len(blocks) > num_groups or any(size < 2 for _, size, _ in blocks):
+        if len(blocks) < 2:
+            break
+        singles = [i for i, (_, size, _) in enumerate(blocks) if size < 2]
+        firsts = singles[:1] or range(len(blocks))
+        i, j = min(((i, j) for i in firsts for j in range(len(blocks)) if j != i),
+                   key=lambda p: (ratio(blocks[p[0]][0] + blocks[p[1]][0], blocks[p[0]][1] + blocks[p[1]][1]), p))
+        merged = (blocks[i][0] + blocks[j][0], blocks[i][1] + blocks[j][1], blocks[i][2] + blocks[j][2])
+        blocks = [b for k, b in enumerate(blocks) if k not in (i, j)] + [merged]
+    labels = np.empty(E, dtype=np.int64)
+    for g, (_, _, m) in enumerate(sorted(blocks, key=lambda b: min(b[2]))):
+        labels[m] = g
+    return labels

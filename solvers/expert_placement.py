@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solvers.expert_groups import search_groups, tree_gpus
+from solvers.expert_groups import groups_of_placement, search_groups, tree_gpus
 from solvers.expert_quota import QuotaSolution, solve_quotas
 
 _H_GRID = (2, 4, 8, 16, 24, 32)
@@ -208,16 +208,18 @@ def chain_placement(w: np.ndarray, layout: ExpertLayout, heavy_count: int, gpu_o
 
 
 def group_placement(w: np.ndarray, layout: ExpertLayout, gpu_order: np.ndarray,
-                    iters: int = 300) -> np.ndarray | None:
+                    iters: int = 300, start: np.ndarray | None = None) -> np.ndarray | None:
     """Two slots per GPU: the experts partitioned into ``E - G`` groups by
-    :func:`solvers.expert_groups.search_groups`, each laid out as a tree
+    :func:`solvers.expert_groups.search_groups` (from the components of the placement
+    ``start`` when given, which it then never does worse than), each laid out as a tree
     (:func:`solvers.expert_groups.tree_gpus`) at its own load per GPU; spare slots as in
     :func:`_fill_spare`. None when ``S != 2`` or ``E <= G`` (the model needs both)."""
     G, S, E = layout.num_gpus, layout.slots_per_gpu, layout.num_experts
     groups = E - G
     if S != 2 or groups < 1 or w.sum() <= 0:
         return None
-    labels = search_groups(w, groups, iters=iters)
+    first = None if start is None else groups_of_placement(w, start, groups)
+    labels = search_groups(w, groups, iters=iters, start=first)
     per_gpu: list[list[int]] = []
     for g in range(groups):
         items = np.flatnonzero(labels == g)
@@ -447,7 +449,6 @@ def _candidates(w: np.ndarray, layout: ExpertLayout, count_evals: int,
                 grid: tuple[int, ...], group_iters: int = 300) -> list[tuple[np.ndarray, QuotaSolution]]:
     order = interleaved_gpu_order(layout)
     built = [chain_placement(w, layout, h, order) for h in grid if h <= layout.num_experts]
-    built.append(group_placement(w, layout, order, group_iters))
     built = [c for c in built if c is not None]
     out = [(p, _quotas(w, p, layout)) for p in built]
     scarce = layout.num_slots - layout.num_experts < layout.num_gpus - 1
@@ -456,6 +457,12 @@ def _candidates(w: np.ndarray, layout: ExpertLayout, count_evals: int,
     elif scarce or not out or layout.num_experts * layout.num_gpus <= 4096:
         placement = replication_placement(w, layout)  # the chain needs no help when slots abound
         out.append((placement, _quotas(w, placement, layout)))
+    # Two slots per GPU: the group search from scratch and from the best candidate's components.
+    starts = [None] + ([min(out, key=lambda c: c[1].max_load)[0]] if out else [])
+    for start in starts:
+        grouped = group_placement(w, layout, order, group_iters, start=start)
+        if grouped is not None:
+            out.append((grouped, _quotas(w, grouped, layout)))
     return out
 
 
