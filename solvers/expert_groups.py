@@ -8,8 +8,9 @@ inside a connected component, so a component with ``n`` experts, ``k`` GPUs and 
 needs ``L <= k * T`` at busiest load ``T``, and it is connected only if ``k >= n - 1``.
 Conversely a group with ``L <= (n - 1) * T`` can always be laid out as a tree of ``n - 1``
 GPUs that carries it at ``T`` (:func:`tree_gpus`: the smallest remaining expert goes whole
-onto a new GPU, which the largest remaining expert fills up to ``T``; each step spends one
-full GPU and retires one expert, so the invariant ``L <= (n - 1) T`` holds to the end).
+onto a new GPU, which the largest remaining expert fills up to ``T``; a step spends one full
+GPU and retires one expert, so the invariant ``L <= (n - 1) T`` holds, or, when the largest
+runs out first, it retires two experts on one GPU, and all that remain then fit one GPU each).
 Merging a group with ``k >= n`` GPUs into a tree group never needs more GPUs, so an optimal
 placement is a partition into exactly ``E - G`` groups, each a tree, and
 
@@ -23,8 +24,11 @@ seen from the groups. In surplus terms ``u_e = 1 - x_e / T`` each group needs
 
 :func:`search_groups` is a tabu search over the partition (relocate, pull and swap moves on
 the total excess ``sum_g max(0, L_g - (n_g - 1) T)``), driven down in ``T`` while it reaches
-zero excess. :func:`covering_lp_bound` is the configuration LP of the bin covering
-(column generation, pricing by a knapsack DP; Farley's bound when it stops early), a lower
+zero excess. :func:`covering_lp_bound` is the configuration LP of the bin covering (the LP
+behind Csirik, Johnson and Kenyon, "Better approximation algorithms for bin covering", SODA
+2001; column generation, pricing by a knapsack DP, and Farley's bound, "A note on bounding a
+class of linear programming problems, including cutting stock problems", Oper. Res. 1990,
+to stop early), a lower
 bound on ``T*`` far tighter than the replica-count bound when most experts are medium-sized.
 Arrays in, arrays out.
 """
@@ -308,9 +312,14 @@ def covering_lp_bound(x: np.ndarray, num_groups: int, lo: float, hi: float, *,
 
 def groups_of_placement(x: np.ndarray, phy2log: np.ndarray, num_groups: int) -> np.ndarray:
     """Group labels from a two-slot placement: its connected components (GPUs as edges),
-    merged, lightest pair by merged :func:`group_ratio` first, down to ``num_groups`` groups of
-    2+ experts. Merging never raises the busiest load the components allowed (module
-    docstring), so :func:`search_groups` started here ends at or below the placement's ratio."""
+    merged down to ``num_groups`` groups of 2+ experts.
+
+    A component of ``n`` experts on ``k`` GPUs has ``e = k - (n - 1) >= 0`` GPUs beyond a tree,
+    and the excesses sum to the number of components minus ``num_groups``. Each merge joins a
+    component with ``e >= 1`` to the partner that gives the lowest ``L / k`` and spends one
+    unit of excess, so a merged group keeps exactly its components' GPUs and its ``L / k``
+    never exceeds theirs. The result's :func:`group_ratio` is therefore at most the
+    placement's flow optimum, and :func:`search_groups` started here ends at or below it."""
     E = x.shape[0]
     parent = np.arange(E)
 
@@ -320,25 +329,22 @@ def groups_of_placement(x: np.ndarray, phy2log: np.ndarray, num_groups: int) -> 
             a = parent[a]
         return a
 
-    for a, b in np.asarray(phy2log, dtype=np.int64).reshape(-1, 2):
+    pairs = np.asarray(phy2log, dtype=np.int64).reshape(-1, 2)
+    for a, b in pairs:
         ra, rb = find(int(a)), find(int(b))
         if ra != rb:
             parent[max(ra, rb)] = min(ra, rb)
     roots = np.array([find(e) for e in range(E)])
-    members = {int(r): list(np.flatnonzero(roots == r)) for r in np.unique(roots)}
-    blocks = [(float(x[m].sum()), len(m), m) for m in members.values()]
-
-    def ratio(load, size):
-        return load / (size - 1) if size > 1 else np.inf
-
-    while len(blocks) > num_groups or any(size < 2 for _, size, _ in blocks):
-        if len(blocks) < 2:
+    gpus = np.bincount(roots[pairs[:, 0]], minlength=E)
+    blocks = [[float(x[roots == r].sum()), int(gpus[r]), list(np.flatnonzero(roots == r))]
+              for r in np.unique(roots)]
+    while len(blocks) > num_groups:
+        spare = [i for i, (_, k, m) in enumerate(blocks) if k > len(m) - 1]
+        if not spare:
             break
-        singles = [i for i, (_, size, _) in enumerate(blocks) if size < 2]
-        firsts = singles[:1] or range(len(blocks))
-        i, j = min(((i, j) for i in firsts for j in range(len(blocks)) if j != i),
-                   key=lambda p: (ratio(blocks[p[0]][0] + blocks[p[1]][0], blocks[p[0]][1] + blocks[p[1]][1]), p))
-        merged = (blocks[i][0] + blocks[j][0], blocks[i][1] + blocks[j][1], blocks[i][2] + blocks[j][2])
+        i, j = min(((i, j) for i in spare for j in range(len(blocks)) if j != i),
+                   key=lambda p: ((blocks[p[0]][0] + blocks[p[1]][0]) / (blocks[p[0]][1] + blocks[p[1]][1]), p))
+        merged = [blocks[i][0] + blocks[j][0], blocks[i][1] + blocks[j][1], blocks[i][2] + blocks[j][2]]
         blocks = [b for k, b in enumerate(blocks) if k not in (i, j)] + [merged]
     labels = np.empty(E, dtype=np.int64)
     for g, (_, _, m) in enumerate(sorted(blocks, key=lambda b: min(b[2]))):

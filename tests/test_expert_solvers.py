@@ -25,7 +25,8 @@ import pulp
 import pytest
 
 from solvers.eplb_baseline import balanced_packing, rebalance_experts, replicate_experts
-from solvers.expert_groups import _cheapest_cover, covering_lp_bound, group_ratio, search_groups, tree_gpus
+from solvers.expert_groups import (_cheapest_cover, covering_lp_bound, group_ratio, groups_of_placement,
+                                   search_groups, tree_gpus)
 from solvers.expert_placement import (
     ExpertLayout,
     brute_force_layer,
@@ -804,3 +805,21 @@ def test_group_placement_realises_the_group_ratio():
     flow = solve_quotas(w, phy2log, layout.gpu_of_slot, layout.num_gpus)
     assert flow.max_load == pytest.approx(group_ratio(w, labels, 24), rel=1e-6)
     assert group_placement(w, ExpertLayout(64, 16, 5), interleaved_gpu_order(layout)) is None
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_groups_of_placement_never_above_the_placement(seed):
+    """Merging a placement's components into E - G groups keeps the busiest load at or below
+    the placement's flow optimum, and the search started there never ends above it."""
+    rng = np.random.default_rng(seed)
+    E = int(rng.integers(12, 40))
+    G = int(rng.integers(E // 2 + 1, E))
+    layout = ExpertLayout(E, G, 2)
+    w = rng.lognormal(3.0, 1.0, E)
+    phy2log = replication_placement(w, layout)
+    flow = solve_quotas(w, phy2log, layout.gpu_of_slot, G).max_load
+    labels = groups_of_placement(w, phy2log, E - G)
+    assert np.bincount(labels, minlength=E - G).min() >= 2
+    assert group_ratio(w, labels, E - G) <= flow * (1 + 1e-6)
+    searched = search_groups(w, E - G, start=labels)
+    assert group_ratio(w, searched, E - G) <= group_ratio(w, labels, E - G) * (1 + 1e-12)
