@@ -184,6 +184,16 @@ def _fill_spare(w, per_gpu, slots) -> None:
             counts[e] += 1
 
 
+def _to_phy2log(w: np.ndarray, per_gpu: list[list[int]], slots: int, gpu_order: np.ndarray) -> np.ndarray:
+    """Spare slots filled (:func:`_fill_spare`), the ``i``-th GPU list put on GPU ``gpu_order[i]``."""
+    _fill_spare(w, per_gpu, slots)
+    phy2log = np.empty(len(per_gpu) * slots, dtype=np.int64)
+    for i, experts in enumerate(per_gpu):
+        g = int(gpu_order[i])
+        phy2log[g * slots:(g + 1) * slots] = sorted(experts)
+    return phy2log
+
+
 def chain_placement(w: np.ndarray, layout: ExpertLayout, heavy_count: int, gpu_order: np.ndarray) -> np.ndarray | None:
     """Steps 1-3 of the module docstring for one ``H``; ``phy2log [G*S]`` or None."""
     G, S, E = layout.num_gpus, layout.slots_per_gpu, layout.num_experts
@@ -199,12 +209,7 @@ def chain_placement(w: np.ndarray, layout: ExpertLayout, heavy_count: int, gpu_o
     target[:chain_len] -= top
     if not _pack_lights(w, light, per_gpu, target, S):
         return None
-    _fill_spare(w, per_gpu, S)
-    phy2log = np.empty(G * S, dtype=np.int64)
-    for i, experts in enumerate(per_gpu):
-        g = int(gpu_order[i])
-        phy2log[g * S:(g + 1) * S] = sorted(experts)
-    return phy2log
+    return _to_phy2log(w, per_gpu, S, gpu_order)
 
 
 def group_placement(w: np.ndarray, layout: ExpertLayout, gpu_order: np.ndarray,
@@ -225,12 +230,7 @@ def group_placement(w: np.ndarray, layout: ExpertLayout, gpu_order: np.ndarray,
         items = np.flatnonzero(labels == g)
         cap = w[items].sum() / max(items.size - 1, 1) * (1 + 1e-12)
         per_gpu += tree_gpus(w, items, cap)
-    _fill_spare(w, per_gpu, S)
-    phy2log = np.empty(G * S, dtype=np.int64)
-    for i, experts in enumerate(per_gpu):
-        g = int(gpu_order[i])
-        phy2log[g * S:(g + 1) * S] = sorted(experts)
-    return phy2log
+    return _to_phy2log(w, per_gpu, S, gpu_order)
 
 
 def greedy_counts(w: np.ndarray, num_slots: int) -> np.ndarray:
