@@ -42,8 +42,7 @@ def group_ratio(x: np.ndarray, labels: np.ndarray, num_groups: int) -> float:
     """``max_g L_g / (n_g - 1)``: the busiest load the grouping allows (inf if a group has one expert)."""
     load = np.bincount(labels, weights=x, minlength=num_groups)
     size = np.bincount(labels, minlength=num_groups)
-    with np.errstate(divide="ignore"):
-        return float(np.max(np.where(size > 1, load / np.maximum(size - 1, 1), np.inf)))
+    return float(np.max(np.where(size > 1, load / np.maximum(size - 1, 1), np.inf)))
 
 
 def _initial(x: np.ndarray, num_groups: int, cap: float) -> np.ndarray:
