@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from cost_models import profile as profile_module  # noqa: E402
 from cost_models.profile import Profile, default_profile  # noqa: E402
-from cost_models.step import estimate  # noqa: E402
+from cost_models.training.step import estimate  # noqa: E402
 from published_runs import (best_estimate, era, load_rows, predicted_metric,  # noqa: E402
                             row_cluster, row_model, row_target, row_workload)
 

@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from doc_tables import update_section  # noqa: E402
 from cost_models.parallel import ParallelConfig, Workload  # noqa: E402
 from cost_models.profile import default_profile  # noqa: E402
-from cost_models.step import estimate  # noqa: E402
-from planner.models import load_model  # noqa: E402
+from cost_models.training.step import estimate  # noqa: E402
+from planner.inputs.models import load_model  # noqa: E402
 from topologies.spec import homogeneous_cluster  # noqa: E402
 
 ARGS = ["--model", "llama-3.1-405b", "--gpu", "H100", "--nodes", "2048", "--tp", "8",
@@ -48,7 +48,7 @@ def time_library(runs: int = 5) -> float:
 
 
 def time_cli(runs: int = 3) -> tuple[float, dict]:
-    cmd = [sys.executable, "-m", "planner.cli", "estimate", *ARGS]
+    cmd = [sys.executable, "-m", "planner.cli.app", "estimate", *ARGS]
     times, out = [], {}
     for _ in range(runs):
         t0 = time.perf_counter()

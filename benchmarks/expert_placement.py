@@ -4,12 +4,12 @@
 
 Six real workloads (``benchmarks/data/moe_traces/sglang``: 58 MoE layers x 256 experts each).
 Every number is busiest GPU / mean GPU load, averaged over the 58 layers, computed in the same
-run for planner and for the baseline (``solvers.eplb_baseline``: DeepSeek's EPLB as published;
+run for planner and for the baseline (``solvers.experts.eplb_baseline``: DeepSeek's EPLB as published;
 "EPLB default" is the policy EPLB itself picks, hierarchical when the 8 expert groups divide
 over the nodes (EP32: 4 nodes, EP64: 8 nodes) and global otherwise (EP144: 18 nodes);
 "EPLB global" forces the global policy). The baseline splits each expert's tokens evenly over
 its replicas, as EPLB assumes; planner uses its planned static split ratios unless a column
-says "real-time" (quotas re-planned for the exact loads by ``solvers.expert_quota``).
+says "real-time" (quotas re-planned for the exact loads by ``solvers.experts.quota``).
 
 Sections: same workload (plan and evaluate on one trace); cross workload (plan on A,
 evaluate on B, every ordered pair within prefill and within decode; robust mode plans on A
@@ -17,7 +17,7 @@ plus 16 log-normal drifts of it, sigma 0.15, never on B); EP144 with 2 slots per
 real-time quotas (every layer of every trace, plus 8 sampled micro-batches of 16,384 tokens x
 top-8 per layer, and the solve time per layer at EP64); locality (cross-node dispatch tokens
 against balance as ``--locality-slack`` grows: placement and quotas re-chosen; the traffic
-model is ``solvers.expert_quota.cross_node_tokens``); small instances (CP-SAT and the heuristic against brute force); and the
+model is ``solvers.experts.quota.cross_node_tokens``); small instances (CP-SAT and the heuristic against brute force); and the
 whole-model planning time (58 layers x 256 experts x 64 GPUs, best of 3).
 
 Writes ``benchmarks/results/expert_placement.json`` and a section of ``docs/benchmarks.md``.
@@ -38,11 +38,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from doc_tables import update_section  # noqa: E402
-from solvers.eplb_baseline import rebalance_experts  # noqa: E402
-from solvers.expert_placement import (ExpertLayout, brute_force_layer, drift_scenarios,  # noqa: E402
+from solvers.experts.eplb_baseline import rebalance_experts  # noqa: E402
+from solvers.experts.placement import (ExpertLayout, brute_force_layer, drift_scenarios,  # noqa: E402
                                       even_split, lp_lower_bound, plan_layer, plan_layers,
                                       solve_layer_milp, static_gpu_loads)
-from solvers.expert_quota import cross_node_tokens, solve_quotas  # noqa: E402
+from solvers.experts.quota import cross_node_tokens, solve_quotas  # noqa: E402
 
 TRACES = ROOT / "benchmarks" / "data" / "moe_traces" / "sglang"
 RESULT = ROOT / "benchmarks" / "results" / "expert_placement.json"

@@ -3,7 +3,7 @@
     python benchmarks/expert_placement_bound.py [--layers 0 29]
 
 With two slots per GPU the optimum is a partition of the experts into ``E - G`` groups
-(``solvers.expert_groups``), so a lower bound far tighter than the replica-count one is the
+(``solvers.experts.groups``), so a lower bound far tighter than the replica-count one is the
 configuration LP of that bin covering (``covering_lp_bound``: column generation, about a
 minute per layer on 2 cores). It runs on sampled layers of each of the six SGLang traces
 (default layers 0 and 29), on the same-workload EP144 shape of ``benchmarks/expert_placement.py``
@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from doc_tables import update_section  # noqa: E402
 from expert_placement import eplb, eval_even, load_traces  # noqa: E402
-from solvers.expert_groups import covering_lp_bound  # noqa: E402
-from solvers.expert_placement import ExpertLayout, lp_lower_bound, plan_layer, static_gpu_loads  # noqa: E402
+from solvers.experts.groups import covering_lp_bound  # noqa: E402
+from solvers.experts.placement import ExpertLayout, lp_lower_bound, plan_layer, static_gpu_loads  # noqa: E402
 
 RESULT = ROOT / "benchmarks" / "results" / "expert_placement_bound.json"
 LAYOUT = ExpertLayout(256, 144, 2)
@@ -76,7 +76,7 @@ def doc_lines(r: dict) -> list[str]:
              "(`benchmarks/expert_placement_bound.py`)", "",
              "Sampled layers (" + ", ".join(map(str, r["layers"])) + ") of each SGLang trace, same "
              "workload, busiest / mean GPU load. The covering-LP bound is a proven lower bound on "
-             "every placement with any split (`solvers.expert_groups.covering_lp_bound`); the "
+             "every placement with any split (`solvers.experts.groups.covering_lp_bound`); the "
              "replica bound is the one the main table uses.", "",
              "| layer | EPLB global | planner | covering-LP bound | replica bound |", "|---|---:|---:|---:|---:|"]
     for key, row in r["rows"].items():

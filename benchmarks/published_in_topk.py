@@ -4,7 +4,7 @@
 
 For every row of ``benchmarks/data/published_runs_calibration.json`` (copied from the shared
 reference data; see its README) the planner searches the row's model, cluster and global batch
-(``planner.search.search``, all degree tuples ranked by their best option). The published
+(``planner.training.search.search``, all degree tuples ranked by their best option). The published
 degree tuple (tp, cp, pp, dp, ep, expert tp) is then looked up in that ranking:
 
 * ``top-10``: it is among the planner's ten best tuples;
@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from doc_tables import update_section  # noqa: E402
 from cost_models.profile import default_profile  # noqa: E402
-from planner.search import SearchSpace, best_for_degrees, rank_key, search  # noqa: E402
-from planner.why import PART_NAMES, degrees_text  # noqa: E402
+from planner.training.search import SearchSpace, best_for_degrees, rank_key, search  # noqa: E402
+from planner.training.why import PART_NAMES, degrees_text  # noqa: E402
 from published_runs import load_rows, row_cluster, row_model, row_workload  # noqa: E402
 from solvers.search_space import Degrees  # noqa: E402
 

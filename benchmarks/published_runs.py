@@ -32,7 +32,7 @@ from pathlib import Path
 from cost_models.model_spec import MoESpec, ModelSpec
 from cost_models.parallel import ParallelConfig, Workload, check_config
 from cost_models.profile import Profile
-from cost_models.step import Estimate, estimate
+from cost_models.training.step import Estimate, estimate
 from topologies.catalog import get_gpu
 from topologies.cluster import Cluster
 from topologies.spec import homogeneous_cluster

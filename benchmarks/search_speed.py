@@ -3,7 +3,7 @@
 
     python benchmarks/search_speed.py
 
-Times ``planner.solve.solve`` in process: the search over every consistent degree tuple and
+Times ``planner.training.solve.solve`` in process: the search over every consistent degree tuple and
 its options, then placement and the pipeline-partition DP of the top 10, plan building and
 validation (median of 3 runs), and records what the search did: degree tuples seen, tuples
 pruned by the memory lower bound, options estimated, options pruned by memory. Also times the
@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from doc_tables import update_section  # noqa: E402
 from cost_models.parallel import Workload  # noqa: E402
 from cost_models.profile import default_profile  # noqa: E402
-from planner.models import load_model  # noqa: E402
-from planner.solve import solve  # noqa: E402
-from planner.why import degrees_text  # noqa: E402
+from planner.inputs.models import load_model  # noqa: E402
+from planner.training.solve import solve  # noqa: E402
+from planner.training.why import degrees_text  # noqa: E402
 from topologies.spec import homogeneous_cluster  # noqa: E402
 
 RESULT = ROOT / "benchmarks" / "results" / "search_speed.json"
@@ -54,7 +54,7 @@ def run_case(model_name: str, gpu: str, nodes: int, workload: Workload, runs: in
         t0 = time.perf_counter()
         result = solve(model, cluster, workload, prof, top_k=10)
         times.append(time.perf_counter() - t0)
-    cli = [sys.executable, "-m", "planner.cli", "solve", "--model", model_name, "--gpu", gpu,
+    cli = [sys.executable, "-m", "planner.cli.app", "solve", "--model", model_name, "--gpu", gpu,
            "--nodes", str(nodes), "--seq-len", str(workload.seq_len), "--global-batch",
            str(workload.global_batch), "--format", "json"]
     t0 = time.perf_counter()

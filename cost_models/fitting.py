@@ -38,7 +38,7 @@ from cost_models.model_spec import ModelSpec
 from cost_models.profile import Profile
 from topologies.cluster import GroupView, LinkTier
 
-BWD_ATTN = 2.5  # cost_models.step.BWD_ATTN (kept equal by a test)
+BWD_ATTN = 2.5  # cost_models.training.step.BWD_ATTN (kept equal by a test)
 
 
 def nonneg_lstsq2(rows: Sequence[tuple[float, float]], target: Sequence[float]) -> tuple[float, float]:

@@ -1,4 +1,4 @@
 """``python -m planner``: the same as the ``planner`` console script."""
-from planner.cli import main
+from planner.cli.app import main
 
 main()

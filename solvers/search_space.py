@@ -1,6 +1,6 @@
 """The space of parallel configurations: generators that yield only consistent choices.
 
-Pure integer logic, no cost model (see ``planner.search`` for the evaluation). Each generator
+Pure integer logic, no cost model (see ``planner.training.search`` for the evaluation). Each generator
 yields candidates that satisfy the divisibility rules of Megatron-LM, so nothing is built only
 to be filtered out afterwards (calculon's ``get_all_tensor_parallelisms`` does the same):
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from planner.cli import app
+from planner.cli.app import app
 
 ONE_NODE_OF_4 = ["--gpu", "H100", "--nodes", "1", "--gpus-per-node", "4",
                  "--global-batch", "8", "--seq-len", "1024"]

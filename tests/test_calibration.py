@@ -12,11 +12,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from cost_models import fitting, step
+from cost_models import fitting
+from cost_models.training import step
 from cost_models.compute import Gemm, GpuRates, gemm_time_s
 from cost_models.profile import Profile
-from planner.cli import app
-from planner.clusters import load_cluster
+from planner.cli.app import app
+from planner.inputs.clusters import load_cluster
 
 RUNNER = CliRunner()
 
@@ -177,8 +178,8 @@ def test_check_run_names_what_a_record_lacks(tmp_path):
 
 def test_fp32_sgd_workload_costs_four_byte_states_and_no_optimizer_moments():
     from cost_models.parallel import ParallelConfig, Workload
-    from cost_models.step import estimate
-    from planner.models import load_model
+    from cost_models.training.step import estimate
+    from planner.inputs.models import load_model
     from topologies.spec import cluster_from_dict
 
     model = load_model("llama-3.1-8b")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from planner.cli import app
+from planner.cli.app import app
 
 runner = CliRunner()
 ENV = {"COLUMNS": "100"}

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from cost_models import communication as comm
-from cost_models.memory import in_flight_chunks
+from cost_models.training.memory import in_flight_chunks
 from cost_models.model_spec import ModelSpec, count_params
 from cost_models.parallel import ConfigError, ParallelConfig, Workload, check_config
 from cost_models.profile import Profile, default_profile
-from cost_models.step import estimate, stage_layers
-from planner.models import load_model
+from cost_models.training.step import estimate, stage_layers
+from planner.inputs.models import load_model
 from topologies.cluster import GroupView, LinkTier
 from topologies.spec import homogeneous_cluster
 

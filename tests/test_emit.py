@@ -25,13 +25,13 @@ import pytest
 import yaml
 
 from cost_models.parallel import ParallelConfig, Workload
-from cost_models.step import estimate
+from cost_models.training.step import estimate
 from planner.emit import FORMATS, EmitOptions, emission, emit
 from planner.emit.kubeflow import k8s_unescape
 from planner.emit.megatron import pipeline_layout
-from planner.estimation import load_profile
-from planner.models import load_model
-from planner.plan import Plan, build_plan, plan_from_json, plan_to_json
+from planner.training.estimation import load_profile
+from planner.inputs.models import load_model
+from planner.plan.document import Plan, build_plan, plan_from_json, plan_to_json
 from topologies.spec import cluster_from_dict, homogeneous_cluster
 
 HOSTILE_HOSTS = ("a;rm -rf ~", "$(id)", "`id`", "$(touch CANARY)", "b;touch CANARY",

@@ -1,13 +1,13 @@
 """Property tests of the expert-parallel solvers, each checked against an independent reference.
 
-* ``solvers.eplb_baseline``: the published DeepSeek EPLB README example (the only hard-coded
+* ``solvers.experts.eplb_baseline``: the published DeepSeek EPLB README example (the only hard-coded
   result in this file, ``tests/fixtures/eplb_readme_example.json``) and structural properties
   of the global policy, balanced packing and greedy replication.
-* ``solvers.expert_quota``: ``solve_quotas`` against the LP ``min T`` over the transportation
+* ``solvers.experts.quota``: ``solve_quotas`` against the LP ``min T`` over the transportation
   polytope (PuLP/CBC) and against Hall's formula ``max_S w(S)/|N(S)|`` enumerated here, on
   seeded random instances (integer and fractional loads); ``locality_quotas`` against a PuLP
   LP of the cross-node objective; ``cross_node_tokens`` on hand examples.
-* ``solvers.expert_placement``: CP-SAT (``solve_layer_milp``) against ``brute_force_layer``
+* ``solvers.experts.placement``: CP-SAT (``solve_layer_milp``) against ``brute_force_layer``
   on tiny instances, the heuristic ``plan_layer`` within 2 % of the brute-force optimum,
   output validity on medium instances (nominal and robust), ``relabel_to_current`` against
   an enumeration of GPU permutations, and ``drift_scenarios`` determinism.
@@ -24,10 +24,10 @@ import numpy as np
 import pulp
 import pytest
 
-from solvers.eplb_baseline import balanced_packing, rebalance_experts, replicate_experts
-from solvers.expert_groups import (_cheapest_cover, covering_lp_bound, group_ratio, groups_of_placement,
+from solvers.experts.eplb_baseline import balanced_packing, rebalance_experts, replicate_experts
+from solvers.experts.groups import (_cheapest_cover, covering_lp_bound, group_ratio, groups_of_placement,
                                    search_groups, tree_gpus)
-from solvers.expert_placement import (
+from solvers.experts.placement import (
     ExpertLayout,
     brute_force_layer,
     chain_placement,
@@ -46,7 +46,7 @@ from solvers.expert_placement import (
     static_gpu_loads,
     worst_ratio,
 )
-from solvers.expert_quota import cross_node_tokens, even_split_gpu_loads, locality_quotas, solve_quotas
+from solvers.experts.quota import cross_node_tokens, even_split_gpu_loads, locality_quotas, solve_quotas
 
 # PuLP 3.x deprecation notices (LpVariable construction, PULP_CBC_CMD) are noise here.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:pulp")
@@ -154,7 +154,7 @@ def check_placement(phy2log: np.ndarray, layout: ExpertLayout) -> None:
 
 def check_split(phy2log: np.ndarray, split: np.ndarray, loads: np.ndarray) -> None:
     """Fractions >= 0 summing to 1 per expert. Non-integer loads are scaled to integers at a
-    resolution of ``2**-30`` of the total before the flow (``solvers.expert_quota``), so an
+    resolution of ``2**-30`` of the total before the flow (``solvers.experts.quota``), so an
     expert's fractions may be off by half a unit of that resolution relative to its load."""
     assert split.shape == phy2log.shape
     assert np.all(split >= -1e-12)

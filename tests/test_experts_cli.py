@@ -1,6 +1,6 @@
 """``planner experts``: loads files, bad input, plan / eval / synth, and the placement validator.
 
-Every input is synthetic (``planner.expert_loads.synthetic_loads``: 16 experts, a few layers
+Every input is synthetic (``planner.inputs.expert_loads.synthetic_loads``: 16 experts, a few layers
 and steps) and written under ``tmp_path``, so the file runs in seconds and reads nothing
 outside the repository. Bad input follows the project's CLI contract (see ``test_cli.py``):
 exit 2 (3 when the problem is well formed but infeasible), exactly one ``error: ...`` line on
@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from planner.cli import app
-from planner.expert_loads import load_expert_loads, synthetic_loads
-from planner.validate import InvalidPlanError, expert_placement_problems, validate_expert_placement
+from planner.cli.app import app
+from planner.inputs.expert_loads import load_expert_loads, synthetic_loads
+from planner.plan.validate import InvalidPlanError, expert_placement_problems, validate_expert_placement
 
 runner = CliRunner()
 ENV = {"COLUMNS": "100"}

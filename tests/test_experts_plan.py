@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from planner.cli import app
-from planner.expert_loads import synthetic_loads
-from planner.plan import plan_from_json
-from planner.validate import InvalidPlanError, validate_plan
+from planner.cli.app import app
+from planner.inputs.expert_loads import synthetic_loads
+from planner.plan.document import plan_from_json
+from planner.plan.validate import InvalidPlanError, validate_plan
 
 SOLVE = ["solve", "--model", "qwen3-30b-a3b", "--gpu", "H100", "--nodes", "2",
          "--global-batch", "64", "--seq-len", "2048", "--ep", "8", "--top-k", "2"]

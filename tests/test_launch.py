@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from planner.cli import app
+from planner.cli.app import app
 from plan_helpers import solve_to
 
 pytest.importorskip("torch")
@@ -73,7 +73,7 @@ def test_ctrl_c_ends_every_process(plan_path):
 def test_dry_run_prints_the_command_and_runs_nothing(plan_path):
     result = CliRunner().invoke(app, ["launch", str(plan_path), "--dry-run"])
     assert result.exit_code == 0
-    assert "--nproc-per-node=4" in result.output and "planner.reference_job" in result.output
+    assert "--nproc-per-node=4" in result.output and "planner.run.reference_job" in result.output
 
 
 def test_a_plan_of_several_nodes_prints_each_nodes_command(tmp_path):

@@ -13,9 +13,9 @@ import pytest
 
 from cost_models.model_spec import active_params, count_params
 from planner.errors import SpecError
-from planner.hf_import import load_hf_config, model_from_hf_config
-from planner.model_file import model_from_yaml_dict
-from planner.models import load_model, model_presets
+from planner.inputs.hf_import import load_hf_config, model_from_hf_config
+from planner.inputs.model_file import model_from_yaml_dict
+from planner.inputs.models import load_model, model_presets
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 TOTAL_TOL, ACTIVE_TOL = 0.01, 0.03

@@ -1,13 +1,13 @@
 """Property tests of the three pipeline solvers, each checked against an independent reference.
 
-* ``solvers.pipeline_dp``: the min-max layer partition DP against an exhaustive enumeration
+* ``solvers.pipeline.dp``: the min-max layer partition DP against an exhaustive enumeration
   written here from the module docstring's definitions (and against the module's own brute
   force, whose tie-break must match exactly), on seeded random instances with extras,
   slowdowns, memory limits and minimum layer counts; plus hand-checked cases.
-* ``solvers.pipeline_sim``: the event simulator against the closed forms on a grid of
+* ``solvers.pipeline.sim``: the event simulator against the closed forms on a grid of
   ``p, m, v, f, b``, and the events against the scheduling rules (every operation once,
   dependencies, no overlap on a device, earliest start).
-* ``solvers.slimpipe``: slice costs from the causal-attention block count, the step time
+* ``solvers.pipeline.slimpipe``: slice costs from the causal-attention block count, the step time
   against ``pipeline_sim.simulate_orders`` on ``slimpipe_orders``, and ``choose_slices``
   against a plain loop over the allowed slice counts.
 """
@@ -19,9 +19,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from solvers import pipeline_dp as dp
-from solvers import pipeline_sim as sim
-from solvers import slimpipe as sp
+from solvers.pipeline import dp
+from solvers.pipeline import sim
+from solvers.pipeline import slimpipe as sp
 
 REL = 1e-9
 

@@ -13,7 +13,7 @@ import pytest
 from plan_helpers import solve_to
 
 torch = pytest.importorskip("torch")
-from planner.reference_job import (STEP_KINDS, TIMED_KINDS, JobShape, _one_f_one_b,  # noqa: E402
+from planner.run.reference_job import (STEP_KINDS, TIMED_KINDS, JobShape, _one_f_one_b,  # noqa: E402
                                     main, reference_losses)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +30,7 @@ def _run(plan: Path, record: Path, *args: str) -> subprocess.CompletedProcess:
         pytest.skip("torchrun not on PATH")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           "--nproc-per-node=4", "-m", "planner.reference_job", str(plan),
+                           "--nproc-per-node=4", "-m", "planner.run.reference_job", str(plan),
                            "--out", str(record), *args], capture_output=True, text=True,
                           timeout=240, env=env)
 
@@ -113,7 +113,7 @@ def test_one_f_one_b_order(stages, micro):
 def moe_plan(tmp_path_factory):
     import numpy as np
 
-    from planner.expert_loads import synthetic_loads
+    from planner.inputs.expert_loads import synthetic_loads
 
     folder = tmp_path_factory.mktemp("moe")
     loads = folder / "loads.npy"
@@ -125,7 +125,7 @@ def moe_plan(tmp_path_factory):
 def test_expert_parallel_run_follows_the_placement_and_matches_the_reference(tmp_path, moe_plan):
     import numpy as np
 
-    from solvers.expert_quota import solve_quotas
+    from solvers.experts.quota import solve_quotas
 
     plan = json.loads(moe_plan.read_text())
     doc = plan["expert_placement"]

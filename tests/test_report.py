@@ -11,13 +11,13 @@ import json
 import pytest
 from rich.console import Console
 
-from cost_models.memory import MemoryBreakdown
-from cost_models.step import Estimate
-from planner.estimate_json import estimate_to_dict
-from planner.estimation import (ClusterChoice, ParallelChoice, checked_estimate, load_profile,
+from cost_models.training.memory import MemoryBreakdown
+from cost_models.training.step import Estimate
+from planner.training.estimate_json import estimate_to_dict
+from planner.training.estimation import (ClusterChoice, ParallelChoice, checked_estimate, load_profile,
                                 make_config, make_workload, resolve_cluster)
-from planner.models import load_model
-from planner.report import render_estimate, verdict
+from planner.inputs.models import load_model
+from planner.report.estimate import render_estimate, verdict
 from topologies.catalog import GIB
 
 

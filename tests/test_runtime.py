@@ -1,4 +1,4 @@
-"""planner.runtime: groups built from a plan under real torchrun (gloo, CPU), and worlds refused."""
+"""planner.run.runtime: groups built from a plan under real torchrun (gloo, CPU), and worlds refused."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from plan_helpers import solve_to
-from planner.plan_file import load_plan
-from planner.runtime import WorldMismatch, rank_view
+from planner.plan.file import load_plan
+from planner.run.runtime import WorldMismatch, rank_view
 
 WORKER = Path(__file__).parent / "workers" / "runtime_worker.py"
 

@@ -21,8 +21,8 @@ import pytest
 from cost_models.model_spec import MoESpec, ModelSpec
 from cost_models.parallel import ConfigError, ParallelConfig, Workload, check_config
 from cost_models.profile import default_profile
-from cost_models.step import estimate, estimate_memory
-from planner.search import SearchSpace, rank_key, search, tuple_floor_s
+from cost_models.training.step import estimate, estimate_memory
+from planner.training.search import SearchSpace, rank_key, search, tuple_floor_s
 from solvers.search_space import Degrees, divisors
 from topologies.spec import homogeneous_cluster
 

@@ -1,5 +1,5 @@
 """SlimPipe sequence slicing end to end: the cost model's bubble and activation memory agree
-with ``solvers.slimpipe``'s formulas, the plan's timeline simulation agrees with both, and the
+with ``solvers.pipeline.slimpipe``'s formulas, the plan's timeline simulation agrees with both, and the
 search picks slicing when the pipeline bubble matters at long context."""
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import pytest
 
 from cost_models.parallel import ConfigError, ParallelConfig, Workload, check_config
 from cost_models.profile import default_profile
-from cost_models.step import estimate
+from cost_models.training.step import estimate
 from planner.emit import EmitOptions, emit
-from planner.models import load_model
-from planner.plan import build_plan
-from planner.search import SearchSpace, search
-from planner.timeline import simulate_plan
-from planner.validate import plan_problems
-from solvers import slimpipe
+from planner.inputs.models import load_model
+from planner.plan.document import build_plan
+from planner.training.search import SearchSpace, search
+from planner.training.timeline import simulate_plan
+from planner.plan.validate import plan_problems
+from solvers.pipeline import slimpipe
 from topologies.spec import homogeneous_cluster
 
 GPU = "H100-SXM5-80GB"
@@ -129,7 +129,7 @@ def test_estimate_command_takes_seq_slices_and_zero_bubble(setup):
 
     from typer.testing import CliRunner
 
-    from planner.cli import app
+    from planner.cli.app import app
     runner = CliRunner()
     args = ["estimate", "--model", "llama-3.1-8b", "--gpu", GPU, "--nodes", "4", "--tp", "8",
             "--pp", "4", "--seq-len", "131072", "--global-batch", "8", "--format", "json"]

@@ -16,14 +16,14 @@ from typer.testing import CliRunner
 
 from cost_models.parallel import ParallelConfig, Workload
 from cost_models.profile import default_profile
-from cost_models.step import estimate
-from planner.cli import app
-from planner.models import load_model
-from planner.placement import best_placement
-from planner.plan import build_plan, plan_from_dict, plan_from_json, plan_to_dict, plan_to_json
-from planner.search import SearchSpace
-from planner.solve import solve
-from planner.validate import InvalidPlanError, plan_problems, validate_plan
+from cost_models.training.step import estimate
+from planner.cli.app import app
+from planner.inputs.models import load_model
+from planner.training.placement import best_placement
+from planner.plan.document import build_plan, plan_from_dict, plan_from_json, plan_to_dict, plan_to_json
+from planner.training.search import SearchSpace
+from planner.training.solve import solve
+from planner.plan.validate import InvalidPlanError, plan_problems, validate_plan
 from topologies.spec import cluster_from_dict, homogeneous_cluster
 
 runner = CliRunner()

@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 from cost_models.parallel import ParallelConfig, Workload
 from cost_models.profile import default_profile
-from cost_models.step import StageCost, bubble_s, estimate
-from planner.cli import app
-from planner.models import load_model
-from solvers.pipeline_sim import PipelineProblem, bubble_closed_form_s
+from cost_models.training.step import StageCost, bubble_s, estimate
+from planner.cli.app import app
+from planner.inputs.models import load_model
+from solvers.pipeline.sim import PipelineProblem, bubble_closed_form_s
 from topologies.spec import homogeneous_cluster
 
 runner = CliRunner()

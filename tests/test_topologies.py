@@ -13,11 +13,11 @@ from pydantic import ValidationError
 from rich.console import Console
 from typer.testing import CliRunner
 
-from planner.cli import app
-from planner.clusters import cluster_from_options, load_cluster
+from planner.cli.app import app
+from planner.inputs.clusters import cluster_from_options, load_cluster
 from planner.errors import SpecError
-from planner.plan import cluster_to_plain
-from planner.topo_report import render_presets, render_topology
+from planner.plan.document import cluster_to_plain
+from planner.report.topo import render_presets, render_topology
 from topologies.catalog import INLINE_CONFIDENCE, UnknownGpuError, gpu_catalog
 from topologies.cluster import Cluster, group_view
 from topologies.graph import build_graph, path_tier, tier_summary

@@ -12,7 +12,7 @@ NIC port as marketed (``gbps``); latencies in microseconds. Inside :class:`Clust
 is bytes/s and seconds.
 
 This module raises ``pydantic.ValidationError`` (a ``ValueError``) and never imports
-``planner``; ``planner.clusters`` turns those errors into one-line ``SpecError`` messages.
+``planner``; ``planner.inputs.clusters`` turns those errors into one-line ``SpecError`` messages.
 """
 from __future__ import annotations
 

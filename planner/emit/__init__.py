@@ -29,7 +29,7 @@ from planner.emit.launch import render_slurm, render_torchrun
 from planner.emit.megatron import render_megatron
 from planner.emit.torchtitan import render_torchtitan
 from planner.emit.types import Emission
-from planner.plan import Plan
+from planner.plan.document import Plan
 
 FORMATS = ("torchrun", "slurm", "kubeflow", "megatron", "deepspeed", "torchtitan")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from cost_models.model_spec import ModelSpec
 from cost_models.parallel import ParallelConfig, Workload
-from planner.plan import Plan
+from planner.plan.document import Plan
 
 _INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "zero", "seq_slices")
 _BOOL_FIELDS = ("sequence_parallel", "dropout", "overlap_grad_reduce", "overlap_param_gather",

@@ -13,7 +13,7 @@ class EmitOptions:
 
     ``script`` and ``script_args`` are passed to torchrun verbatim (quoted for the shell;
     anything is allowed but NUL). ``plan_path`` is exported as ``PLANNER_PLAN`` so that
-    ``planner.runtime`` in the training processes can find the plan.
+    ``planner.run.runtime`` in the training processes can find the plan.
     """
 
     script: str = "train.py"

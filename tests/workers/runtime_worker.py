@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from planner.runtime import init
+from planner.run.runtime import init
 
 rt = init(sys.argv[1], backend="gloo")
 out = {"view": {**rt.view.__dict__, "layers": list(rt.view.layers),

@@ -1,0 +1,152 @@
+"""Memory per GPU: weights, gradients, optimizer states, activations, and an allowance.
+
+Sources:
+* Mixed-precision Adam keeps 2-byte weights, 4-byte fp32 main gradients and 12 bytes of fp32
+  master weights, momentum and variance: 18 bytes per parameter; the distributed optimizer
+  (ZeRO-1) shards the 12 across data-parallel ranks: 6 + 12/d (Megatron-LM
+  ``docs/source/api-guide/dist_optimizer.md``); ZeRO-2 also shards gradients, ZeRO-3 weights
+  (Rajbhandari et al. 2020, sec. 5, Fig. 1).
+* Activations per layer follow Korthikanti et al. 2022 (arXiv:2205.05198): eq. 1
+  (s*b*h*(34 + 5*a*s/h) bytes without parallelism), eq. 2 (tensor parallel: 10 + 24/t),
+  eq. 4 (+ sequence parallel: 34/t), sec. 5 (selective recompute drops the 5*a*s/h term,
+  full recompute keeps the 2*s*b*h layer input). We count each stored tensor by its real width,
+  so GQA, GLU, MLA and MoE follow; flash attention keeps no s^2 tensors.
+* In-flight micro-batches: 1F1B keeps p - i on stage i; the interleaved schedule keeps
+  (p - i - 1)*2 + (v - 1)*p + 1 model chunks (Megatron ``schedules.py`` warm-up count), which for
+  i = 0 is Korthikanti's factor (1 + (p-1)/(p*v)) (sec. 4.2.3).
+* The last stage holds the fp32 logits and their gradient, 8*s*b*V/t bytes (sec. 4.3).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models.model_spec import ModelSpec, attention_params, mlp_params
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Peak bytes on the most loaded GPU (``stage`` names its pipeline stage)."""
+
+    weights_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    logits_bytes: float
+    other_bytes: float  # reserved workspaces + fragmentation allowance
+    capacity_bytes: float
+    stage: int
+
+    @property
+    def peak_bytes(self) -> float:
+        return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes
+                + self.activations_bytes + self.logits_bytes + self.other_bytes)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.capacity_bytes
+
+    @property
+    def headroom_bytes(self) -> float:
+        return self.capacity_bytes - self.peak_bytes
+
+
+def layer_params_split(model: ModelSpec, layer: int) -> tuple[float, float]:
+    """(non-expert, routed-expert) parameters of one layer."""
+    dense = attention_params(model)
+    if not model.is_moe_layer(layer):
+        return dense + mlp_params(model.hidden_size, model.ffn_hidden_size, model.glu,
+                                  model.mlp_bias), 0.0
+    moe = model.moe
+    shared = moe.num_shared_experts * mlp_params(
+        model.hidden_size, moe.shared_ffn_hidden or moe.expert_ffn_hidden, model.glu,
+        model.mlp_bias)
+    experts = moe.num_experts * mlp_params(model.hidden_size, moe.expert_ffn_hidden, model.glu,
+                                           moe.expert_bias)
+    return dense + shared + model.hidden_size * moe.num_experts, float(experts)
+
+
+@dataclass(frozen=True)
+class ActivationShape:
+    """What decides the activation bytes of one layer for one micro-batch on one GPU."""
+
+    tokens: float  # b * s / cp
+    seq_len: int
+    tp: int
+    etp: int
+    sequence_parallel: bool
+    unfused_attention: bool
+    dropout: bool
+    moe_imbalance: float
+    elem_bytes: int = 2  # bytes per stored element (4 in fp32; the formulas count 2-byte values)
+
+
+def _attention_tensors(model: ModelSpec, t: int) -> float:
+    """Bytes per token kept for attention backward: Q, K, V and the output-projection input."""
+    a = model.num_heads
+    if model.mla is not None:
+        m = model.mla
+        latent = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim
+        return 2 * a * (2 * m.qk_head_dim + m.v_head_dim) / t + 2 * latent + 2 * a * m.v_head_dim / t
+    d = model.head_dim
+    return 2 * (a * d + 2 * model.num_kv_heads * d) / t + 2 * a * d / t
+
+
+def _ffn_tensors(model: ModelSpec, layer: int, sh: ActivationShape) -> float:
+    """Bytes per token kept by the FFN: activation input(s) and output (GLU: 2f in, f out)."""
+    width = 6 if model.glu else 4  # bytes per FFN unit: GLU 2*(2f)+2f, else 2f+2f
+    if not model.is_moe_layer(layer):
+        return width * model.ffn_hidden_size / sh.tp
+    moe = model.moe
+    routed = moe.top_k * sh.moe_imbalance * sh.etp / sh.tp
+    shared_w = moe.num_shared_experts * (moe.shared_ffn_hidden or moe.expert_ffn_hidden)
+    return (routed * (2 * model.hidden_size + width * moe.expert_ffn_hidden / sh.etp)
+            + width * shared_w / sh.tp + 4 * moe.num_experts / sh.tp)
+
+
+def layer_activation_bytes(model: ModelSpec, layer: int, sh: ActivationShape,
+                           recompute: str) -> float:
+    """Activation bytes of one layer for one micro-batch (Korthikanti et al. 2022)."""
+    h, t = model.hidden_size, sh.tp
+    rep_div = t if sh.sequence_parallel else 1
+    scale = sh.elem_bytes / 2
+    if recompute == "full":
+        return scale * sh.tokens * 2 * h / rep_div
+    replicated = (8 * h + (2 * h if sh.dropout else 0)) / rep_div  # norms' and GEMMs' inputs
+    ffn = _ffn_tensors(model, layer, sh)
+    if recompute == "selective" and not sh.unfused_attention:
+        # Megatron-Core --recompute-modules layernorm + (moe_)act: the norm outputs (2 x 2h) and
+        # the activation outputs (1/3 of a GLU's 6f, 1/2 of a plain MLP's 4f) are recomputed
+        replicated -= 4 * h / rep_div
+        ffn *= (2 / 3) if model.glu else 0.5
+    per_token = replicated + _attention_tensors(model, t) + ffn
+    if sh.unfused_attention and recompute != "selective":
+        keys = sh.seq_len if not model.window(layer) else min(sh.seq_len, model.window(layer))
+        per_token += (5 if sh.dropout else 2) * model.num_heads * keys / t
+    elif not sh.unfused_attention:
+        per_token += 4 * model.num_heads / t  # fp32 log-sum-exp per query and head
+    return scale * sh.tokens * per_token
+
+
+def in_flight_chunks(stage: int, pp: int, vpp: int, micro_batches: int, slices: int = 1) -> int:
+    """Model chunks whose activations stage ``stage`` holds at its peak (see docstring). With
+    SlimPipe's ``slices`` (1F1B, vpp = 1) the count is of slices, each 1/slices of a
+    micro-batch: min(m k, k + p - s - 1) (Li et al. 2025; ``solvers.pipeline.slimpipe``)."""
+    if slices > 1:
+        return min(micro_batches * slices, slices + pp - stage - 1)
+    if vpp == 1:
+        return min(pp - stage, micro_batches)
+    return min((pp - stage - 1) * 2 + (vpp - 1) * pp + 1, micro_batches * vpp)
+
+
+def state_bytes(dense_params: float, expert_params: float, dp_shard: int, edp_shard: int,
+                zero: int, per_param: tuple[int, int, int] = (2, 4, 12)
+                ) -> tuple[float, float, float]:
+    """(weights, grads, optimizer) bytes for parameters already split by TP/PP/EP;
+    ``per_param``: bytes of each per parameter (``Workload.state_bytes_per_param``)."""
+    w_bytes, g_bytes, o_bytes = per_param
+    def sharded(n_dense: float, n_expert: float, on: bool) -> float:
+        return n_dense / dp_shard + n_expert / edp_shard if on else n_dense + n_expert
+    weights = w_bytes * sharded(dense_params, expert_params, zero >= 3)
+    grads = g_bytes * sharded(dense_params, expert_params, zero >= 2)
+    optimizer = o_bytes * sharded(dense_params, expert_params, zero >= 1)
+    return weights, grads, optimizer

@@ -1,0 +1,177 @@
+"""``planner experts``: plan expert replication and placement, evaluate it, make test loads."""
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import numpy as np
+import typer
+from rich.console import Console
+
+from planner.cli.common import OutputFormat, progress_bar
+from planner.errors import SpecError
+from planner.files import write_atomic, write_atomic_bytes
+
+experts_app = typer.Typer(no_args_is_help=True, help="MoE expert replication, placement and quotas.")
+
+LoadsArg = Annotated[Optional[Path], typer.Argument(
+    help="Expert loads: SGLang JSON {\"logical_count\": [layers][experts]}, CSV or NPY "
+         "[layers x experts] or [steps x layers x experts]. Omitted: a synthetic demo.")]
+
+
+class Quotas(str, Enum):
+    realtime = "realtime"
+    static = "static"
+
+
+def _loads(path: Optional[Path]):
+    from planner.inputs.expert_loads import ExpertLoads, load_expert_loads, synthetic_loads
+
+    if path is None:
+        return ExpertLoads(synthetic_loads(layers=8, experts=64, steps=16), "synthetic (zipf 1.0, 64 experts)")
+    return load_expert_loads(path)
+
+
+def _slots(num_experts: int, gpus: int, slots_per_gpu: Optional[int], redundant_per_gpu: int) -> int:
+    if slots_per_gpu is not None:
+        return slots_per_gpu
+    if num_experts % gpus:
+        raise SpecError("--gpus", "", f"a divisor of the {num_experts} experts, or give "
+                        "--slots-per-gpu", gpus)
+    return num_experts // gpus + redundant_per_gpu
+
+
+def _read_placement_json(path: Path):
+    """A placement file's JSON (our document or SGLang's map); SpecError if unreadable."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise SpecError(str(path), "", f"a readable JSON placement file ({err})") from None
+
+
+def _read_current(path: Path):
+    from planner.experts.plan import current_from_document
+
+    return current_from_document(_read_placement_json(path), str(path))
+
+
+@experts_app.command("plan")
+def plan(
+    loads: LoadsArg = None,
+    gpus: Annotated[int, typer.Option(min=1, help="GPUs in the expert-parallel group.")] = 64,
+    gpus_per_node: Annotated[int, typer.Option(min=1, help="GPUs per node.")] = 8,
+    slots_per_gpu: Annotated[Optional[int], typer.Option(
+        min=1, help="Expert slots per GPU (default experts/gpus + --redundant-per-gpu).")] = None,
+    redundant_per_gpu: Annotated[int, typer.Option(min=0, help="Redundant slots per GPU.")] = 1,
+    robust: Annotated[bool, typer.Option(help="Minimise the worst case over workloads: the "
+                                              "file's steps, or drifted copies of its loads.")] = False,
+    drift: Annotated[float, typer.Option(min=0, help="Robust mode, one-step file: log-normal "
+                                                     "sigma of per-expert drift.")] = 0.15,
+    scenarios: Annotated[int, typer.Option(min=2, help="Robust mode: drifted scenarios.")] = 16,
+    quotas: Annotated[Quotas, typer.Option(
+        help="Robust mode: 'realtime' if the runtime re-plans token quotas every step "
+             "(planner.experts.plan.realtime_quotas), 'static' if it keeps the plan's split ratios."
+    )] = Quotas.realtime,
+    locality_slack: Annotated[Optional[float], typer.Option(
+        min=0, help="Trade balance for locality: accept busiest/mean up to (1+slack) x the "
+                    "best to cut cross-node dispatch.")] = None,
+    current: Annotated[Optional[Path], typer.Option(
+        help="Current placement (this command's --out file or SGLang's physical_to_logical_map)"
+             " to migrate from.")] = None,
+    migration_weight: Annotated[float, typer.Option(
+        min=0, help="Keep a layer's current placement unless planning gains more than this x "
+                    "the fraction of slots it moves.")] = 0.0,
+    expert_mb: Annotated[float, typer.Option(min=0, help="Weights of one expert (MB), for "
+                                                         "migration bytes.")] = 0.0,
+    expert_groups: Annotated[int, typer.Option(
+        min=1, help="Expert groups for the EPLB-style baseline's hierarchical mode (DeepSeek-V3: "
+                    "8); 1 compares with EPLB's global policy.")] = 1,
+    out: Annotated[Optional[Path], typer.Option(help="Write the placement JSON here.")] = None,
+    sglang: Annotated[Optional[Path], typer.Option(
+        help="Write SGLang's --init-expert-location file here.")] = None,
+    vllm: Annotated[Optional[Path], typer.Option(help="Write vLLM's --eplb-config JSON here.")] = None,
+    heatmap: Annotated[Optional[Path], typer.Option(help="Write a before/after GPU-load PNG.")] = None,
+    output_format: Annotated[OutputFormat, typer.Option(
+        "--format", help="table or json.")] = OutputFormat.table,
+) -> None:
+    """Plan replica counts, placement and token split ratios for every MoE layer.
+
+    Prints busiest/mean GPU load before, for an EPLB-style baseline and after, the worst
+    layers and a GPU-load heatmap. Without LOADS: a synthetic 64-expert demo."""
+    from planner.experts.plan import (ExpertOptions, placement_document, plan_experts,
+                                 sglang_location, vllm_eplb_config)
+    from planner.report.experts import render_experts, write_heatmap_png
+    from planner.plan.validate import validate_expert_placement
+
+    data = _loads(loads)
+    options = ExpertOptions(gpus, gpus_per_node,
+                            _slots(data.num_experts, gpus, slots_per_gpu, redundant_per_gpu),
+                            robust, drift, scenarios, quotas.value, locality_slack,
+                            migration_weight, expert_mb * 1e6, groups=expert_groups)
+    cur = _read_current(current) if current is not None else None
+    with progress_bar("planning layers", output_format is OutputFormat.table,
+                      len(data.moe_layers)) as tick:
+        result = plan_experts(data, options, cur, tick, str(current))
+    doc = validate_expert_placement(placement_document(result), "expert placement")
+    text = json.dumps(doc, sort_keys=True) + "\n"
+    for path, payload in ((out, text), (sglang, json.dumps(sglang_location(doc)) + "\n"),
+                          (vllm, json.dumps(vllm_eplb_config(doc)) + "\n")):
+        if path is not None:
+            write_atomic(path, payload)
+    if heatmap is not None:
+        write_heatmap_png(result, heatmap)
+    if output_format is OutputFormat.json:
+        typer.echo(text, nl=False)
+    else:
+        Console().print(render_experts(result))
+
+
+@experts_app.command("eval")
+def evaluate(
+    placement: Annotated[Path, typer.Argument(help="A placement file from 'planner experts plan --out'.")],
+    loads: Annotated[Path, typer.Argument(help="Loads to evaluate it on (same formats as plan).")],
+    output_format: Annotated[OutputFormat, typer.Option(
+        "--format", help="table or json.")] = OutputFormat.table,
+) -> None:
+    """Evaluate a placement on other loads: static split ratios, even split, and real-time
+    quotas re-planned for the exact loads of every step."""
+    from planner.experts.eval import evaluate_document, render_evaluation
+    from planner.plan.validate import validate_expert_placement
+
+    doc = _read_placement_json(placement)
+    validate_expert_placement(doc, str(placement))
+    result = evaluate_document(doc, _loads(loads), str(placement))
+    if output_format is OutputFormat.json:
+        typer.echo(json.dumps(result, sort_keys=True))
+    else:
+        Console().print(render_evaluation(result))
+
+
+@experts_app.command("synth")
+def synth(
+    out: Annotated[Path, typer.Argument(help="Output file (.npy, or .json in SGLang's format).")],
+    layers: Annotated[int, typer.Option(min=1)] = 4,
+    experts: Annotated[int, typer.Option(min=2)] = 64,
+    steps: Annotated[int, typer.Option(min=1)] = 32,
+    tokens_per_step: Annotated[int, typer.Option(min=1)] = 16384,
+    top_k: Annotated[int, typer.Option(min=1)] = 8,
+    zipf: Annotated[float, typer.Option(min=0, help="Zipf exponent of expert popularity.")] = 1.0,
+    drift_every: Annotated[int, typer.Option(min=1, help="Steps between hot-set drifts.")] = 8,
+    seed: Annotated[int, typer.Option()] = 0,
+) -> None:
+    """Write synthetic routing counts (Zipf popularity, drifting hot set) for tests and demos."""
+    import io
+
+    from planner.inputs.expert_loads import synthetic_loads
+
+    series = synthetic_loads(layers, experts, steps, tokens_per_step, top_k, zipf, drift_every,
+                             seed=seed)
+    if out.suffix.lower() == ".json":
+        write_atomic(out, json.dumps({"logical_count": series.astype(int).tolist()}) + "\n")
+    else:
+        buffer = io.BytesIO()
+        np.save(buffer, series)
+        write_atomic_bytes(out, buffer.getvalue())
+    typer.echo(f"wrote {out} ({steps} steps x {layers} layers x {experts} experts)")

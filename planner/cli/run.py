@@ -1,0 +1,110 @@
+"""``planner calibrate`` and ``planner check-run``: the measurement side of the CLI (registered
+on the top-level app by :mod:`planner.cli.app`)."""
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from planner.cli.common import OutputFormat, progress_bar
+
+
+class Backend(str, Enum):
+    gloo = "gloo"
+    nccl = "nccl"
+
+
+def calibrate_command(
+    out: Annotated[Path, typer.Option(help="Calibration JSON to write (for --calibration).")] = Path(
+        "calibration.json"),
+    backend: Annotated[Backend, typer.Option(
+        help="gloo: CPU processes; nccl: one process per GPU.")] = Backend.gloo,
+    nproc: Annotated[Optional[int], typer.Option(
+        min=1, help="Processes (devices); default: GPUs with nccl, CPU cores (>= 2) with gloo.")
+    ] = None,
+    cluster_out: Annotated[Optional[Path], typer.Option(
+        help="Cluster YAML of this machine to write (default: OUT with .cluster.yaml).")] = None,
+    quick: Annotated[bool, typer.Option(help="Few sizes, short repeats (seconds; for tests).")
+                     ] = False,
+    master_port: Annotated[Optional[int], typer.Option(min=1, max=65535)] = None,
+) -> None:
+    """Measure this machine (GEMM, attention, memory bandwidth, every collective by message
+    and group size), fit the cost models' profile to it, and write the profile and this
+    machine as a cluster file. Use both with 'planner solve/estimate --cluster FILE
+    --calibration OUT'."""
+    from planner.run.calibrate import CalibrateOptions, calibrate, default_nproc, residual_summary
+
+    opts = CalibrateOptions(backend.value, nproc or default_nproc(backend.value), quick,
+                            master_port)
+    cluster_path = cluster_out or out.with_name(out.stem + ".cluster.yaml")
+    with progress_bar(f"calibrating ({opts.nproc} x {backend.value})", True) as update:
+        doc = calibrate(opts, out, cluster_path,
+                        (lambda d, t, _label: update(d, t)) if update else None)
+    prof, dev = doc["profile"], doc["cluster"]["node_groups"][0]
+    table = Table(title=f"Calibration of {doc['machine']['device']} "
+                        f"({opts.nproc} x {backend.value}, {doc['machine']['threads']} thread(s) each)")
+    table.add_column("parameter")
+    table.add_column("value", justify="right")
+    peak = next(iter(dev["gpu"]["peak_tflops"].items()))
+    for name, value in (
+            (f"peak GEMM ({peak[0]})", f"{peak[1] * 1e3:,.1f} GFLOP/s"),
+            ("gemm_efficiency", f"{prof['gemm_efficiency']:.3f}"),
+            ("gemm_half_dim", f"{prof['gemm_half_dim']:.1f}"),
+            ("attention_efficiency", f"{prof['attention_efficiency']:.3f}"),
+            ("memory bandwidth", f"{dev['gpu']['memory_bw_GBps']:,.1f} GB/s"),
+            ("kernel_overhead_s", f"{prof['kernel_overhead_s'] * 1e6:.1f} us"),
+            ("link bandwidth (all-reduce)", f"{dev.get('intra_bw_GBps', 0):,.3f} GB/s"),
+            ("link latency (all-reduce)", f"{dev.get('intra_latency_us', 0):,.1f} us")):
+        table.add_row(name, value)
+    fits = Table(title="Fit residuals (predicted / measured - 1)")
+    for col in ("benchmark", "cases", "median |error|", "worst |error|"):
+        fits.add_column(col, justify="left" if col == "benchmark" else "right")
+    for kind, n, med, worst in residual_summary(doc):
+        fits.add_row(kind, str(n), f"{med:.1%}", f"{worst:.1%}")
+    console = Console()
+    console.print(table)
+    console.print(fits)
+    console.print(f"wrote {out} and {cluster_path}")
+
+
+def check_run_command(
+    record: Annotated[Path, typer.Argument(help="Run record JSON (planner launch --record).")],
+    calibration: Annotated[Optional[Path], typer.Option(
+        help="Calibration JSON (planner calibrate); default: the plan's own profile.")] = None,
+    output_format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.table,
+) -> None:
+    """Predicted against measured for a reference-job run: the step, each stage's compute and
+    collectives, the pipeline wait, the DP all-reduce and the optimizer."""
+    from cost_models.profile import Profile
+    from planner.run.check_run import compare, load_record, predict_record
+    from planner.training.estimation import load_profile
+    from planner.plan.document import plan_from_dict
+
+    data = load_record(record)
+    plan = plan_from_dict(data["plan"])
+    profile: Profile | None = None
+    if calibration is not None:
+        profile = load_profile(plan.cluster().slowest_gpu.name, calibration)
+    rows = compare(data, predict_record(data, profile))
+    if output_format is OutputFormat.json:
+        typer.echo(json.dumps([{"what": r.what, "predicted_s": r.predicted_s,
+                                "measured_s": r.measured_s, "error": r.error} for r in rows],
+                              indent=1))
+        return
+    cfg = data["config"]
+    table = Table(title=f"{record.name}: predicted vs measured, seconds per step "
+                        f"(tp {cfg['tp']} pp {cfg['pp']} dp {cfg['dp']} ep {cfg['ep']}; "
+                        f"median of steps 2..{len(data['step_times_max_s'])})")
+    for col in ("", "predicted", "measured", "error"):
+        table.add_column(col, justify="left" if not col else "right")
+    for r in rows:
+        err = "" if r.error is None else f"{r.error:+.1%}"
+        style = "bold" if r.what == "step" else None
+        table.add_row(r.what, "-" if r.predicted_s is None else f"{r.predicted_s:.4f}",
+                      f"{r.measured_s:.4f}", err, style=style)
+    Console().print(table)

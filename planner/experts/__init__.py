@@ -1,0 +1,1 @@
+"""MoE expert placement as a plan family: replica quotas and placement, evaluation."""

@@ -1,0 +1,72 @@
+"""``planner experts eval``: a placement document measured on (other) loads.
+
+Three ways a runtime can split an expert's tokens over its replicas are measured per layer:
+the plan's static split ratios, the even split (what EPLB assumes), and real-time quotas
+re-planned for every step's exact loads (:func:`planner.experts.plan.realtime_quotas`).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from rich.table import Table
+
+from planner.errors import SpecError
+from planner.inputs.expert_loads import ExpertLoads
+from solvers.experts.placement import ExpertLayout, even_split, static_gpu_loads
+from solvers.experts.quota import solve_quotas
+
+
+def _ratio(gpu_load: np.ndarray) -> float:
+    mean = gpu_load.mean()
+    return float(gpu_load.max() / mean) if mean > 0 else 1.0
+
+
+def evaluate_document(doc: dict[str, Any], loads: ExpertLoads, source: str) -> dict[str, Any]:
+    """Per-layer busiest/mean of the placement in ``doc`` on ``loads`` (all steps)."""
+    layout = ExpertLayout(doc["num_experts"], doc["num_gpus"], doc["slots_per_gpu"],
+                          doc["gpus_per_node"])
+    if loads.num_experts != layout.num_experts or loads.series.shape[1] != doc["num_layers"]:
+        raise SpecError(loads.source, "", f"{doc['num_layers']} layers x {layout.num_experts} "
+                        f"experts to match {source}",
+                        f"{loads.series.shape[1]} x {loads.num_experts}")
+    rows, times = [], []
+    for i, layer in enumerate(doc["moe_layers"]):
+        phy = np.array(doc["physical_to_logical"][i], dtype=np.int64)
+        split = np.array(doc["split"][i])
+        w = loads.total[layer]
+        realtime = []
+        for step in loads.series[:, layer]:
+            if step.sum() <= 0:
+                continue
+            start = time.perf_counter()
+            sol = solve_quotas(step, phy, layout.gpu_of_slot, layout.num_gpus)
+            times.append(time.perf_counter() - start)
+            realtime.append(_ratio(sol.gpu_load))
+        rows.append({
+            "layer": layer,
+            "static": _ratio(static_gpu_loads(w, phy, split, layout.num_gpus)),
+            "even": _ratio(static_gpu_loads(w, phy, even_split(phy, layout.num_experts), layout.num_gpus)),
+            "realtime_worst_step": max(realtime) if realtime else 1.0,
+            "realtime_mean_step": float(np.mean(realtime)) if realtime else 1.0,
+        })
+    mean = {k: float(np.mean([r[k] for r in rows])) for k in rows[0] if k != "layer"}
+    return {"placement": source, "loads": loads.source, "steps": int(loads.series.shape[0]),
+            "layers": rows, "mean": mean,
+            "realtime_median_ms_per_layer": float(np.median(times) * 1e3) if times else 0.0}
+
+
+def render_evaluation(result: dict[str, Any]) -> Table:
+    table = Table(title=f"{result['placement']} on {result['loads']} ({result['steps']} steps); "
+                        f"real-time quotas: median {result['realtime_median_ms_per_layer']:.3f} ms "
+                        "per layer", title_justify="left")
+    for col in ("layer", "static split", "even split", "real-time (mean step)", "real-time (worst step)"):
+        table.add_column(col, justify="right")
+    for r in result["layers"]:
+        table.add_row(str(r["layer"]), f"{r['static']:.4f}", f"{r['even']:.4f}",
+                      f"{r['realtime_mean_step']:.4f}", f"{r['realtime_worst_step']:.4f}")
+    m = result["mean"]
+    table.add_row("mean", f"{m['static']:.4f}", f"{m['even']:.4f}", f"{m['realtime_mean_step']:.4f}",
+                  f"{m['realtime_worst_step']:.4f}", style="bold")
+    return table

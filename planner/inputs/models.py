@@ -1,0 +1,92 @@
+"""Resolve what a user types after ``--model`` to a :class:`ModelSpec`.
+
+Owns the preset registry (``data/models/index.yaml``: name -> file, one-line description) and
+the choice between our model schema (``planner.inputs.model_file``) and a Hugging Face
+``config.json`` (``planner.inputs.hf_import``, detected by its ``model_type`` key). Every failure is a
+one-line :class:`SpecError` naming the file, line or field.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cost_models.model_spec import ModelSpec
+from planner.errors import SpecError
+from planner.inputs.hf_import import model_from_hf_config, read_json
+from planner.inputs.model_file import model_from_yaml_dict
+
+_PRESET_DIR = resources.files("planner").joinpath("data", "models")
+_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@lru_cache(maxsize=1)
+def _registry() -> dict[str, dict[str, str]]:
+    """Preset name (lower case) -> {"file": ..., "description": ...}."""
+    index = yaml.safe_load(_PRESET_DIR.joinpath("index.yaml").read_text(encoding="utf-8"))
+    return {name.lower(): entry for name, entry in index.items()}
+
+
+def model_presets() -> dict[str, str]:
+    """Preset name -> one-line description, in registry order."""
+    return {name: entry["description"] for name, entry in _registry().items()}
+
+
+def read_mapping(path: Path) -> Any:
+    """Parse a ``.json`` file with ``json``, anything else with ``yaml.safe_load``; a parse
+    error names the file and the line."""
+    if path.suffix.lower() == ".json":
+        return read_json(path)
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise SpecError(str(path), where, "valid YAML", problem) from None
+
+
+def model_from_data(data: Any, source: str) -> ModelSpec:
+    """A parsed file: HF ``config.json`` when it has ``model_type``, else our schema."""
+    if isinstance(data, dict) and "model_type" in data:
+        return model_from_hf_config(data, source)
+    return model_from_yaml_dict(data, source)
+
+
+def load_model_file(path: str | Path) -> ModelSpec:
+    """Read a model YAML/JSON in our schema or an HF ``config.json``."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(str(path), "", "an existing model file (YAML, JSON or HF config.json)")
+    return model_from_data(read_mapping(path), str(path))
+
+
+def _load_preset(name: str) -> ModelSpec:
+    path = _PRESET_DIR.joinpath(_registry()[name]["file"])
+    with resources.as_file(path) as real_path:
+        spec = load_model_file(real_path)
+    return dataclasses.replace(spec, name=name)
+
+
+def _unknown_preset(ref: str) -> SpecError:
+    """The error for a name that is neither a preset nor a file, with close matches."""
+    close = difflib.get_close_matches(ref.lower(), list(_registry()), n=3, cutoff=0.5)
+    hint = f"did you mean {' or '.join(close)}?" if close else ", ".join(_registry())
+    return SpecError("--model", "", f"a preset name ({hint}) or a path to a YAML or config.json",
+                     ref)
+
+
+def load_model(ref: str) -> ModelSpec:
+    """A preset name (any case), a model YAML/JSON in our schema, or an HF config.json."""
+    key = ref.strip().lower()
+    if key in _registry():
+        return _load_preset(key)
+    path = Path(ref).expanduser()
+    if path.is_file() or path.suffix.lower() in _FILE_SUFFIXES or len(path.parts) > 1:
+        return load_model_file(path)
+    raise _unknown_preset(ref)

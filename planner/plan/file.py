@@ -1,0 +1,43 @@
+"""Reading plan files: one clear error naming the file and what is wrong, never a traceback.
+
+Every plan read here passes :func:`planner.plan.validate.validate_plan` before anything uses it.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from planner.errors import SpecError
+from planner.plan.document import SCHEMA_VERSION, Plan, plan_from_dict
+from planner.plan.validate import validate_plan
+
+
+def load_plan(path: Path | str) -> Plan:
+    """The validated Plan in ``path`` (exit code 2 with a one-line message otherwise)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpecError(str(path), "", f"a readable plan file ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise SpecError(str(path), "", "a UTF-8 JSON plan file") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SpecError(str(path), f"line {err.lineno} column {err.colno}",
+                        f"valid JSON ({err.msg})") from None
+    if not isinstance(data, dict):
+        raise SpecError(str(path), "", "a JSON object written by 'planner solve'",
+                        type(data).__name__)
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise SpecError(str(path), "schema_version", f"{SCHEMA_VERSION} (a plan written by "
+                        "this planner)", data.get("schema_version"))
+    try:
+        plan = plan_from_dict(data)
+    except (TypeError, ValueError) as err:
+        raise SpecError(str(path), "", f"a plan written by 'planner solve' ({err})") from None
+    try:
+        return validate_plan(plan, str(path))
+    except (KeyError, TypeError, IndexError, AttributeError) as err:
+        raise SpecError(str(path), "", f"a plan written by 'planner solve' (malformed: "
+                        f"{type(err).__name__} {err})") from None

@@ -1,0 +1,121 @@
+"""``planner solve``'s table view: the top-k plans, the winner's why, what the search did.
+
+Built from Plans (their ``config`` and ``prediction``); formats only.
+"""
+from __future__ import annotations
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from planner.plan.document import Plan
+from planner.training.search import SearchStats
+from planner.training.why import PART_NAMES, TIER_OF_PART
+
+GIB = 2**30
+
+
+def plan_bottleneck(plan: Plan) -> str:
+    """The largest part of the step besides compute, with the tier it crosses."""
+    time = plan.prediction["time"]
+    parts = {k: v for k, v in time.items() if k in PART_NAMES and k != "compute_s"}
+    name, value = max(sorted(parts.items()), key=lambda kv: kv[1])
+    share = value / time["step_s"]
+    if share < 0.005:
+        return "compute"
+    tier = plan.prediction["tiers"].get(TIER_OF_PART.get(name, ""), "")
+    short = PART_NAMES[name].replace("communication", "comm").replace("pipeline ", "")
+    return f"{short} {share:.0%}" + (f" {tier}" if tier else "")
+
+
+def _recompute_text(config: dict) -> str:
+    if config["recompute"] == "full" and config["recompute_layers"] is not None:
+        return f"full {config['recompute_layers']}/ch"
+    return config["recompute"]
+
+
+def schedule_text(plan: Plan) -> str:
+    c = plan.config
+    if c["vpp"] > 1:
+        return f"{plan.schedule.replace('interleaved-', 'int-')} v{c['vpp']}"
+    if c.get("seq_slices", 1) > 1:
+        return f"slimpipe k{c['seq_slices']}"
+    return plan.schedule
+
+
+def plan_row(plan: Plan) -> list[str]:
+    """The cells of one plan in the top-k table."""
+    c, p = plan.config, plan.prediction
+    ep = f"{c['ep']}/{p['config']['expert_tp']}" if c["ep"] > 1 else "-"
+    layout = "even" if c["stage_layer_counts"] is None else "DP"
+    placement = "listing" if plan.node_order == sorted(plan.node_order) else "CP-SAT"
+    mem = p["memory"]
+    return [str(c["tp"]), str(c["cp"]), str(c["pp"]), str(c["dp"]), ep, schedule_text(plan),
+            str(c["micro_batch"]), _recompute_text(c), str(c["zero"]), layout, placement,
+            f"{p['tokens_per_s_per_gpu']:,.0f}", f"{p['mfu']:.1%}", f"{p['step_time_s']:.2f}",
+            f"{(mem['capacity_bytes_per_gpu'] - mem['peak_bytes_per_gpu']) / GIB:.1f}",
+            plan_bottleneck(plan)]
+
+
+HEADERS = ("tp", "cp", "pp", "dp", "ep/etp", "schedule", "mb", "recompute", "ZeRO", "layers",
+           "placement", "tok/s/GPU", "MFU", "step s", "GiB free", "bottleneck")
+ALWAYS_SHOWN = {"tp", "pp", "dp", "schedule", "recompute", "tok/s/GPU", "MFU", "step s",
+                "GiB free", "bottleneck"}
+RIGHT = {"tp", "cp", "pp", "dp", "mb", "ZeRO", "tok/s/GPU", "MFU", "step s", "GiB free"}
+
+
+def top_table(plans: tuple[Plan, ...] | list[Plan], title: str) -> tuple[Table, Text | None]:
+    """The table, and a line naming the columns left out because every plan has the same
+    value there (so the table fits a terminal)."""
+    rows = [plan_row(p) for p in plans]
+    keep = [i for i, h in enumerate(HEADERS)
+            if h in ALWAYS_SHOWN or len({r[i] for r in rows}) > 1]
+    same = [f"{HEADERS[i]} {'none' if rows[0][i] == '-' else rows[0][i]}"
+            for i in range(len(HEADERS)) if i not in keep]
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
+    table.add_column("#", justify="right", no_wrap=True)
+    for i in keep:
+        table.add_column(HEADERS[i], justify="right" if HEADERS[i] in RIGHT else "left",
+                         no_wrap=HEADERS[i] != "bottleneck")
+    for n, row in enumerate(rows):
+        table.add_row(str(n + 1), *(row[i] for i in keep), style="bold" if n == 0 else None)
+    note = Text("every plan: " + ", ".join(same), style="dim") if same else None
+    return table, note
+
+
+def render_solve(plans: tuple[Plan, ...], stats: SearchStats) -> RenderableType:
+    """Header, top-k table, the winner's why, the search footer."""
+    best = plans[0]
+    w = best.inputs["workload"]
+    head = Text(f"{best.inputs['model']['name']} on {best.inputs['cluster']['name']}", style="bold")
+    head.append(f": {best.num_gpus:,} GPUs, global batch {w['global_batch']:,} x "
+                f"{w['seq_len']:,} tokens, {w['precision']}", style="")
+    why = Text("Why #1: ", style="bold green")
+    why.append(best.prediction["why"], style="")
+    footer = Text(f"searched {stats.degree_tuples} degree tuples ({stats.tuples_pruned_memory} "
+                  f"pruned by the memory bound, {stats.tuples_pruned_bound} by the step-time "
+                  f"bound), estimated {stats.options_estimated:,} options, "
+                  f"skipped {stats.options_pruned_memory:,} that do not fit, in "
+                  f"{stats.seconds:.1f} s", style="dim")
+    extra = []
+    if best.config["stage_layer_counts"] is not None:
+        extra.append(Text(f"#1 layers per stage (DP partition): "
+                          f"{best.config['stage_layer_counts']}"))
+    if best.node_order != sorted(best.node_order):
+        extra.append(Text(f"#1 placement (node rank -> node): {best.node_order}"))
+    extra += [Text(f"#{i + 1} {expert_placement_line(p)}")
+              for i, p in enumerate(plans) if p.expert_placement is not None][:3]
+    table, same = top_table(plans, f"Top {len(plans)} plans, fastest first")
+    return Group(head, Text(), table, *([same] if same else []), why, *extra, footer)
+
+
+def expert_placement_line(plan: Plan) -> str:
+    """One line on a plan's expert placement (numbers from its summary)."""
+    doc = plan.expert_placement
+    m = doc["summary"]
+    return (f"expert placement (EP{doc['ep_size']}, {doc['slots_per_gpu']} slots per GPU): "
+            f"busiest/mean GPU load {m['mean_ratio_after']:.4f} (EPLB-style "
+            f"{m['mean_ratio_eplb']:.3f}, one replica each {m['mean_ratio_before']:.3f}), mean "
+            f"over {len(doc['moe_layers'])} MoE layers")

@@ -1,0 +1,330 @@
+"""Microbenchmarks of ``planner calibrate``, one process per device, under torchrun.
+
+Every rank runs the same compute benchmarks at the same time (so shared caches, memory
+bandwidth and cores are contended as in a real job), then the collectives run over the whole
+world and over every power-of-two group size below it. Rank 0 gathers the timings and writes
+them as one JSON object (``planner.calibration-raw/v1``); :mod:`cost_models.fitting` turns them
+into profile parameters.
+
+Timings: each case runs once to warm up, then repeats until ``min_time_s`` has passed (at
+least ``min_reps`` times); we keep the median of the repeats (robust to a descheduled
+repeat). Collectives are timed as a job meets them: each repeat starts at a barrier, runs a
+short compute burst (:func:`_burst`, untimed), then the collective; we keep the *mean* of the
+repeats, since a step pays every collective's time, its stalls included (on a host whose cores
+all compute, a gloo collective's mean is several times its median), on the slowest rank (the
+collective is done when the last rank is done), as nccl-tests reports.
+
+Rank 0 prints ``@@progress DONE TOTAL LABEL`` lines that ``planner calibrate`` turns into a
+progress bar.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from planner.files import write_atomic
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What to measure; ``quick`` is for tests (seconds, not minutes)."""
+
+    gemm: tuple[tuple[int, int, int], ...]
+    attention: tuple[tuple[int, int, int, int], ...]  # batch, heads, seq, head_dim
+    layer: tuple[tuple[int, int, int, int], ...]  # batch, seq, hidden, heads
+    copy_bytes: tuple[int, ...]
+    comm_bytes: tuple[int, ...]
+    min_time_s: float
+    min_reps: int
+
+
+FULL = Sizes(
+    gemm=((32, 32, 32), (64, 64, 64), (128, 128, 128), (256, 256, 256), (512, 512, 512),
+          (1024, 1024, 1024), (256, 64, 256), (256, 1024, 256), (512, 256, 1024),
+          (1024, 768, 256), (2048, 256, 256), (128, 2048, 512), (16, 512, 512)),
+    attention=((1, 4, 64, 64), (2, 4, 128, 64), (4, 4, 256, 64), (1, 8, 512, 32),
+               (2, 8, 256, 64)),
+    layer=((1, 16, 32, 4), (1, 32, 64, 4), (2, 32, 64, 4), (2, 64, 128, 4), (1, 128, 256, 4),
+           (4, 128, 256, 4)),
+    copy_bytes=(2**20, 4 * 2**20, 16 * 2**20, 64 * 2**20),
+    comm_bytes=tuple(2**k for k in range(10, 27, 2)),  # 1 KiB to 64 MiB (gradient buckets)
+    min_time_s=0.15, min_reps=5)
+QUICK = Sizes(
+    gemm=((32, 32, 32), (128, 128, 128), (256, 256, 256), (256, 1024, 256)),
+    attention=((1, 4, 64, 64), (2, 4, 128, 64)),
+    layer=((1, 16, 32, 4), (1, 32, 64, 4)),
+    copy_bytes=(2**20,),
+    comm_bytes=(2**10, 2**16, 2**20),
+    min_time_s=0.01, min_reps=2)
+
+
+DEVICE = torch.device("cpu")  # set by main(): this rank's GPU with nccl
+
+
+def _sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
+
+
+def _rand(*shape: int, requires_grad: bool = False) -> torch.Tensor:
+    return torch.randn(*shape, device=DEVICE, requires_grad=requires_grad)
+
+
+def _timeit(fn, min_time_s: float, min_reps: int) -> float:
+    """Median seconds of ``fn()`` (after one warm-up call), the device synchronised."""
+    fn()
+    _sync()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < min_reps or time.perf_counter() - start < min_time_s:
+        t0 = time.perf_counter()
+        fn()
+        _sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def gemm_cases(sizes: Sizes) -> list[dict]:
+    out = []
+    for m, n, k in sizes.gemm:
+        a, b = _rand(m, k), _rand(k, n)
+        out.append({"m": m, "n": n, "k": k,
+                    "time_s": _timeit(lambda: torch.mm(a, b), sizes.min_time_s, sizes.min_reps)})
+    return out
+
+
+def attention_cases(sizes: Sizes) -> list[dict]:
+    """Causal SDPA forward + backward (what a training layer runs)."""
+    out = []
+    for b, h, s, d in sizes.attention:
+        q, k, v = (_rand(b, h, s, d, requires_grad=True) for _ in range(3))
+        grad = _rand(b, h, s, d)
+
+        def run():
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
+        out.append({"batch": b, "heads": h, "seq": s, "head_dim": d,
+                    "time_s": _timeit(run, sizes.min_time_s, sizes.min_reps)})
+    return out
+
+
+def layer_cases(sizes: Sizes) -> list[dict]:
+    """Forward + backward of one small transformer block (the reference job's): dominated by
+    per-kernel overheads, from which the fit takes ``kernel_overhead_s``."""
+    from planner.run.reference_job import Block
+
+    out = []
+    for b, s, h, heads in sizes.layer:
+        block = Block(h, heads).to(DEVICE)
+        x = _rand(b, s, h, requires_grad=True)
+
+        def run():
+            block(x).sum().backward()
+        out.append({"batch": b, "seq": s, "hidden": h, "heads": heads, "ffn": 4 * h,
+                    "time_s": _timeit(run, sizes.min_time_s, sizes.min_reps)})
+    return out
+
+
+def copy_cases(sizes: Sizes) -> list[dict]:
+    """``c = a + b`` over fp32 tensors of each size: reads 2, writes 1."""
+    out = []
+    for nbytes in sizes.copy_bytes:
+        a, b = _rand(nbytes // 4), _rand(nbytes // 4)
+        c = torch.empty_like(a)
+        out.append({"bytes": nbytes, "moved_bytes": 3 * nbytes,
+                    "time_s": _timeit(lambda: torch.add(a, b, out=c), sizes.min_time_s,
+                                      sizes.min_reps)})
+    return out
+
+
+def _supported(op) -> bool:
+    try:
+        op()
+        return True
+    except (RuntimeError, NotImplementedError, ValueError):
+        return False
+
+
+def _collective_ops(group, size: int, nbytes: int, me: int):
+    """name -> callable for the collectives of one group; sizes follow nccl-tests (all-reduce,
+    all-to-all: the per-rank buffer; all-gather, reduce-scatter: the gathered result)."""
+    n = nbytes // 4
+    buf = torch.ones(n, device=DEVICE)
+    part = torch.ones(max(1, n // size), device=DEVICE)
+    full = torch.ones(part.numel() * size, device=DEVICE)
+    a2a_out = torch.empty(part.numel() * size, device=DEVICE)
+    a2a_in = torch.ones(part.numel() * size, device=DEVICE)
+    ops = {
+        "all_reduce": lambda: dist.all_reduce(buf, group=group),
+        "all_gather": lambda: dist.all_gather_into_tensor(full, part, group=group),
+        "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, full, group=group),
+        "all_to_all": lambda: dist.all_to_all_single(a2a_out, a2a_in, group=group),
+    }
+    if size == 2:  # one way: the first member sends, the second receives (a pipeline hop)
+        peer = dist.get_global_rank(group, 1 - me)
+        ops["send_recv"] = ((lambda: dist.send(buf, dst=peer)) if me == 0
+                            else (lambda: dist.recv(buf, src=peer)))
+    return ops
+
+
+def collective_cases(sizes: Sizes, rank: int, world: int, report) -> list[dict]:
+    """Every collective over the world and over groups of 2, 4, ... ranks (the first ones)."""
+    out = []
+    group_sizes = [g for g in (2 ** i for i in range(1, 16)) if g < world] + [world]
+    for g in group_sizes:
+        if g < 2:
+            continue
+        members = list(range(g))
+        group = dist.new_group(members)  # every rank creates every group, in the same order
+        mine = rank in members
+        me = members.index(rank) if mine else -1
+        for nbytes in sizes.comm_bytes:
+            names = list(_collective_ops(group, g, nbytes, me)) if mine else []
+            names = _agree(names)
+            for name in names:
+                elapsed = -1.0
+                if mine:
+                    op = _collective_ops(group, g, nbytes, me)[name]
+                    ok = _supported(op)
+                    elapsed = _timed_collective(op, group, sizes) if ok else -1.0
+                times = [0.0] * world
+                dist.all_gather_object(times, elapsed)
+                if min(times[:g]) >= 0:
+                    out.append({"op": name, "group_size": g, "bytes": nbytes,
+                                "time_s": max(times[:g])})
+                report(f"{name} x{g} {nbytes} B")
+        dist.barrier()
+    return out
+
+
+def _agree(names: list[str]) -> list[str]:
+    """The union of every rank's collective names, in a fixed order."""
+    lists: list = [None] * dist.get_world_size()
+    dist.all_gather_object(lists, names)
+    order = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+    return [n for n in order if any(n in l for l in lists)]
+
+
+BURST_DIM = 256  # the compute burst before each timed collective: 4 GEMMs of this size
+
+
+def _burst(a: torch.Tensor) -> None:
+    """A little compute before each timed collective, as a job has between its collectives:
+    every core busy, so the collective meets the scheduling a job's collectives meet."""
+    for _ in range(4):
+        a @ a
+    _sync()
+
+
+def _timed_collective(op, group, sizes: Sizes) -> float:
+    """Mean seconds of ``op`` over repeats that every member runs the same number of times
+    (a count the members agree on first); the barrier and the compute burst before each repeat
+    are not timed."""
+    op()
+    a = _rand(BURST_DIM, BURST_DIM)
+    dist.barrier(group=group)
+    t0 = time.perf_counter()
+    op()
+    _sync()
+    probe = torch.tensor([time.perf_counter() - t0])
+    dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)
+    reps = int(min(200, max(sizes.min_reps, sizes.min_time_s / max(float(probe), 1e-6))))
+    times = []
+    for _ in range(reps):
+        dist.barrier(group=group)
+        _burst(a)
+        t0 = time.perf_counter()
+        op()
+        _sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.fmean(times)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="planner.run.calibrate_job")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    if os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    global DEVICE
+    if args.backend == "nccl":
+        DEVICE = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(DEVICE)
+    dist.init_process_group(args.backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    total = (len(sizes.gemm) + len(sizes.attention) + len(sizes.layer) + len(sizes.copy_bytes)
+             + _count_comm(sizes, world))
+    done = [0]
+
+    def report(label: str) -> None:
+        done[0] += 1
+        if rank == 0:
+            print(f"@@progress {done[0]} {total} {label}", flush=True)
+
+    results: dict = {}
+    for name, bench, count in (("gemm", gemm_cases, len(sizes.gemm)),
+                               ("attention", attention_cases, len(sizes.attention)),
+                               ("layer", layer_cases, len(sizes.layer)),
+                               ("copy", copy_cases, len(sizes.copy_bytes))):
+        dist.barrier()
+        results[name] = bench(sizes)
+        for _ in range(count):
+            report(name)
+    per_rank: list = [None] * world
+    dist.all_gather_object(per_rank, results)
+    comm = collective_cases(sizes, rank, world, report)
+    if rank == 0:
+        record = {"schema": "planner.calibration-raw/v1", "world_size": world,
+                  "backend": args.backend, "threads": torch.get_num_threads(),
+                  "torch": torch.__version__, "quick": args.quick,
+                  "device": _device_name(args.backend),
+                  "memory_bytes": _memory_bytes(args.backend, world),
+                  "compute": per_rank, "collectives": comm}
+        write_atomic(Path(args.out), json.dumps(record, indent=1) + "\n")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _count_comm(sizes: Sizes, world: int) -> int:
+    group_sizes = [g for g in (2 ** i for i in range(1, 16)) if g < world] + [world]
+    per_size = 4  # all_reduce, all_gather, reduce_scatter, all_to_all (+ send_recv for 2)
+    return sum(len(sizes.comm_bytes) * (per_size + (g == 2)) for g in group_sizes if g > 1)
+
+
+def _device_name(backend: str) -> str:
+    if backend == "nccl" and torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    import platform
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def _memory_bytes(backend: str, world: int) -> float:
+    """Memory one process may use: the GPU's, or the host's RAM split over the processes."""
+    if backend == "nccl" and torch.cuda.is_available():
+        return float(torch.cuda.get_device_properties(0).total_memory)
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return float(pages) / world
+    except (ValueError, OSError):
+        return 8.0 * 2**30
+
+
+if __name__ == "__main__":
+    main()

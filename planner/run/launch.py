@@ -1,0 +1,102 @@
+"""``planner launch``: run a plan on this machine with torchrun, and leave nothing behind.
+
+One node: ``python -m torch.distributed.run --standalone --nproc-per-node=<the plan's GPUs>``
+running the user's script, or the reference job (:mod:`planner.run.reference_job`) by default.
+torchrun runs in a session (process group) of its own; whatever happens - workers fail,
+torchrun exits, the user presses Ctrl-C - the whole group gets SIGTERM, then SIGKILL after a
+grace period, so no worker outlives the command. Logs stream to the terminal as they come.
+The exit status is torchrun's (non-zero when a worker failed), 130 after Ctrl-C.
+
+Several nodes: the per-node commands of ``planner emit torchrun`` (to run on each host).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from planner.files import write_atomic
+from planner.plan.document import Plan, plan_to_dict
+
+GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    exit_code: int
+    wall_s: float
+    interrupted: bool
+
+
+def local_command(plan: Plan, plan_path: Path, script: str | None, script_args: list[str],
+                  record: Path | None, master_port: int | None = None) -> list[str]:
+    """The torchrun command line for a one-node plan."""
+    nproc = plan.nodes[0]["gpus"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    if master_port is not None:
+        cmd.append(f"--master-port={master_port}")
+    if script is None:
+        cmd += ["-m", "planner.run.reference_job", str(plan_path)]
+        if record is not None:
+            cmd += ["--out", str(record)]
+        return cmd + list(script_args)
+    return cmd + [script, *script_args]
+
+
+def kill_group(pgid: int, grace_s: float = GRACE_S) -> None:
+    """SIGTERM every process of the group, SIGKILL whatever is left after ``grace_s``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+
+
+def run_local(cmd: list[str], env: dict[str, str] | None = None) -> LaunchResult:
+    """Run ``cmd`` in its own session; always end the whole session before returning."""
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, start_new_session=True, env=env)
+    interrupted = False
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        interrupted = True
+        code = 130
+    finally:
+        kill_group(proc.pid)
+        if proc.poll() is None:
+            proc.wait()
+    return LaunchResult(code, time.monotonic() - start, interrupted)
+
+
+def write_run_record(path: Path, plan: Plan, fields: dict, environment: dict | None = None) -> None:
+    """A run record (``planner.run-record/v1``): the plan's hash and world, the whole plan
+    (``plan``, :func:`planner.plan.document.plan_to_dict`: predictions can be recomputed from the record
+    alone), the machine, and ``fields`` (what the run measured), written atomically."""
+    record = {"schema": "planner.run-record/v1", "plan_inputs_hash": plan.inputs_hash,
+              "world_size": plan.num_gpus,
+              "config": {k: plan.config[k] for k in ("tp", "pp", "dp", "cp", "ep")},
+              "plan": plan_to_dict(plan),
+              "environment": {"python": platform.python_version(), "host": platform.node(),
+                              **(environment or {})},
+              **fields}
+    write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def write_launch_record(path: Path, plan: Plan, cmd: list[str], result: LaunchResult) -> None:
+    """The launcher's run record of a user script (the reference job writes a richer one)."""
+    write_run_record(path, plan, {"command": cmd, "exit_code": result.exit_code,
+                                  "interrupted": result.interrupted, "wall_s": result.wall_s})

@@ -1,0 +1,157 @@
+"""Apply a Plan inside a torch.distributed job: ``from planner.run.runtime import init``.
+
+::
+
+    rt = init("plan.json")            # under torchrun; gloo on CPU, nccl on GPUs
+    rt.groups["tp"]                   # this rank's TP process group (None if the group is 1)
+    rt.view.stage, rt.view.layers     # this rank's pipeline stage and its model layers
+    rt.view.experts[layer]            # logical experts this rank holds (MoE models)
+
+Order of work (each step is a function of its own):
+
+1. :func:`rank_view` reads the plan and the torchrun environment (``RANK``, ``WORLD_SIZE``,
+   ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``) and refuses - with
+   :class:`WorldMismatch`, before any collective - a world that is not the plan's: another
+   world size, another number of GPUs on this node, or a rank that the plan places on another
+   node rank or local GPU.
+2. :func:`build_groups` creates every process group of every kind in the plan's order
+   (``tp, cp, dp, dp_cp, pp, ep, edp``, each kind's groups as listed): torch requires every
+   rank to call ``new_group`` for every group in the same order, members or not.
+
+torch is imported only inside the functions that need it (it is the optional ``planner[torch]``).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from cost_models.groups import KINDS
+from planner.errors import PlannerError
+from planner.plan.document import Plan
+from planner.plan.file import load_plan
+
+
+__all__ = ["Runtime", "RankView", "WorldMismatch", "build_groups", "expert_maps", "init",
+           "rank_view"]
+
+class WorldMismatch(PlannerError):
+    """The running job is not the world the plan was made for."""
+
+
+@dataclass(frozen=True)
+class RankView:
+    """This rank's part of a plan (pure data: no torch)."""
+
+    rank: int
+    world_size: int
+    node_rank: int
+    local_rank: int
+    coords: dict[str, int]
+    stage: int
+    layers: tuple[int, ...]
+    experts: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+
+def _env_int(env: Mapping[str, str], name: str) -> int:
+    value = env.get(name)
+    if value is None:
+        raise WorldMismatch(f"environment variable {name} is not set: run under torchrun "
+                            "(or set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK)")
+    try:
+        return int(value)
+    except ValueError:
+        raise WorldMismatch(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def rank_view(plan: Plan, env: Mapping[str, str] | None = None) -> RankView:
+    """This rank's coordinates, stage, layers and experts; :class:`WorldMismatch` if the
+    torchrun world differs from the plan's (checked before any collective)."""
+    env = os.environ if env is None else env
+    rank, world = _env_int(env, "RANK"), _env_int(env, "WORLD_SIZE")
+    local, local_world = _env_int(env, "LOCAL_RANK"), _env_int(env, "LOCAL_WORLD_SIZE")
+    node_rank = int(env.get("GROUP_RANK", env.get("NODE_RANK", rank // max(local_world, 1))))
+    if world != plan.num_gpus:
+        raise WorldMismatch(f"the plan is for {plan.num_gpus} processes, this job has "
+                            f"WORLD_SIZE={world}")
+    row = dict(zip(plan.ranks["columns"], plan.ranks["rows"][rank]))
+    node = plan.nodes[row["node_rank"]]
+    if local_world != node["gpus"]:
+        raise WorldMismatch(f"the plan puts {node['gpus']} processes on node rank "
+                            f"{row['node_rank']}, this node runs LOCAL_WORLD_SIZE={local_world}")
+    if (node_rank, local) != (row["node_rank"], row["local"]):
+        raise WorldMismatch(f"the plan places rank {rank} on node rank {row['node_rank']} GPU "
+                            f"{row['local']}, it runs on node rank {node_rank} GPU {local}")
+    coords = {k: row[k] for k in ("tp", "cp", "dp", "pp", "ep", "etp", "edp")}
+    stage = plan.stages[coords["pp"]]
+    return RankView(rank, world, node_rank, local, coords, coords["pp"], tuple(stage["layers"]),
+                    _experts(plan, coords["ep"]))
+
+
+def expert_maps(plan: Plan) -> tuple[dict[int, tuple[int, ...]], int]:
+    """The EP group's ``physical_to_logical`` per model MoE layer, and the slots per GPU.
+
+    From the plan's expert placement when it has one (the model's MoE layers map onto the
+    placement's rows in order); otherwise one replica per expert, split evenly over the
+    ``ep`` GPUs. Empty for a dense model.
+    """
+    model = plan.model_spec()
+    if model.moe is None:
+        return {}, 0
+    moe_layers = [i for i, is_moe in enumerate(model.moe_layers) if is_moe]
+    doc = plan.expert_placement
+    if doc is not None:
+        rows = doc["physical_to_logical"]
+        return {i: tuple(row) for i, row in zip(moe_layers, rows)}, doc["slots_per_gpu"]
+    experts = model.moe.num_experts
+    return ({i: tuple(range(experts)) for i in moe_layers},
+            experts // plan.config["ep"])
+
+
+def _experts(plan: Plan, ep_rank: int) -> dict[int, tuple[int, ...]]:
+    """Logical experts in this rank's slots per model MoE layer; the rank's GPU in the EP
+    group is its ``ep`` coordinate (see :func:`expert_maps`)."""
+    maps, S = expert_maps(plan)
+    return {layer: row[ep_rank * S:(ep_rank + 1) * S] for layer, row in maps.items()}
+
+
+def build_groups(plan: Plan, rank: int) -> dict[str, Any]:
+    """Create every group of the plan on every rank, in one order; return this rank's group
+    of each kind (``None`` where its group has one member: use no collective there)."""
+    import torch.distributed as dist
+
+    mine: dict[str, Any] = {}
+    for kind in KINDS:
+        for ranks in plan.groups[kind]:
+            handle = dist.new_group(ranks=list(ranks)) if len(ranks) > 1 else None
+            if rank in ranks:
+                mine[kind] = handle
+    return mine
+
+
+@dataclass(frozen=True)
+class Runtime:
+    plan: Plan
+    view: RankView
+    groups: dict[str, Any]
+
+
+def init(plan: Plan | str | Path | None = None, backend: str = "gloo",
+         env: Mapping[str, str] | None = None) -> Runtime:
+    """Check the world, initialise torch.distributed (if needed) and build the plan's groups.
+
+    ``plan`` defaults to the file named by ``PLANNER_PLAN`` (set by ``planner launch`` and by
+    the launch files of ``planner emit``)."""
+    import torch.distributed as dist
+
+    if plan is None:
+        plan = (os.environ if env is None else env).get("PLANNER_PLAN")
+        if plan is None:
+            raise WorldMismatch("no plan: pass one to planner.run.runtime.init or set PLANNER_PLAN")
+    if not isinstance(plan, Plan):
+        plan = load_plan(Path(plan))
+    view = rank_view(plan, env)
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend, rank=view.rank, world_size=view.world_size)
+    return Runtime(plan, view, build_groups(plan, view.rank))

@@ -1,0 +1,1 @@
+"""Training plans: degree search, solve, stage placement, layer slicing, estimates."""

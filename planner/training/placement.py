@@ -1,0 +1,115 @@
+"""Device mapping: which nodes serve which pipeline stage.
+
+Megatron-LM fills ranks in the cluster's listing order (tp-cp-ep-dp-pp); on a homogeneous
+cluster under a contiguous leaf/spine network that keeps TP inside a node and puts PP across
+the slowest links, and this module leaves it alone. When nodes differ (intra-node fabric, NICs,
+node size), the stage built from the slowest nodes paces the pipeline; grouping like nodes into
+the same stage and letting the partition DP give slow stages fewer layers beats the listing
+order. The assignment of nodes to stages is a CP-SAT problem (``solvers.mapping``); each
+candidate placement is then judged by the full cost model, and Megatron's order is always a
+candidate, so the result is never predicted slower than it.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cost_models.model_spec import ModelSpec
+from cost_models.parallel import Workload
+from cost_models.profile import Profile
+from cost_models.training.step import Estimate, estimate, partition_inputs
+from cost_models.groups import stage_views
+from planner.training.slicing import refine_partition
+from solvers.mapping import InfeasibleMapping, MappingProblem, MappingTimeout, solve_mapping
+from topologies.cluster import Cluster
+from topologies.spec import cluster_from_dict
+
+
+def _uniform(cluster: Cluster) -> bool:
+    """One kind of node: every placement is a relabelling of the listing order."""
+    first = cluster.node_groups[0]
+    return all((g.gpu.name, g.gpus_per_node, g.fabric, g.intra_bw_bytes_per_s, g.nics,
+                g.nvlink_domain_nodes) == (first.gpu.name, first.gpus_per_node, first.fabric,
+                                           first.intra_bw_bytes_per_s, first.nics,
+                                           first.nvlink_domain_nodes)
+               for g in cluster.node_groups)
+
+
+def _group_speed(model: ModelSpec, cluster: Cluster, group_index: int, workload: Workload,
+                 est: Estimate, prof: Profile) -> float:
+    """1 / per-micro-batch time of a stage's layers when its ranks sit on nodes of one group.
+
+    Judged on a one-stage cluster of that group's nodes (same TP/CP/EP/DP degrees, pp = 1).
+    """
+    from planner.plan.document import cluster_to_plain  # the cluster as a spec, to cut one group out
+
+    cfg = replace(est.config, pp=1, vpp=1, stage_layer_counts=None, zero_bubble=False,
+                  seq_slices=1)
+    spec = cluster_to_plain(cluster)
+    group = dict(spec["node_groups"][group_index])
+    nodes = -(-cfg.num_gpus // group["gpus_per_node"])
+    group.update(count=nodes, hosts=None)
+    spec["node_groups"] = [group]
+    spec["network"]["tiers"] = [dict(t, nodes_per_switch=max(nodes, t["nodes_per_switch"]))
+                                for t in spec["network"]["tiers"]]
+    if cfg.num_gpus != nodes * group["gpus_per_node"]:
+        return 0.0
+    one = cluster_from_dict(spec)
+    inputs = partition_inputs(model, one, workload, cfg, prof, stage_views(one, cfg))
+    return 1.0 / sum(inputs.layer_time_s)
+
+
+def mapping_problem(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
+                    prof: Profile) -> MappingProblem:
+    """Nodes as units with the speed of a stage built on them, leaf switches as domains."""
+    cfg = est.config
+    speeds = [_group_speed(model, cluster, g, workload, est, prof)
+              for g in range(len(cluster.node_groups))]
+    leaf = cluster.tiers[0].nodes_per_switch if cluster.tiers else cluster.num_nodes
+    units = range(cluster.num_nodes)
+    return MappingProblem(
+        unit_gpus=tuple(cluster.node_groups[cluster.group_of_node(n)].gpus_per_node for n in units),
+        unit_speed=tuple(speeds[cluster.group_of_node(n)] or 1e-9 for n in units),
+        unit_domain=tuple(n // leaf for n in units), num_stages=cfg.pp,
+        gpus_per_stage=cfg.tp * cfg.cp * cfg.dp)
+
+
+def best_placement(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
+                   prof: Profile) -> Estimate:
+    """The fastest of Megatron's order and the CP-SAT placements, each with its best layer
+    partition. Returns an estimate whose ``node_order`` is the placement (None: listing order).
+
+    On a mixed cluster the search's pick may be an interleaved schedule, whose even chunks the
+    partition DP cannot reshape; the same degrees with 1F1B and ZB-H1 are placed too, since
+    giving slow stages fewer layers can beat interleaving there."""
+    if est.config.pp == 1 or _uniform(cluster):
+        return _place(model, cluster, workload, est, prof)
+    variants = [est]
+    if est.config.vpp > 1:
+        for zb in (False, True):
+            cfg = replace(est.config, vpp=1, zero_bubble=zb, stage_layer_counts=None)
+            other = estimate(model, cluster, workload, cfg, prof)
+            if other.memory.fits:
+                variants.append(other)
+    placed = [_place(model, cluster, workload, v, prof) for v in variants]
+    return min(placed, key=lambda e: round(e.step_time_s, 12))
+
+
+def _place(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
+           prof: Profile) -> Estimate:
+    """Megatron's order and the CP-SAT placements of ``est``'s configuration, the fastest."""
+    megatron = refine_partition(model, cluster, workload, est, prof)
+    if est.config.pp == 1 or _uniform(cluster):
+        return megatron
+    try:
+        mapping = solve_mapping(mapping_problem(model, cluster, workload, est, prof))
+    except (InfeasibleMapping, MappingTimeout):
+        return megatron
+    order = [n for stage in mapping.stage_units for n in stage]
+    candidates = [megatron]
+    base = replace(est.config, stage_layer_counts=None)
+    for node_order in (tuple(order), tuple(n for stage in reversed(mapping.stage_units)
+                                           for n in stage)):
+        placed = estimate(model, cluster, workload, base, prof, node_order)
+        if placed.memory.fits:
+            candidates.append(refine_partition(model, cluster, workload, placed, prof))
+    return min(candidates, key=lambda e: (round(e.step_time_s, 12), e.node_order is not None))

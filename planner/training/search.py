@@ -1,0 +1,306 @@
+"""Search parallel configurations: enumerate consistent choices, prune, estimate, rank.
+
+The space (``solvers.search_space``) is walked degree tuple by degree tuple (tp, cp, pp, dp,
+ep, etp), in order of a step-time floor (``tuple_floor_s``: the compute of the most loaded
+stage times the micro-batches, for the best micro-batch size and layer split; communication,
+recompute and the bubble only add to it). Once ``top_k`` tuples are ranked, a tuple whose floor
+is slower than the k-th best found is skipped unseen: it cannot enter the top k. For each tuple
+that is visited:
+
+1. *Memory lower bound.* The tuple with its most frugal options (micro-batch 1, full
+   recompute, ZeRO-3) is checked first; if even that does not fit, every option of the tuple is
+   pruned unseen.
+2. *Views.* The group views per stage (``cost_models.groups.stage_views``) are computed once
+   and shared by all options of the tuple.
+3. *Options.* For each micro-batch size, interleaving depth and schedule (1F1B, interleaved,
+   ZB-H1, and from 16K-token sequences SlimPipe with 2-16 slices), the least activation
+   recomputation that fits is taken (none, selective, then full
+   recompute of the fewest layers per stage that fit) for each ZeRO stage (1, the distributed
+   optimizer, 2 and 3), keeping a higher stage only when it needs strictly less recompute:
+   less recompute is never slower in the cost model, nor is a lower ZeRO stage at equal
+   recompute, so these few options contain the fastest of their kind. Each is estimated; the
+   fastest that fits is the tuple's representative. (``tests/test_search.py`` checks this
+   against exhaustive enumeration.)
+
+Tuples are ranked by predicted step time (objective ``throughput``). The result keeps the
+counts the speed benchmark reports (tuples seen, pruned by memory and by the step-time bound,
+options estimated, options pruned).
+"""
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable
+
+from cost_models.groups import stage_views
+from cost_models.model_spec import ModelSpec
+from cost_models.parallel import ParallelConfig, Workload
+from cost_models.profile import Profile
+from cost_models.training.step import Estimate, compute_floor_s, estimate, estimate_memory, memory_fits
+from planner.errors import InfeasibleError
+from solvers.search_space import (Degrees, SpaceLimits, degree_tuples, micro_batch_sizes,
+                                  vpp_sizes)
+from topologies.cluster import Cluster
+
+MAX_TP_GPUS = 16  # TP beyond 16 GPUs is never competitive in the cost model's regime
+SLIMPIPE_MIN_SEQ = 16384  # sequence slicing is tried from this sequence length up (long context)
+SEQ_SLICES = (2, 4, 8, 16)
+ZERO_STAGES = (1, 2, 3)
+
+Progress = Callable[[int, int], None]  # (tuples done, tuples total)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Optional restrictions from the command line; ``None`` leaves a choice free."""
+
+    tp: int | None = None
+    pp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+    micro_batch: int | None = None
+    schedules: tuple[str, ...] = ("1f1b", "interleaved-1f1b", "zb-h1", "slimpipe")
+
+    def admits(self, d: Degrees) -> bool:
+        return all(want is None or want == got for want, got in
+                   ((self.tp, d.tp), (self.pp, d.pp), (self.cp, d.cp), (self.ep, d.ep)))
+
+
+@dataclass(frozen=True)
+class SearchStats:
+    """What the search did: for the speed benchmark and the report footer."""
+
+    degree_tuples: int
+    tuples_pruned_memory: int
+    options_estimated: int
+    options_pruned_memory: int
+    seconds: float
+    tuples_pruned_bound: int = 0  # their compute floor was slower than the k-th best found
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    ranked: tuple[Estimate, ...]  # best option of each degree tuple, fastest first
+    stats: SearchStats
+
+
+def space_limits(model: ModelSpec, cluster: Cluster, workload: Workload) -> SpaceLimits:
+    """The bounds of the search space for this model, cluster and workload."""
+    domain = min(g.gpus_per_node * g.nvlink_domain_nodes for g in cluster.node_groups)
+    return SpaceLimits(
+        num_gpus=cluster.num_gpus, num_heads=model.num_heads, num_kv_heads=model.num_kv_heads,
+        num_layers=model.num_layers, num_experts=model.moe.num_experts if model.moe else 0,
+        global_batch=workload.global_batch, seq_len=workload.seq_len,
+        max_tp=min(domain, MAX_TP_GPUS), mla=model.mla is not None)
+
+
+def base_config(d: Degrees, micro_batch: int = 1, seq_len: int | None = None) -> ParallelConfig:
+    """The planner's defaults for a degree tuple: sequence parallelism with TP (when each CP
+    rank's tokens split evenly over the TP ranks), the distributed optimizer, overlapped
+    gradient reduce and parameter gather, flash attention."""
+    sp = d.tp > 1 and (seq_len is None or (seq_len // d.cp) % d.tp == 0)
+    return ParallelConfig(tp=d.tp, pp=d.pp, dp=d.dp, cp=d.cp, ep=d.ep,
+                          etp=None if d.etp == d.tp else d.etp, micro_batch=micro_batch,
+                          sequence_parallel=sp, zero=1)
+
+
+def _recompute_option(cfg: ParallelConfig, layers_per_chunk: int, i: int) -> ParallelConfig:
+    """The ``i``-th recompute choice, least recomputation first: none, selective, then full
+    recompute of 1, 2, ... layers per chunk, then of all of them (``layers_per_chunk + 2``
+    choices in all; built on demand, the bisection below looks at few of them)."""
+    if i == 0:
+        return replace(cfg, recompute="none")
+    if i == 1:
+        return replace(cfg, recompute="selective")
+    n = i - 1
+    return replace(cfg, recompute="full", recompute_layers=n if n < layers_per_chunk else None)
+
+
+def _least_fitting(count: int, option: Callable[[int], ParallelConfig],
+                   fits: Callable[[ParallelConfig], bool]) -> tuple[ParallelConfig | None, int, int]:
+    """The first of ``count`` options that fits (option, index; None, count if none does) and
+    how many were checked. The first two (none, selective) are checked in turn; among the
+    full-recompute ones memory falls as more layers are recomputed, so they are bisected."""
+    tried = 0
+    for i in range(min(2, count)):
+        tried += 1
+        candidate = option(i)
+        if fits(candidate):
+            return candidate, i, tried
+    lo, hi, found = 2, count - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        tried += 1
+        candidate = option(mid)
+        if fits(candidate):
+            found, hi = (candidate, mid), mid - 1
+        else:
+            lo = mid + 1
+    return (found[0], found[1], tried) if found else (None, count, tried)
+
+
+def _fitting_options(model: ModelSpec, cluster: Cluster, workload: Workload,
+                     cfg: ParallelConfig, prof: Profile) -> tuple[list[ParallelConfig], int]:
+    """For each ZeRO stage, the least recompute that fits, kept only if it recomputes less than
+    every lower stage's option (higher ZeRO stages are never faster at equal recompute, and
+    ZeRO 0 is never faster than 1: all-reduce moves more than reduce-scatter + all-gather and
+    the optimizer steps the unsharded states). Returns the options and how many were tried."""
+    layers_per_chunk = -(-model.num_layers // (cfg.pp * cfg.vpp))
+    tried, limit, found = 0, layers_per_chunk + 2, []
+    for zero in ZERO_STAGES:
+        staged = replace(cfg, zero=zero)
+        option, level, checked = _least_fitting(
+            limit, lambda i: _recompute_option(staged, layers_per_chunk, i),
+            lambda c: memory_fits(model, cluster, workload, c, prof))
+        tried += checked
+        if option is not None:
+            found.append(option)
+            limit = level  # a higher stage must recompute strictly less to be worth it
+        if limit == 0:
+            break
+    return found, tried
+
+
+def _schedule_variants(model: ModelSpec, cfg: ParallelConfig, workload: Workload,
+                       space: SearchSpace) -> Iterable[ParallelConfig]:
+    m = cfg.micro_batches(workload)
+    for v in vpp_sizes(model.num_layers, cfg.pp, m):
+        if v == 1 and "1f1b" in space.schedules:
+            yield cfg
+        if v > 1 and "interleaved-1f1b" in space.schedules:
+            yield replace(cfg, vpp=v)
+    if cfg.pp > 1 and "zb-h1" in space.schedules:
+        yield replace(cfg, zero_bubble=True)
+    if cfg.pp > 1 and "slimpipe" in space.schedules:
+        yield from (replace(cfg, seq_slices=k) for k in seq_slice_counts(cfg, workload))
+
+
+def seq_slice_counts(cfg: ParallelConfig, workload: Workload) -> list[int]:
+    """SlimPipe slice counts worth trying: long sequences only, each slice a whole number of
+    tokens per context-parallel rank and, with sequence parallelism, per TP rank."""
+    if workload.seq_len < SLIMPIPE_MIN_SEQ:
+        return []
+    per_rank = cfg.cp * (cfg.tp if cfg.sequence_parallel else 1)
+    return [k for k in SEQ_SLICES if workload.seq_len % (per_rank * k) == 0]
+
+
+def _frugal(d: Degrees) -> ParallelConfig:
+    return replace(base_config(d), recompute="full", zero=3)
+
+
+def search(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
+           space: SearchSpace = SearchSpace(), top_k: int = 10,
+           progress: Progress | None = None) -> SearchResult:
+    """The ``top_k`` fastest degree tuples, each with its fastest fitting options."""
+    start = time.perf_counter()
+    tuples = [d for d in degree_tuples(space_limits(model, cluster, workload)) if space.admits(d)]
+    floors = {d: tuple_floor_s(model, cluster, workload, prof, d, space) for d in tuples}
+    best: list[Estimate] = []
+    kth: list[float] = []  # max-heap (negated) of the top_k step times found so far
+    pruned_tuples = pruned_bound = estimated = pruned_options = 0
+    for i, d in enumerate(sorted(tuples, key=lambda d: (floors[d], d))):
+        if progress:
+            progress(i, len(tuples))
+        if len(kth) >= top_k and floors[d] > -kth[0]:
+            pruned_bound += 1
+            continue
+        outcome = best_for_degrees(model, cluster, workload, prof, d, space)
+        if outcome is None:
+            pruned_tuples += 1
+            continue
+        est, n_estimated, n_pruned = outcome
+        estimated += n_estimated
+        pruned_options += n_pruned
+        if est is not None:
+            best.append(est)
+            heapq.heappush(kth, -est.step_time_s)
+            if len(kth) > top_k:
+                heapq.heappop(kth)
+    if progress:
+        progress(len(tuples), len(tuples))
+    ranked = tuple(sorted(best, key=rank_key)[:top_k])
+    stats = SearchStats(len(tuples), pruned_tuples, estimated, pruned_options,
+                        time.perf_counter() - start, pruned_bound)
+    if not ranked and tuples and estimated + pruned_options == 0 and pruned_tuples < len(tuples):
+        raise InfeasibleError(
+            f"no configuration of {model.name} on {cluster.num_gpus} GPUs can use the allowed "
+            f"schedules {', '.join(space.schedules)} (interleaved 1F1B and ZB-H1 need pipeline "
+            f"parallelism, slimpipe also sequences of at least {SLIMPIPE_MIN_SEQ:,} tokens; "
+            f"1f1b covers pp = 1)")
+    if not ranked:
+        raise InfeasibleError(infeasible_reason(model, cluster, workload, prof, tuples))
+    return SearchResult(ranked, stats)
+
+
+def tuple_floor_s(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
+                  d: Degrees, space: SearchSpace = SearchSpace()) -> float:
+    """A lower bound on the step time of every option of ``d``: the least compute floor
+    (``cost_models.training.step.compute_floor_s``) over its micro-batch sizes and layer splits."""
+    limits = space_limits(model, cluster, workload)
+    floors = []
+    for mb in micro_batch_sizes(limits, d.dp):
+        if space.micro_batch is not None and mb != space.micro_batch:
+            continue
+        base = base_config(d, mb, workload.seq_len)
+        for v in vpp_sizes(model.num_layers, d.pp, base.micro_batches(workload)):
+            floors.append(compute_floor_s(model, cluster, workload, replace(base, vpp=v), prof))
+    return min(floors, default=0.0)
+
+
+def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
+                     d: Degrees, space: SearchSpace = SearchSpace()
+                     ) -> tuple[Estimate | None, int, int] | None:
+    """The fastest fitting option of one degree tuple, with the counts of options estimated and
+    pruned by memory; None when the tuple's memory lower bound already does not fit."""
+    if not memory_fits(model, cluster, workload, _frugal(d), prof):
+        return None
+    limits = space_limits(model, cluster, workload)
+    views = None
+    candidates: list[Estimate] = []
+    pruned = 0
+    for mb in micro_batch_sizes(limits, d.dp):
+        if space.micro_batch is not None and mb != space.micro_batch:
+            continue
+        memo: dict[ParallelConfig, list[ParallelConfig]] = {}
+        for variant in _schedule_variants(model, base_config(d, mb, workload.seq_len), workload,
+                                          space):
+            plain = replace(variant, zero_bubble=False)  # ZB-H1 holds 1F1B's activations
+            if plain not in memo:
+                memo[plain], tried = _fitting_options(model, cluster, workload, plain, prof)
+                pruned += tried - len(memo[plain])
+            fitting = [replace(o, zero_bubble=variant.zero_bubble) for o in memo[plain]]
+            for option in fitting:
+                if views is None:
+                    views = stage_views(cluster, option)
+                candidates.append(estimate(model, cluster, workload, option, prof, views=views))
+    best = min(candidates, key=rank_key) if candidates else None
+    return best, len(candidates), pruned
+
+
+def rank_key(e: Estimate) -> tuple:
+    """Fastest first; ties go to the simpler plan (less parallelism, less recompute)."""
+    c = e.config
+    return (round(e.step_time_s, 9), c.tp * c.cp * c.pp, c.vpp, c.zero_bubble, c.seq_slices,
+            ("none", "selective", "full").index(c.recompute), c.zero, c.tp, c.pp, c.cp, c.ep,
+            c.expert_tp, c.micro_batch)
+
+
+def infeasible_reason(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
+                      tuples: list[Degrees]) -> str:
+    """Which constraint binds when nothing fits: the least memory any configuration needs."""
+    gib = 2**30
+    if not tuples:
+        return (f"no consistent parallel configuration of {model.name} on {cluster.num_gpus} GPUs"
+                f" with global batch {workload.global_batch} and sequence {workload.seq_len}: "
+                f"the data-parallel degree must divide the batch and TP the {model.num_heads} "
+                f"heads")
+    mem, d = min(((estimate_memory(model, cluster, workload, _frugal(d), prof), d) for d in tuples),
+                 key=lambda pair: pair[0].peak_bytes)
+    total_states = (mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes) * cluster.num_gpus
+    return (f"{model.name} does not fit on {cluster.num_gpus} x {cluster.slowest_gpu.name}: the "
+            f"most frugal configuration (tp={d.tp}, pp={d.pp}, cp={d.cp}, ep={d.ep}, full "
+            f"recompute, ZeRO-3, micro-batch 1) needs {mem.peak_bytes / gib:.1f} GiB per GPU, "
+            f"a GPU has {mem.capacity_bytes / gib:.1f} GiB (model states alone "
+            f"{total_states / 2**40:.2f} TiB over the cluster's "
+            f"{cluster.num_gpus * mem.capacity_bytes / 2**40:.2f} TiB)")

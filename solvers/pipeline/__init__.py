@@ -1,0 +1,1 @@
+"""Pipeline solvers: layer partition DP, event simulator, SlimPipe slicing."""
