@@ -23,11 +23,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from doc_tables import update_section  # noqa: E402
-from cost_models.parallel import ParallelConfig, Workload  # noqa: E402
+from cost_models.parallel import Degrees  # noqa: E402
+from cost_models.training.config import TrainingConfig, Workload  # noqa: E402
 from cost_models.profile import default_profile  # noqa: E402
 from cost_models.training.step import estimate  # noqa: E402
 from planner.inputs.models import load_model  # noqa: E402
-from topologies.spec import homogeneous_cluster  # noqa: E402
+from topologies.standard import homogeneous_cluster  # noqa: E402
 
 ARGS = ["--model", "llama-3.1-405b", "--gpu", "H100", "--nodes", "2048", "--tp", "8",
         "--pp", "16", "--seq-len", "8192", "--global-batch", "2048", "--format", "json"]
@@ -37,7 +38,7 @@ RESULT = ROOT / "benchmarks" / "results" / "estimate_speed.json"
 def time_library(runs: int = 5) -> float:
     model = load_model("llama-3.1-405b")
     cluster = homogeneous_cluster("H100-SXM5-80GB", 2048)
-    cfg = ParallelConfig(tp=8, pp=16, dp=128, sequence_parallel=True)
+    cfg = TrainingConfig(degrees=Degrees(tp=8, pp=16, dp=128), sequence_parallel=True)
     work, prof = Workload(8192, 2048), default_profile("H100-SXM5-80GB")
     times = []
     for _ in range(runs):

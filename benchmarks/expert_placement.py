@@ -38,11 +38,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from doc_tables import update_section  # noqa: E402
-from solvers.experts.eplb_baseline import rebalance_experts  # noqa: E402
-from solvers.experts.placement import (ExpertLayout, brute_force_layer, drift_scenarios,  # noqa: E402
-                                      even_split, lp_lower_bound, plan_layer, plan_layers,
-                                      solve_layer_milp, static_gpu_loads)
-from solvers.experts.quota import cross_node_tokens, solve_quotas  # noqa: E402
+from solvers.experts import (ExpertLayout, brute_force_layer, cross_node_tokens, drift_scenarios,  # noqa: E402
+                             even_split, lp_lower_bound, plan_layer, plan_layers, rebalance_experts,
+                             solve_layer_milp, solve_quotas, static_gpu_loads)
 
 TRACES = ROOT / "benchmarks" / "data" / "moe_traces" / "sglang"
 RESULT = ROOT / "benchmarks" / "results" / "expert_placement.json"

@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from doc_tables import update_section  # noqa: E402
 from expert_placement import eplb, eval_even, load_traces  # noqa: E402
-from solvers.experts.groups import covering_lp_bound  # noqa: E402
-from solvers.experts.placement import ExpertLayout, lp_lower_bound, plan_layer, static_gpu_loads  # noqa: E402
+from solvers.experts import (ExpertLayout, covering_lp_bound, lp_lower_bound, plan_layer,  # noqa: E402
+                             static_gpu_loads)
 
 RESULT = ROOT / "benchmarks" / "results" / "expert_placement_bound.json"
 LAYOUT = ExpertLayout(256, 144, 2)

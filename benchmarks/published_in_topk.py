@@ -36,9 +36,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from doc_tables import update_section  # noqa: E402
 from cost_models.profile import default_profile  # noqa: E402
 from planner.training.search import SearchSpace, best_for_degrees, rank_key, search  # noqa: E402
-from planner.training.why import PART_NAMES, degrees_text  # noqa: E402
+from planner.plan.parts import PART_NAMES  # noqa: E402
+from planner.training.why import degrees_text  # noqa: E402
 from published_runs import load_rows, row_cluster, row_model, row_workload  # noqa: E402
-from solvers.search_space import Degrees  # noqa: E402
+from cost_models.parallel import Degrees  # noqa: E402
 
 RESULT = ROOT / "benchmarks" / "results" / "published_in_topk.json"
 TOP = 10
@@ -55,12 +56,12 @@ def published_degrees(row: dict, num_gpus: int) -> dict:
 
 
 def _matches(d: Degrees, want: dict) -> bool:
-    return all(v is None or getattr(d, k) == v for k, v in want.items())
+    return all(v is None or d.size(k) == v for k, v in want.items())
 
 
 def _degrees_of(e) -> Degrees:
     c = e.config
-    return Degrees(c.tp, c.cp, c.pp, c.dp, c.ep, c.expert_tp)
+    return c.degrees
 
 
 def _loss(best, published) -> str:
@@ -86,7 +87,7 @@ def evaluate(row: dict) -> dict:
            "planner_best_step_s": best.step_time_s, "planner_best_mfu": best.mfu}
     published = ranked[position - 1] if position else None
     if published is None and None not in want.values():
-        d = Degrees(want["tp"], want["cp"], want["pp"], want["dp"], want["ep"], want["etp"])
+        d = Degrees(tp=want["tp"], cp=want["cp"], pp=want["pp"], dp=want["dp"], ep=want["ep"], etp=want["etp"])
         outcome = best_for_degrees(model, cluster, workload, prof, d)
         published = outcome[0] if outcome else None
         out["verdict"] = "outside space" if published is not None else "does not fit"

@@ -1,6 +1,6 @@
 """Turn rows of ``published_runs_calibration.json`` into planner inputs and targets.
 
-Each row becomes (ModelSpec, Cluster, Workload, ParallelConfig) plus the published figure to
+Each row becomes (ModelSpec, Cluster, Workload, TrainingConfig) plus the published figure to
 compare with. What a row does not state is filled by a documented rule, never per row:
 
 * implementation era: rows from 2020-2022 (Megatron 2020 README, SC'21, Korthikanti et al.)
@@ -30,12 +30,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cost_models.model_spec import MoESpec, ModelSpec
-from cost_models.parallel import ParallelConfig, Workload, check_config
+from cost_models.parallel import Degrees
+from cost_models.training.config import TrainingConfig, Workload, check_config
 from cost_models.profile import Profile
 from cost_models.training.step import Estimate, estimate
 from topologies.catalog import get_gpu
 from topologies.cluster import Cluster
-from topologies.spec import homogeneous_cluster
+from topologies.standard import homogeneous_cluster
 
 DATA = Path(__file__).parent / "data" / "published_runs_calibration.json"
 MICRO_BATCHES = (1, 2, 4, 8)
@@ -96,17 +97,11 @@ def _recompute(row: dict) -> str:
     return "full" if r.startswith("full") else "selective" if r.startswith("selective") else "none"
 
 
-def row_config(row: dict, micro_batch: int = 1) -> ParallelConfig:
+def row_config(row: dict, micro_batch: int = 1) -> TrainingConfig:
     c, old = row["config"], era(row) == "2021"
     tp = c.get("tp") or 1
     sp = bool(c.get("seq_parallel")) if old or c.get("seq_parallel") is not None else tp > 1
-    return ParallelConfig(
-        tp=tp, pp=c.get("pp") or 1, dp=c.get("dp") or 1, cp=c.get("cp") or 1,
-        ep=c.get("ep") or 1, etp=c.get("expert_tp") or (1 if c.get("ep") else None), vpp=c.get("vpp") or 1,
-        micro_batch=c.get("micro_batch") or micro_batch, recompute=_recompute(row),
-        sequence_parallel=sp, zero=_zero(row), attention="unfused" if old else "flash",
-        dropout=old, overlap_grad_reduce=not old, overlap_param_gather=not old,
-        tp_comm_overlap="tp-comm-overlap" in str(c.get("overlap", "")))
+    return TrainingConfig(degrees=Degrees(tp=tp, pp=c.get("pp") or 1, dp=c.get("dp") or 1, cp=c.get("cp") or 1, ep=c.get("ep") or 1, etp=c.get("expert_tp") or (1 if c.get("ep") else None)), vpp=c.get("vpp") or 1, micro_batch=c.get("micro_batch") or micro_batch, recompute=_recompute(row), sequence_parallel=sp, zero=_zero(row), attention="unfused" if old else "flash", dropout=old, overlap_grad_reduce=not old, overlap_param_gather=not old, tp_comm_overlap="tp-comm-overlap" in str(c.get("overlap", "")))
 
 
 def megatron_flops(model: ModelSpec, batch: int, seq: int) -> float:
@@ -189,7 +184,9 @@ def candidate_configs(row: dict, num_gpus: int):
             continue
         for ep in (e for e in (1, 2, 4, 8, 16, 32, 64) if (tp * cp * dp) % e == 0):
             for rc in recomputes:
-                base = replace(row_config(row, 1), pp=pp, dp=dp, ep=ep, etp=1, recompute=rc)
+                cfg = row_config(row, 1)
+                degrees = replace(cfg.degrees, pp=pp, dp=dp, ep=ep, etp=1)
+                base = replace(cfg, degrees=degrees, recompute=rc)
                 yield from (replace(base, micro_batch=mb) for mb in mbs)
 
 

@@ -30,12 +30,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from doc_tables import update_section  # noqa: E402
-from cost_models.parallel import Workload  # noqa: E402
+from cost_models.training.config import Workload  # noqa: E402
 from cost_models.profile import default_profile  # noqa: E402
 from planner.inputs.models import load_model  # noqa: E402
 from planner.training.solve import solve  # noqa: E402
 from planner.training.why import degrees_text  # noqa: E402
-from topologies.spec import homogeneous_cluster  # noqa: E402
+from topologies.standard import homogeneous_cluster  # noqa: E402
 
 RESULT = ROOT / "benchmarks" / "results" / "search_speed.json"
 CASES = (

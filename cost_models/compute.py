@@ -6,7 +6,9 @@ Sources, per formula:
   real shape so GQA, GLU, MLA and MoE fall out of the same sums.
 * Backward = 2x forward for GEMMs (one GEMM for input grads, one for weight grads; SC'21
   appendix). Flash-attention backward = 2.5x forward (5 matmuls vs 2; Dao 2023, FlashAttention-2
-  sec. 3.1 and its benchmark FLOP counts).
+  sec. 3.1 and its benchmark FLOP counts). A memory-bound kernel's backward reads the output
+  gradient and the saved input and writes the input gradient: about 2x its forward traffic
+  (roofline, as for the forward). :func:`backward_time_s` applies these ratios.
 * Causal attention with a fused kernel computes only the lower triangle: half of s^2
   (FlashAttention-2 benchmark convention); an unfused kernel (Megatron 2021 softmax) computes
   the full s^2 and moves 2-byte scores through HBM (Korthikanti et al. 2022, sec. 4.1: the
@@ -25,6 +27,7 @@ from cost_models.model_spec import ModelSpec
 from cost_models.profile import Profile
 
 ACT_BYTES = 2  # bf16/fp16 activations (Shard.elem_bytes scales everything for fp32)
+BWD_GEMM, BWD_ATTN, BWD_ELEM = 2.0, 2.5, 2.0  # backward / forward work (module docstring)
 
 
 @dataclass(frozen=True)
@@ -186,8 +189,9 @@ def layer_work(model: ModelSpec, layer: int, sh: Shard) -> LayerWork:
         gemms += mlp_gemms(model.hidden_size, model.ffn_hidden_size, model.glu, sh.tokens, sh.tp)
     attn, head_dim = attention_core_flops(model, layer, sh)
     kernels = 14 + (6 if sh.unfused_attention else 0) + (8 if model.is_moe_layer(layer) else 0)
-    return LayerWork(gemms, attn, head_dim, sh.unfused_attention,
-                     _elementwise_bytes(model, layer, sh), kernels)
+    return LayerWork(gemms=gemms, attn_flops=attn, attn_head_dim=head_dim,
+                     attn_unfused=sh.unfused_attention,
+                     elementwise_bytes=_elementwise_bytes(model, layer, sh), kernels=kernels)
 
 
 @dataclass(frozen=True)
@@ -235,7 +239,15 @@ def layer_forward_time(work: LayerWork, rates: GpuRates, prof: Profile) -> Layer
     else:
         attn = work.attn_flops / (rates.peak_flops * prof.attention_efficiency)
     elem = work.elementwise_bytes / (rates.hbm_bytes_per_s * prof.hbm_efficiency)
-    return LayerTime(gemm, attn, elem, work.kernels * prof.kernel_overhead_s)
+    return LayerTime(gemm_s=gemm, attention_s=attn, elementwise_s=elem,
+                     overhead_s=work.kernels * prof.kernel_overhead_s)
+
+
+def backward_time_s(t: LayerTime) -> float:
+    """Backward time of a layer from its forward parts (ratios in the module docstring); every
+    kernel launches again, twice as many of them."""
+    return (BWD_GEMM * t.gemm_s + BWD_ATTN * t.attention_s + BWD_ELEM * t.elementwise_s
+            + 2 * t.overhead_s)
 
 
 def lm_head_forward_time(model: ModelSpec, sh: Shard, rates: GpuRates, prof: Profile) -> float:
@@ -253,7 +265,8 @@ def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     12 * layers * s * head dims, counting the full s x s (PaLM, Chowdhery et al. 2022, app. B).
     Embedding lookups cost no FLOPs; the LM head counts as weights.
     """
-    sh = Shard(1, seq_len, 1, 1, 1, 1, False, True, False)
+    sh = Shard(batch=1, seq_len=seq_len, tp=1, cp=1, ep=1, etp=1, sequence_parallel=False,
+               unfused_attention=True, dropout=False)
     total = 0.0
     for layer in range(model.num_layers):
         work = layer_work(model, layer, sh)

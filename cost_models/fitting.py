@@ -7,7 +7,7 @@ closed form with both unknowns kept non-negative:
 
 * GEMM (``compute.gemm_time_s``): t = F / (P * e * n / (n + h)) = (F/P) * (1/e) + (F/(P n)) * (h/e),
   unknowns 1/e and h/e; P is the best throughput measured, and P, e are rescaled so e <= 1.
-* Attention (``compute.layer_forward_time``; backward = ``step.BWD_ATTN`` x forward): causal
+* Attention (``compute.layer_forward_time``; backward = ``compute.BWD_ATTN`` x forward): causal
   forward + backward t = (1 + BWD_ATTN) * F_attn / (P * a), one unknown 1/a.
 * Memory bandwidth (the roofline's memory side): t = bytes / B, one unknown 1/B, fitted on the
   copies larger than any cache (:data:`STREAM_MIN_BYTES`): an optimizer step streams every
@@ -21,7 +21,7 @@ closed form with both unknowns kept non-negative:
 * Memory-bound kernels and per-kernel overhead: a transformer layer's forward + backward minus
   what the fitted GEMM and attention figures predict for it is its element-wise traffic at
   ``hbm_efficiency`` of the fitted bandwidth plus its kernel launches
-  (``LayerWork.kernels`` forward, twice that backward: ``step._backward_s``) at
+  (``LayerWork.kernels`` forward, twice that backward: ``compute.backward_time_s``) at
   ``kernel_overhead_s`` each: two unknowns, 1/efficiency and the overhead, fitted over layers
   from launch-bound (tiny) to the sizes jobs run.
 """
@@ -36,9 +36,8 @@ from cost_models import communication as comm
 from cost_models.compute import Gemm, GpuRates, Shard, layer_forward_time, layer_work
 from cost_models.model_spec import ModelSpec
 from cost_models.profile import Profile
+from cost_models.compute import BWD_ATTN  # the step model's attention backward / forward
 from topologies.cluster import GroupView, LinkTier
-
-BWD_ATTN = 2.5  # cost_models.training.step.BWD_ATTN (kept equal by a test)
 
 
 def nonneg_lstsq2(rows: Sequence[tuple[float, float]], target: Sequence[float]) -> tuple[float, float]:

@@ -1,9 +1,8 @@
-"""Process groups of a parallel configuration, where they land on the cluster, and the worst
-view of each kind per pipeline stage.
+"""Process groups of a parallel layout, where they land on the cluster, and the worst view of
+each kind per pipeline stage.
 
-Logical ranks follow Megatron-LM's default order tp-cp-ep-dp-pp: rank = tp_r + tp*(cp_r +
-cp*(dp_r + dp*pp_r)) (``megatron/core/parallel_state.py``, ``RankGenerator``). The expert
-layers re-cut each stage's tp*cp*dp ranks as etp-ep-edp (MoE parallel folding).
+Groups are read off :func:`cost_models.parallel.rank_grid` (Megatron's tp-cp-ep-dp-pp order,
+the one rank-order function) and its expert folding :func:`cost_models.parallel.expert_grid`.
 
 A *placement* says which physical node serves each block of logical ranks: ``node_order[i]``
 is the cluster node that torchrun gives node rank ``i`` (so logical ranks fill the nodes in
@@ -16,51 +15,49 @@ from typing import Sequence
 
 import numpy as np
 
-from cost_models.parallel import ParallelConfig
+from cost_models.parallel import GROUP_AXES, KINDS, Degrees, expert_grid, rank_grid
 from topologies.cluster import Cluster, GroupView, worst_group_views
 
-KINDS = ("tp", "cp", "dp", "dp_cp", "pp", "ep", "edp")
+# Axis positions in the [pp, dp, cp, tp] rank grid and the [pp, edp, ep, etp] expert grid.
+_DENSE_POS = {"pp": 0, "dp": 1, "cp": 2, "tp": 3}
+_EXPERT_POS = {"pp": 0, "edp": 1, "ep": 2, "etp": 3}
 
 
-def _grid(cfg: ParallelConfig) -> np.ndarray:
-    """Logical ranks as an array indexed [pp, dp, cp, tp] (Megatron order)."""
-    return np.arange(cfg.num_gpus, dtype=np.int64).reshape(cfg.pp, cfg.dp, cfg.cp, cfg.tp)
+def _varying_last(grid: np.ndarray, positions: dict[str, int], axes: tuple[str, ...],
+                  size: int) -> np.ndarray:
+    """[stage, group, member]: ``grid`` with ``axes`` moved last (in the given order, slowest
+    first) and flattened into groups of ``size``."""
+    varying = [positions[a] for a in axes]
+    fixed = [i for i in range(1, grid.ndim) if i not in varying]
+    return grid.transpose([0, *fixed, *varying]).reshape(grid.shape[0], -1, size)
 
 
-def stage_groups(cfg: ParallelConfig, kind: str) -> np.ndarray:
+def stage_groups(d: Degrees, kind: str) -> np.ndarray:
     """Groups of ``kind`` as an int array [stage, group, member] of logical ranks.
 
     For ``pp`` the "groups" of stage s are the pairs (rank in s, its peer in s + 1): the links a
     stage's activations cross (the last stage: pairs with the stage before it).
     """
-    g, pp = _grid(cfg), cfg.pp
-    if kind == "tp":
-        return g.reshape(pp, -1, cfg.tp)
-    if kind == "cp":
-        return g.transpose(0, 1, 3, 2).reshape(pp, -1, cfg.cp)
-    if kind == "dp":
-        return g.transpose(0, 2, 3, 1).reshape(pp, -1, cfg.dp)
-    if kind == "dp_cp":
-        return g.transpose(0, 3, 1, 2).reshape(pp, -1, cfg.dp * cfg.cp)
-    if kind in ("ep", "edp"):
-        e = g.reshape(pp, cfg.expert_dp, cfg.ep, cfg.expert_tp)
-        if kind == "ep":
-            return e.transpose(0, 1, 3, 2).reshape(pp, -1, cfg.ep)
-        return e.transpose(0, 2, 3, 1).reshape(pp, -1, cfg.expert_dp)
+    if kind not in GROUP_AXES:
+        raise ValueError(f"unknown group kind '{kind}', expected one of {KINDS}")
     if kind == "pp":
-        flat = g.reshape(pp, -1)
-        if pp == 1:
+        flat = rank_grid(d).reshape(d.pp, -1)
+        if d.pp == 1:
             return flat[:, :, None]
         nxt = np.concatenate([flat[1:], flat[-2:-1]])
         return np.stack([flat, nxt], axis=2)
-    raise ValueError(f"unknown group kind '{kind}', expected one of {KINDS}")
+    axes = tuple(str(a) for a in GROUP_AXES[kind])  # dp_cp: (dp, cp), members cp-fastest
+    if kind in ("ep", "edp"):
+        return _varying_last(expert_grid(d), _EXPERT_POS, axes, d.group_size(kind))
+    return _varying_last(rank_grid(d), _DENSE_POS, axes, d.group_size(kind))
 
 
-def groups_of(cfg: ParallelConfig, kind: str) -> list[list[int]]:
+def groups_of(d: Degrees, kind: str) -> list[list[int]]:
     """Every group of ``kind`` as a list of logical ranks (``pp``: the whole pipelines)."""
     if kind == "pp":
-        return _grid(cfg).reshape(cfg.pp, -1).T.tolist()
-    return stage_groups(cfg, kind).reshape(-1, stage_groups(cfg, kind).shape[2]).tolist()
+        return rank_grid(d).reshape(d.pp, -1).T.tolist()
+    groups = stage_groups(d, kind)
+    return groups.reshape(-1, groups.shape[2]).tolist()
 
 
 def rank_map(cluster: Cluster, node_order: Sequence[int] | None) -> np.ndarray:
@@ -86,13 +83,13 @@ class GroupViews:
     edp: GroupView
 
 
-def stage_views(cluster: Cluster, cfg: ParallelConfig,
+def stage_views(cluster: Cluster, d: Degrees,
                 node_order: Sequence[int] | None = None) -> tuple[GroupViews, ...]:
-    """Views of every group kind, per pipeline stage, for ``cfg`` placed by ``node_order``."""
+    """Views of every group kind, per pipeline stage, for degrees ``d`` placed by ``node_order``."""
     physical = rank_map(cluster, node_order)
-    per_kind = {kind: worst_group_views(cluster, physical[stage_groups(cfg, kind)], kind == "ep")
+    per_kind = {kind: worst_group_views(cluster, physical[stage_groups(d, kind)], kind == "ep")
                 for kind in KINDS}
-    return tuple(GroupViews(**{kind: per_kind[kind][s] for kind in KINDS}) for s in range(cfg.pp))
+    return tuple(GroupViews(**{kind: per_kind[kind][s] for kind in KINDS}) for s in range(d.pp))
 
 
 def _slowness(view: GroupView) -> tuple[float, float]:

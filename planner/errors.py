@@ -25,3 +25,13 @@ class InfeasibleError(PlannerError):
     """A well-formed problem with no solution; the message names the binding constraint."""
 
     exit_code = 3
+
+
+class InvalidPlanError(PlannerError):
+    """A plan that breaks an invariant; lists every broken one."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.problems = problems
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more"
+                                           if len(problems) > 5 else "")
+        super().__init__(f"{source}: invalid plan: {shown}")

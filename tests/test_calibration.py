@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import random
 import socket
 
@@ -13,8 +12,9 @@ import yaml
 from typer.testing import CliRunner
 
 from cost_models import fitting
-from cost_models.training import step
-from cost_models.compute import Gemm, GpuRates, gemm_time_s
+from cost_models.compute import (Gemm, GpuRates, LayerTime, Shard, backward_time_s, gemm_time_s,
+                                  layer_forward_time, layer_work)
+from cost_models.model_spec import ModelSpec
 from cost_models.profile import Profile
 from planner.cli.app import app
 from planner.inputs.clusters import load_cluster
@@ -22,8 +22,28 @@ from planner.inputs.clusters import load_cluster
 RUNNER = CliRunner()
 
 
-def test_bwd_attention_ratio_is_the_step_models():
-    assert fitting.BWD_ATTN == step.BWD_ATTN
+@pytest.mark.parametrize("efficiency", [0.2, 0.65])
+def test_attention_fit_recovers_the_efficiency_the_step_model_times_with(efficiency):
+    """Timings made by the cost model itself - a layer's attention forward from ``compute``
+    (its attention FLOPs at ``attention_efficiency``) plus its backward as the step model adds
+    it (``forward + compute.backward_time_s``) - must give that efficiency back: the fit counts
+    attention FLOPs and the backward as the models it calibrates do (a fit with another
+    backward ratio or FLOP count recovers another number)."""
+    peak = 50e9
+    rates, prof = GpuRates(peak, 1e12, False, 4), Profile(attention_efficiency=efficiency)
+    cases = []
+    for b, heads, s, d in ((1, 4, 64, 16), (2, 8, 256, 32), (4, 2, 512, 64)):
+        model = ModelSpec(name="attn", num_layers=1, hidden_size=heads * d, num_heads=heads,
+                          num_kv_heads=heads, head_dim=d, ffn_hidden_size=4 * heads * d,
+                          vocab_size=128)
+        shard = Shard(batch=b, seq_len=s, tp=1, cp=1, ep=1, etp=1, sequence_parallel=False,
+                      unfused_attention=False, dropout=False, elem_bytes=4)
+        forward = layer_forward_time(layer_work(model, 0, shard), rates, prof)
+        attention = LayerTime(gemm_s=0.0, attention_s=forward.attention_s, elementwise_s=0.0,
+                              overhead_s=0.0)
+        cases.append({"batch": b, "heads": heads, "seq": s, "head_dim": d,
+                      "time_s": attention.total_s + backward_time_s(attention)})
+    assert fitting.fit_attention(cases, peak) == pytest.approx(efficiency, rel=1e-9)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -177,7 +197,8 @@ def test_check_run_names_what_a_record_lacks(tmp_path):
 
 
 def test_fp32_sgd_workload_costs_four_byte_states_and_no_optimizer_moments():
-    from cost_models.parallel import ParallelConfig, Workload
+    from cost_models.parallel import Degrees
+    from cost_models.training.config import TrainingConfig, Workload
     from cost_models.training.step import estimate
     from planner.inputs.models import load_model
     from topologies.spec import cluster_from_dict
@@ -187,7 +208,7 @@ def test_fp32_sgd_workload_costs_four_byte_states_and_no_optimizer_moments():
         "name": "box", "count": 1, "gpus_per_node": 8, "fabric": "host", "intra_bw_GBps": 10,
         "gpu": {"name": "test-device", "memory_gb": 512, "memory_bw_GBps": 1000,
                 "peak_tflops": {"bf16": 400, "fp32": 50}}}]})
-    cfg = ParallelConfig(tp=8, zero=0)
+    cfg = TrainingConfig(degrees=Degrees(tp=8), zero=0)
     mixed = estimate(model, cluster, Workload(2048, 8), cfg, Profile())
     fp32 = estimate(model, cluster, Workload(2048, 8, "fp32", "sgd"),
                     cfg, Profile())

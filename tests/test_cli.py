@@ -57,12 +57,25 @@ def estimate_json(*args: str) -> dict:
 # --- happy paths --------------------------------------------------------------------------
 
 
-def test_estimate_default_prints_step_time_and_verdict():
-    result = invoke("estimate")
+@pytest.mark.parametrize("args, fits_expected", [(("--tp", "8", "--pp", "2"), True), ((), False)])
+def test_estimate_prints_step_time_and_the_exact_verdict(args, fits_expected):
+    """The verdict line agrees with the JSON's peak and capacity: ``fits, X GiB headroom``
+    (and no ``does NOT fit``) when the peak fits, the other line when it does not (the
+    default, tp 1 for a 70B model, does not fit)."""
+    result = invoke("estimate", *args)
     assert result.exit_code == 0, result.stderr
-    assert "llama-3.1-70b" in result.stdout
-    assert "Step time" in result.stdout
-    assert "fit" in result.stdout
+    assert "llama-3.1-70b" in result.stdout and "Step time" in result.stdout
+    mem = estimate_json(*args)["memory"]
+    gib = 2**30
+    fits = f"fits, {mem['headroom_bytes_per_gpu'] / gib:.1f} GiB headroom"
+    does_not = (f"does NOT fit: needs {mem['peak_bytes_per_gpu'] / gib:.1f} GiB per GPU, has "
+                f"{mem['capacity_bytes_per_gpu'] / gib:.1f} GiB")
+    lines = result.stdout.splitlines()
+    assert (mem["peak_bytes_per_gpu"] <= mem["capacity_bytes_per_gpu"]) == fits_expected
+    if fits_expected:
+        assert fits in lines and "does NOT fit" not in result.stdout
+    else:
+        assert does_not in lines and "fits," not in result.stdout
 
 
 def test_estimate_json_has_documented_keys():

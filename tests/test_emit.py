@@ -24,15 +24,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cost_models.parallel import ParallelConfig, Workload
+from cost_models.training.config import TrainingConfig, Workload
 from cost_models.training.step import estimate
 from planner.emit import FORMATS, EmitOptions, emission, emit
 from planner.emit.kubeflow import k8s_unescape
 from planner.emit.megatron import pipeline_layout
 from planner.training.estimation import load_profile
 from planner.inputs.models import load_model
-from planner.plan.document import Plan, build_plan, plan_from_json, plan_to_json
-from topologies.spec import cluster_from_dict, homogeneous_cluster
+from planner.plan.document import Plan, plan_from_json, plan_to_json
+from planner.training.build import build_plan
+from topologies.spec import cluster_from_dict
+from topologies.standard import homogeneous_cluster
 
 HOSTILE_HOSTS = ("a;rm -rf ~", "$(id)", "`id`", "$(touch CANARY)", "b;touch CANARY",
                  "q'uote\"d", "nl\ntouch CANARY", "*")
@@ -50,7 +52,7 @@ def _build(model: str = "llama-3.1-8b", nodes: int = 2, cluster=None, seq: int =
     c = cluster if cluster is not None else homogeneous_cluster("H100", nodes)
     w = Workload(seq_len=seq, global_batch=gb, precision=precision)
     prof = load_profile(c.node_groups[0].gpu.name, None)
-    return build_plan(m, c, estimate(m, c, w, ParallelConfig(**cfg), prof), prof, why="test")
+    return build_plan(m, c, estimate(m, c, w, TrainingConfig.from_dict(cfg), prof), prof, why="test")
 
 
 def _hetero_cluster():
@@ -107,7 +109,7 @@ def edited(p: Plan, edit) -> Plan:
 
 def with_hosts(p: Plan, hosts) -> Plan:
     def edit(data):
-        for node, host in zip(data["nodes"], hosts):
+        for node, host in zip(data["pools"][0]["nodes"], hosts):
             node["host"] = host
         data["inputs"]["cluster"]["node_groups"][0]["hosts"] = list(hosts)
     return edited(p, edit)
@@ -256,16 +258,16 @@ def test_unknown_format_and_bad_options_raise():
 def test_malformed_plans_raise_value_error():
     p = plan("mixtral")
     edits = {
-        "config.tp": lambda d: d["config"].__setitem__("tp", "2; rm -rf ~"),
+        "degrees.tp": lambda d: d["pools"][0]["degrees"].__setitem__("tp", "2; rm -rf ~"),
         "inputs_hash": lambda d: d.__setitem__("inputs_hash", "x\nrm -rf ~"),
-        "node_rank": lambda d: d["nodes"].reverse(),
-        "gpus": lambda d: d["nodes"][0].__setitem__("gpus", "8"),
-        "duplicate": lambda d: d["nodes"][1].__setitem__("host", d["nodes"][0]["host"]),
-        "empty host": lambda d: d["nodes"][1].__setitem__("host", ""),
-        "NUL host": lambda d: d["nodes"][1].__setitem__("host", "a\x00b"),
-        "chunks": lambda d: d["stages"][1]["chunks"][0].__setitem__(0, 3),
-        "micro_batches": lambda d: d.__setitem__("micro_batches", 3),
-        "schedule": lambda d: d.__setitem__("schedule", "zb-h1"),
+        "node_rank": lambda d: d["pools"][0]["nodes"].reverse(),
+        "gpus": lambda d: d["pools"][0]["nodes"][0].__setitem__("gpus", "8"),
+        "duplicate": lambda d: d["pools"][0]["nodes"][1].__setitem__("host", d["pools"][0]["nodes"][0]["host"]),
+        "empty host": lambda d: d["pools"][0]["nodes"][1].__setitem__("host", ""),
+        "NUL host": lambda d: d["pools"][0]["nodes"][1].__setitem__("host", "a\x00b"),
+        "chunks": lambda d: d["training"]["stages"][1]["chunks"][0].__setitem__(0, 3),
+        "micro_batches": lambda d: d["training"].__setitem__("micro_batches", 3),
+        "schedule": lambda d: d["training"].__setitem__("schedule", "zb-h1"),
     }
     for what, edit in edits.items():
         bad = edited(p, edit)
@@ -636,7 +638,7 @@ def test_hostile_strings_round_trip_through_yaml_toml_and_json():
     assert values == list(HOSTILE_HOSTS[1:])
     assert "Not valid Kubernetes label values" in doc["metadata"]["annotations"]["planner/notes"]
     # TOML: model and job names (torchtitan needs ZeRO-3 with expert parallelism)
-    p3 = edited(p, lambda d: d["config"].__setitem__("zero", 3))
+    p3 = edited(p, lambda d: d["training"]["options"].__setitem__("zero", 3))
     doc = tomllib.loads(emit("torchtitan", p3, HOSTILE_OPTIONS)["torchtitan.toml"])
     assert doc["job"]["description"] == HOSTILE_JOB
     assert doc["model"]["name"] == p.inputs["model"]["name"]

@@ -7,7 +7,8 @@
   polytope (PuLP/CBC) and against Hall's formula ``max_S w(S)/|N(S)|`` enumerated here, on
   seeded random instances (integer and fractional loads); ``locality_quotas`` against a PuLP
   LP of the cross-node objective; ``cross_node_tokens`` on hand examples.
-* ``solvers.experts.placement``: CP-SAT (``solve_layer_milp``) against ``brute_force_layer``
+* ``solvers.experts`` placement (``exact``, ``placement``, ``construction``, ``migration``,
+  ``scoring``): CP-SAT (``solve_layer_milp``) against ``brute_force_layer``
   on tiny instances, the heuristic ``plan_layer`` within 2 % of the brute-force optimum,
   output validity on medium instances (nominal and robust), ``relabel_to_current`` against
   an enumeration of GPU permutations, and ``drift_scenarios`` determinism.
@@ -24,29 +25,38 @@ import numpy as np
 import pulp
 import pytest
 
-from solvers.experts.eplb_baseline import balanced_packing, rebalance_experts, replicate_experts
-from solvers.experts.groups import (_cheapest_cover, covering_lp_bound, group_ratio, groups_of_placement,
-                                   search_groups, tree_gpus)
-from solvers.experts.placement import (
+from solvers.experts import (
     ExpertLayout,
+    balanced_packing,
     brute_force_layer,
     chain_placement,
+    covering_lp_bound,
+    cross_node_tokens,
     drift_scenarios,
     even_split,
+    even_split_gpu_loads,
     greedy_counts,
     group_placement,
+    group_ratio,
+    groups_of_placement,
     improve_counts,
     interleaved_gpu_order,
+    locality_quotas,
     lp_lower_bound,
     plan_layer,
     plan_layers,
+    rebalance_experts,
     relabel_to_current,
+    replicate_experts,
     replication_placement,
+    search_groups,
     solve_layer_milp,
+    solve_quotas,
     static_gpu_loads,
+    tree_gpus,
     worst_ratio,
 )
-from solvers.experts.quota import cross_node_tokens, even_split_gpu_loads, locality_quotas, solve_quotas
+from solvers.experts.groups import _cheapest_cover  # a private helper, tested on its own
 
 # PuLP 3.x deprecation notices (LpVariable construction, PULP_CBC_CMD) are noise here.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:pulp")
@@ -548,15 +558,50 @@ def test_plan_layers_shapes_and_consistency():
         check_split(plan.phy2log, plan.split, scen[:, layer].mean(0))
 
 
+def _cross_node(w: np.ndarray, plan, layout: ExpertLayout) -> float:
+    """Cross-node tokens of a plan's static split (``cross_node_tokens``' dispatch model)."""
+    node_of_slot = layout.node_of_gpu[layout.gpu_of_slot]
+    nodes = int(layout.node_of_gpu.max()) + 1
+    return cross_node_tokens(w, plan.phy2log, w[plan.phy2log] * plan.split, node_of_slot, nodes)
+
+
 def test_plan_layer_locality_slack():
     layout = ExpertLayout(16, 8, 3, gpus_per_node=4)
     w = _medium_loads(16, seed=3)
     base = plan_layer(w[None], layout)
+    tight = plan_layer(w[None], layout, locality_slack=0.0)
     local = plan_layer(w[None], layout, locality_slack=0.1)
     check_placement(local.phy2log, layout)
     check_split(local.phy2log, local.split, w)
     assert local.ratio <= base.ratio * 1.1 * (1 + 1e-9)
+    assert local.ratio <= tight.ratio * 1.1 * (1 + 1e-9)
     assert local.ratio == pytest.approx(worst_ratio(w[None], local.phy2log, local.split, 8), rel=REL)
+    # Same candidates, a looser cap: the slack can only remove cross-node tokens.
+    assert _cross_node(w, local, layout) <= _cross_node(w, tight, layout) + 1e-6
+
+
+def test_plan_layer_locality_slack_cuts_cross_node_tokens():
+    """Two one-GPU nodes, two slots each, loads (60, 30, 10): the only placement at ratio 1
+    (every other one is >= 1.2) puts expert 0 on both GPUs with experts 1 and 2 beside it, and
+    balance forces expert 0's quotas to 20 / 40 (GPU loads 50 / 50). Tokens originate evenly on
+    the nodes, so 10 of expert 0's, 15 of expert 1's and 5 of expert 2's cross: 30. A 10 % slack
+    (busiest <= 55) lets expert 0 serve 25 on the node with expert 1: only 25 cross. Without the
+    slack (None, or 0: the most local of the best-balanced quotas) that cannot happen."""
+    layout = ExpertLayout(3, 2, 2, gpus_per_node=1)
+    w = np.array([60.0, 30.0, 10.0])
+    slack = 0.1
+    without = [plan_layer(w[None], layout), plan_layer(w[None], layout, locality_slack=0.0)]
+    local = plan_layer(w[None], layout, locality_slack=slack)
+    check_placement(local.phy2log, layout)
+    check_split(local.phy2log, local.split, w)
+    best = min(p.ratio for p in without)
+    assert best == pytest.approx(1.0, rel=REL)
+    for plan in without:
+        assert _cross_node(w, local, layout) < _cross_node(w, plan, layout) - 1.0  # whole tokens
+    # Balance stays within the slack, measured independently of the solver's own ratio.
+    gpu_load = static_gpu_loads(w, local.phy2log, local.split, layout.num_gpus)
+    assert gpu_load.max() / gpu_load.mean() <= best * (1 + slack) * (1 + 1e-9)
+    assert local.ratio <= best * (1 + slack) * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("seed", range(4))

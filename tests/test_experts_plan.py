@@ -38,7 +38,7 @@ def solved(tmp_path_factory, loads_file):
 def test_plan_gets_a_valid_expert_section(solved):
     out, text = solved
     plan = validate_plan(plan_from_json(out.read_text()))
-    doc = plan.expert_placement
+    doc = plan.experts
     assert doc["ep_size"] == plan.config["ep"] == 8 == doc["num_gpus"]
     assert doc["slots_per_gpu"] == 128 // 8 + 1
     assert len(doc["moe_layers"]) == 48
@@ -55,12 +55,12 @@ def test_plan_with_expert_section_is_deterministic(tmp_path, loads_file, solved)
 
 def test_validator_rejects_a_broken_expert_section(solved):
     plan = plan_from_json(solved[0].read_text())
-    doc = json.loads(json.dumps(plan.expert_placement))
+    doc = json.loads(json.dumps(plan.experts))
     layer = doc["physical_to_logical"][0]
     layer[layer.index(0)] = 1 if layer[0] != 1 else 2  # expert 0 may lose its only replica
     doc["physical_to_logical"][0] = [e if e != 0 else 1 for e in layer]
     with pytest.raises(InvalidPlanError, match="no replica|disagree"):
-        validate_plan(replace(plan, expert_placement=doc))
+        validate_plan(replace(plan, experts=doc))
 
 
 def test_loads_that_do_not_match_the_model_exit_2(tmp_path):
@@ -75,4 +75,4 @@ def test_plan_without_expert_section_keeps_its_old_keys(tmp_path):
     out = tmp_path / "plain.json"
     result = CliRunner().invoke(app, SOLVE + ["--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert "expert_placement" not in json.loads(out.read_text())
+    assert "experts" not in json.loads(out.read_text())

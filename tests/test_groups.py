@@ -8,7 +8,8 @@ import pytest
 
 from cost_models import communication as comm
 from cost_models.groups import KINDS, groups_of, rank_map, stage_groups, stage_views
-from cost_models.parallel import ParallelConfig
+from cost_models.parallel import Degrees
+from cost_models.training.config import TrainingConfig
 from cost_models.profile import Profile
 from topologies.cluster import group_view, worst_group_view
 from topologies.spec import cluster_from_dict
@@ -32,31 +33,31 @@ def _slowness(view):
     return (b.bw_bytes_per_s * (view.members_per_domain if b is view.inter else 1), -b.latency_s)
 
 
-CONFIGS = [ParallelConfig(tp=4, pp=2, dp=2, cp=2), ParallelConfig(tp=2, pp=4, dp=4),
-           ParallelConfig(tp=1, pp=1, dp=32, ep=8), ParallelConfig(tp=8, pp=2, dp=2, ep=2, etp=1),
-           ParallelConfig(tp=2, pp=2, cp=2, dp=4, ep=4, etp=2)]
+CONFIGS = [TrainingConfig(degrees=Degrees(tp=4, pp=2, dp=2, cp=2)), TrainingConfig(degrees=Degrees(tp=2, pp=4, dp=4)),
+           TrainingConfig(degrees=Degrees(tp=1, pp=1, dp=32, ep=8)), TrainingConfig(degrees=Degrees(tp=8, pp=2, dp=2, ep=2, etp=1)),
+           TrainingConfig(degrees=Degrees(tp=2, pp=2, cp=2, dp=4, ep=4, etp=2))]
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=str)
 @pytest.mark.parametrize("kind", KINDS)
 def test_groups_partition_the_ranks(cfg, kind):
     """Every rank is in exactly one group of each kind (pp: one whole pipeline)."""
-    groups = groups_of(cfg, kind)
+    groups = groups_of(cfg.degrees, kind)
     flat = sorted(r for g in groups for r in g)
-    assert flat == list(range(cfg.num_gpus))
-    size = {"tp": cfg.tp, "cp": cfg.cp, "dp": cfg.dp, "dp_cp": cfg.dp * cfg.cp, "pp": cfg.pp,
-            "ep": cfg.ep, "edp": cfg.expert_dp}[kind]
+    assert flat == list(range(cfg.degrees.num_gpus))
+    size = {"tp": cfg.degrees.tp, "cp": cfg.degrees.cp, "dp": cfg.degrees.dp, "dp_cp": cfg.degrees.dp * cfg.degrees.cp, "pp": cfg.degrees.pp,
+            "ep": cfg.degrees.ep, "edp": cfg.degrees.expert_dp}[kind]
     assert {len(g) for g in groups} == {size}
 
 
 def test_megatron_order_formula():
     """rank = tp_r + tp*(cp_r + cp*(dp_r + dp*pp_r)) (Megatron RankGenerator, order tp-cp-dp-pp)."""
-    cfg = ParallelConfig(tp=2, pp=2, dp=2, cp=2)
-    assert groups_of(cfg, "tp")[0] == [0, 1]
-    assert groups_of(cfg, "cp")[0] == [0, 2]
-    assert groups_of(cfg, "dp")[0] == [0, 4]
-    assert groups_of(cfg, "pp")[0] == [0, 8]
-    pairs = stage_groups(cfg, "pp")
+    cfg = TrainingConfig(degrees=Degrees(tp=2, pp=2, dp=2, cp=2))
+    assert groups_of(cfg.degrees, "tp")[0] == [0, 1]
+    assert groups_of(cfg.degrees, "cp")[0] == [0, 2]
+    assert groups_of(cfg.degrees, "dp")[0] == [0, 4]
+    assert groups_of(cfg.degrees, "pp")[0] == [0, 8]
+    pairs = stage_groups(cfg.degrees, "pp")
     assert pairs[0][0].tolist() == [0, 8] and pairs[1][0].tolist() == [8, 0]
 
 
@@ -95,15 +96,15 @@ def test_stage_views_see_each_stages_own_links():
             {"name": "slow", "count": 1, "gpu": "H100", "gpus_per_node": 8, "fabric": "pcie",
              "nics": [{"count": 8, "gbps": 400, "transport": "ib"}]}],
         "network": {"tiers": [{"name": "leaf", "nodes_per_switch": 2}]}})
-    views = stage_views(cluster, ParallelConfig(tp=8, pp=2, dp=1))
+    views = stage_views(cluster, Degrees(tp=8, pp=2, dp=1))
     assert views[0].tp.intra.name == "nvswitch" and views[1].tp.intra.name == "pcie"
-    flipped = stage_views(cluster, ParallelConfig(tp=8, pp=2, dp=1), node_order=(1, 0))
+    flipped = stage_views(cluster, Degrees(tp=8, pp=2, dp=1), node_order=(1, 0))
     assert flipped[0].tp.intra.name == "pcie"
 
 
 def test_large_cluster_stage_views():
     """16,384 GPUs: TP stays in a node, DP spans the leaf switches (timed in benchmarks/)."""
-    from topologies.spec import homogeneous_cluster
-    views = stage_views(homogeneous_cluster("H100", 2048, 8), ParallelConfig(tp=8, pp=16, dp=128))
+    from topologies.standard import homogeneous_cluster
+    views = stage_views(homogeneous_cluster("H100", 2048, 8), Degrees(tp=8, pp=16, dp=128))
     assert len(views) == 16 and views[0].tp.num_domains == 1 and views[0].tp.inter is None
     assert views[0].dp.num_domains == 128

@@ -1,6 +1,6 @@
 """Stage mapping (``solvers.mapping``): CP-SAT against exhaustive search, Megatron and hand-made cases.
 
-Every expected value here comes from the definitions in the module docstring (stage speed =
+Every expected value here comes from the definitions in ``solvers.mapping.problem`` (stage speed =
 slowest unit, objective = sum of stage speeds minus the penalty per extra domain, the
 documented tie-break), never from a previous run of the solver.
 """
@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from solvers import mapping as mp
+from solvers.mapping import cpsat
 from solvers.mapping import (BRUTE_FORCE_MAX_UNITS, SPEED_SCALE, InfeasibleMapping, Mapping,
                              MappingProblem, brute_force_mapping, mapping_objective,
                              megatron_mapping, megatron_stage_units, solve_mapping, unit_classes,
@@ -306,7 +306,7 @@ def test_homogeneous_cluster_returns_megatron(monkeypatch, gpus, domains, stages
     def no_model(*args, **kwargs):
         raise AssertionError("the homogeneous fast path must not build a CP-SAT model")
 
-    monkeypatch.setattr(mp, "_build_model", no_model)
+    monkeypatch.setattr(cpsat, "_build_model", no_model)
     got = solve_mapping(p)
     expected = _megatron_stages(p)
     assert got.stage_units == _canonical(expected) == megatron_mapping(p).stage_units

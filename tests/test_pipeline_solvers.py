@@ -4,11 +4,12 @@
   written here from the module docstring's definitions (and against the module's own brute
   force, whose tie-break must match exactly), on seeded random instances with extras,
   slowdowns, memory limits and minimum layer counts; plus hand-checked cases.
-* ``solvers.pipeline.sim``: the event simulator against the closed forms on a grid of
+* ``solvers.pipeline.sim``: the event simulator, run on the orders of
+  ``solvers.pipeline.schedules``, against ``solvers.pipeline.closed_form`` on a grid of
   ``p, m, v, f, b``, and the events against the scheduling rules (every operation once,
   dependencies, no overlap on a device, earliest start).
 * ``solvers.pipeline.slimpipe``: slice costs from the causal-attention block count, the step time
-  against ``pipeline_sim.simulate_orders`` on ``slimpipe_orders``, and ``choose_slices``
+  against ``sim.simulate_orders`` on ``slimpipe_orders``, and ``choose_slices``
   against a plain loop over the allowed slice counts.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 import pytest
 
 from solvers.pipeline import dp
-from solvers.pipeline import sim
+from solvers.pipeline import closed_form, schedules, sim
 from solvers.pipeline import slimpipe as sp
 
 REL = 1e-9
@@ -305,7 +306,7 @@ def test_dp_rejects_malformed_input():
 def _grid():
     """(schedule, p, m, v) covering m < p, m == p and m > p (interleaved: m multiple of p)."""
     for p in range(1, 7):
-        for schedule in sim.SCHEDULES:
+        for schedule in schedules.SCHEDULES:
             if schedule == "interleaved-1f1b":
                 for v in (2, 3, 4):
                     for m in (p, 2 * p, 3 * p):
@@ -369,7 +370,7 @@ def _check_events(problem: sim.PipelineProblem, result: sim.PipelineResult) -> N
     assert result.step_s == max(e.end_s for e in result.events)
 
 
-@pytest.mark.parametrize("schedule", sim.SCHEDULES)
+@pytest.mark.parametrize("schedule", schedules.SCHEDULES)
 def test_simulator_matches_closed_forms_on_uniform_stages(schedule):
     checked = 0
     for sched, p, m, v in _grid():
@@ -379,17 +380,17 @@ def test_simulator_matches_closed_forms_on_uniform_stages(schedule):
             problem = sim.PipelineProblem(schedule, p, m, f, b, num_chunks=v,
                                           weight_grad_fraction=wf)
             result = sim.simulate(problem)
-            assert result.step_s == pytest.approx(sim.step_closed_form_s(problem), rel=REL)
-            assert result.bubble_s == pytest.approx(sim.bubble_closed_form_s(problem),
+            assert result.step_s == pytest.approx(closed_form.step_closed_form_s(problem), rel=REL)
+            assert result.bubble_s == pytest.approx(closed_form.bubble_closed_form_s(problem),
                                                     rel=REL, abs=1e-12)
-            assert result.peak_in_flight == sim.peak_in_flight_closed_form(problem)
+            assert result.peak_in_flight == closed_form.peak_in_flight_closed_form(problem)
             # the step is one device's work plus the bubble
             assert result.step_s == pytest.approx(v * m * (f + b) + result.bubble_s, rel=REL)
             checked += 1
     assert checked >= 60
 
 
-@pytest.mark.parametrize("schedule", sim.SCHEDULES)
+@pytest.mark.parametrize("schedule", schedules.SCHEDULES)
 def test_simulator_events_obey_the_scheduling_rules(schedule):
     rng = np.random.default_rng(11)
     for p in (1, 2, 3, 5):
@@ -447,8 +448,9 @@ def test_interleaved_m_equal_p_matches_megatron_all_warmup_order():
     for p in range(1, 6):
         for v in (2, 3, 4):
             problem = sim.PipelineProblem("interleaved-1f1b", p, p, 0.7, 1.9, num_chunks=v)
-            orders = [tuple(("F",) + sim.interleaved_op(p, v, k, True) for k in range(v * p))
-                      + tuple(("B",) + sim.interleaved_op(p, v, k, False) for k in range(v * p))
+            op = schedules.interleaved_op
+            orders = [tuple(("F",) + op(p, v, k, True) for k in range(v * p))
+                      + tuple(("B",) + op(p, v, k, False) for k in range(v * p))
                       for _ in range(p)]
             all_warmup = sim.simulate_orders(
                 orders, lambda s, kind, mb, c: sim.op_duration_s(problem, s, kind), num_chunks=v)
@@ -459,7 +461,7 @@ def test_interleaved_m_equal_p_matches_megatron_all_warmup_order():
 
 def test_nonuniform_stages_respect_lower_bounds():
     rng = np.random.default_rng(5)
-    for schedule in sim.SCHEDULES:
+    for schedule in schedules.SCHEDULES:
         for _ in range(15):
             p = int(rng.integers(1, 6))
             v = int(rng.integers(2, 4)) if schedule == "interleaved-1f1b" else 1
@@ -479,7 +481,7 @@ def test_nonuniform_stages_respect_lower_bounds():
 
 
 def test_p2p_latency_lengthens_the_step_only_across_devices():
-    for schedule in sim.SCHEDULES:
+    for schedule in schedules.SCHEDULES:
         v = 2 if schedule == "interleaved-1f1b" else 1
         for p in (2, 4):
             base = sim.PipelineProblem(schedule, p, 2 * p, 1.0, 2.0, num_chunks=v)
@@ -490,12 +492,12 @@ def test_p2p_latency_lengthens_the_step_only_across_devices():
         local = sim.PipelineProblem(schedule, 1, 3, 1.0, 2.0, num_chunks=v, p2p_s=0.5)
         assert sim.simulate(local).step_s == pytest.approx(v * 3 * 3.0, rel=REL)
         with pytest.raises(ValueError):
-            sim.step_closed_form_s(sim.PipelineProblem(schedule, 2, 2, 1.0, 2.0, num_chunks=v,
-                                                       p2p_s=0.1))
+            closed_form.step_closed_form_s(sim.PipelineProblem(schedule, 2, 2, 1.0, 2.0,
+                                                               num_chunks=v, p2p_s=0.1))
 
 
 def test_simulation_is_deterministic():
-    for schedule in sim.SCHEDULES:
+    for schedule in schedules.SCHEDULES:
         v = 3 if schedule == "interleaved-1f1b" else 1
         problem = sim.PipelineProblem(schedule, 4, 8, (1.0, 1.3, 0.9, 1.1),
                                       (2.0, 2.2, 1.8, 2.5), num_chunks=v, p2p_s=0.05)
@@ -517,9 +519,9 @@ def test_simulator_rejects_bad_orders_and_bad_problems():
     with pytest.raises(ValueError):
         sim.PipelineProblem("pipedream", 4, 6, 1.0, 1.0)
     with pytest.raises(ValueError, match="num_microbatches >= num_stages"):
-        sim.bubble_closed_form_s(sim.PipelineProblem("zb-h1", 4, 3, 1.0, 1.0))
+        closed_form.bubble_closed_form_s(sim.PipelineProblem("zb-h1", 4, 3, 1.0, 1.0))
     with pytest.raises(ValueError, match="uniform"):
-        sim.bubble_closed_form_s(sim.PipelineProblem("1f1b", 2, 3, (1.0, 2.0), 1.0))
+        closed_form.bubble_closed_form_s(sim.PipelineProblem("1f1b", 2, 3, (1.0, 2.0), 1.0))
 
 
 # =========================================================================================
@@ -550,7 +552,8 @@ def test_one_slice_is_the_unsliced_micro_batch():
                                    num_microbatches=m, activation_bytes=10.0,
                                    memory_budget_bytes=1e9)
             one = sim.PipelineProblem("1f1b", p, m, 8.0 / 3, 16.0 / 3)
-            assert sp.step_time_s(pr, 1) == pytest.approx(sim.step_closed_form_s(one), rel=REL)
+            assert sp.step_time_s(pr, 1) == pytest.approx(closed_form.step_closed_form_s(one),
+                                                          rel=REL)
             assert sp.step_time_s(pr, 1) == pytest.approx(sim.simulate(one).step_s, rel=REL)
             assert sp.peak_activation_bytes(pr, 1) == 10.0 * min(m, p)
 

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 from plan_helpers import solve_to
+from planner.plan.file import load_plan
 
 torch = pytest.importorskip("torch")
-from planner.run.reference_job import (STEP_KINDS, TIMED_KINDS, JobShape, _one_f_one_b,  # noqa: E402
-                                    main, reference_losses)
+from planner.run.reference_job import (STEP_KINDS, TIMED_KINDS, JobShape, main,  # noqa: E402
+                                       one_f_one_b, reference_losses)
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-5  # relative: float32 sums in another order (micro-batches, DP all-reduce)
@@ -99,7 +100,7 @@ def test_parallel_losses_equal_the_single_process_reference(tmp_path, tp, pp):
 @pytest.mark.parametrize("stages,micro", [(1, 3), (2, 4), (4, 4), (4, 2), (3, 5)])
 def test_one_f_one_b_order(stages, micro):
     for stage in range(stages):
-        order = _one_f_one_b(stage, stages, micro)
+        order = one_f_one_b(stage, stages, micro)
         assert sorted(order) == sorted([("F", i) for i in range(micro)] + [("B", i) for i in range(micro)])
         seen = set()
         for kind, i in order:  # a backward follows its forward; in flight <= stages - stage
@@ -127,8 +128,7 @@ def test_expert_parallel_run_follows_the_placement_and_matches_the_reference(tmp
 
     from solvers.experts.quota import solve_quotas
 
-    plan = json.loads(moe_plan.read_text())
-    doc = plan["expert_placement"]
+    doc = load_plan(moe_plan).experts
     assert max(max(c) for c in doc["replica_counts"]) >= 2  # some expert is replicated
     record = _run_and_check_losses(moe_plan, tmp_path, dp=4, **TINY_MOE)
     ranks = sorted(record["expert_events"], key=lambda r: r["ep"])
@@ -173,11 +173,11 @@ def test_plan_size_trains_the_plans_model_and_batch(tmp_path):
     """``--size plan``: the plan's widths, vocabulary, sequence and micro-batches (EP4)."""
     plan = solve_to(tmp_path / "plan.json", "--pp", "1", "--ep", "4", "--schedule", "1f1b",
                     "--seq-len", "64", model=str(_plan_size_model(tmp_path)))
-    doc = json.loads(plan.read_text())
+    doc = load_plan(plan)
     shape = dict(TINY_MOE, hidden=256, heads=4, ffn=1024, vocab=1024, expert_ffn=512, seq_len=64,
-                 micro_batch=doc["config"]["micro_batch"], micro_batches=doc["micro_batches"],
-                 dp=doc["config"]["dp"], steps=2)
-    assert doc["config"]["dp"] * shape["micro_batch"] * shape["micro_batches"] == 8
+                 micro_batch=doc.config["micro_batch"], micro_batches=doc.micro_batches,
+                 dp=doc.config["dp"], steps=2)
+    assert doc.config["dp"] * shape["micro_batch"] * shape["micro_batches"] == 8
     record = _run_and_check_losses(plan, tmp_path, "--size", "plan", "--steps", "2", **shape)
     shape["moe_layers"] = [False, True, True, True]
     assert {k: record["shape"][k] for k in shape} == shape

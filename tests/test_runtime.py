@@ -1,4 +1,5 @@
-"""planner.run.runtime: groups built from a plan under real torchrun (gloo, CPU), and worlds refused."""
+"""planner.run.runtime: rank views in Megatron's rank order, the backend choice, groups built
+from a plan under real torchrun (gloo, CPU), and worlds refused."""
 from __future__ import annotations
 
 import json
@@ -10,8 +11,9 @@ from pathlib import Path
 
 import pytest
 from plan_helpers import solve_to
+from planner.errors import PlannerError
 from planner.plan.file import load_plan
-from planner.run.runtime import WorldMismatch, rank_view
+from planner.run.runtime import WorldMismatch, choose_backend, degrees_of, rank_view
 
 WORKER = Path(__file__).parent / "workers" / "runtime_worker.py"
 
@@ -26,13 +28,56 @@ def _env(rank, world=4, local=None, local_world=4, node=0):
             "LOCAL_WORLD_SIZE": str(local_world), "GROUP_RANK": str(node)}
 
 
-def test_rank_view_matches_the_rank_table(plan_path):
-    plan = load_plan(plan_path)
-    for row in plan.ranks["rows"]:
-        cols = dict(zip(plan.ranks["columns"], row))
-        view = rank_view(plan, _env(cols["rank"]))
-        assert view.coords["pp"] == cols["pp"] and view.coords["dp"] == cols["dp"]
-        assert view.layers == tuple(plan.stages[cols["pp"]]["layers"])
+@pytest.fixture(scope="module", params=[(1, 2), (2, 1)], ids=["dp2xpp2", "tp2xdp2"])
+def degrees_and_plan(request, tmp_path_factory):
+    """(tp, dp, pp) asked of ``planner solve`` on one node of 4, and the plan it wrote."""
+    tp, pp = request.param
+    path = solve_to(tmp_path_factory.mktemp("plan") / "plan.json", "--tp", str(tp), "--pp", str(pp))
+    return (tp, 4 // (tp * pp), pp), load_plan(path)
+
+
+def test_rank_view_follows_the_megatron_rank_order(degrees_and_plan):
+    """Coordinates derived here from the rank alone, by Megatron-LM's order
+    rank = tp_r + tp * (cp_r + cp * (dp_r + dp * pp_r)) (cp = 1), not read from the plan's
+    rank table; the stages' layers (one set per stage) split the model's layers, each once."""
+    (tp, dp, pp), plan = degrees_and_plan
+    layers_by_stage = {}
+    for rank in range(4):
+        view = rank_view(plan, _env(rank))
+        want = {"tp": rank % tp, "cp": 0, "dp": rank // tp % dp, "pp": rank // (tp * dp)}
+        assert {k: view.coords[k] for k in want} == want, f"rank {rank}"
+        assert (view.rank, view.world_size, view.node_rank, view.local_rank) == (rank, 4, 0, rank)
+        assert view.stage == want["pp"]
+        layers_by_stage.setdefault(view.stage, set()).add(view.layers)
+    assert all(len(seen) == 1 for seen in layers_by_stage.values())  # one stage, one layer set
+    every = sorted(layer for s in range(pp) for layer in next(iter(layers_by_stage[s])))
+    assert every == list(range(plan.model_spec().num_layers))
+
+
+def test_degrees_are_read_off_the_plans_groups(degrees_and_plan):
+    (tp, dp, pp), plan = degrees_and_plan
+    assert {k: degrees_of(plan)[k] for k in ("tp", "cp", "dp", "pp", "ep")} == {
+        "tp": tp, "cp": 1, "dp": dp, "pp": pp, "ep": 1}
+
+
+@pytest.mark.parametrize("requested, cuda, chosen", [
+    (None, False, "gloo"),
+    (None, True, "nccl"),
+    ("gloo", True, "gloo"),
+    ("gloo", False, "gloo"),
+    ("nccl", True, "nccl"),
+])
+def test_choose_backend(requested, cuda, chosen):
+    assert choose_backend(requested, cuda) == chosen
+
+
+@pytest.mark.parametrize("requested, message", [
+    ("nccl", "'nccl' needs CUDA"),
+    ("mpi", "expected one of gloo, nccl"),
+])
+def test_choose_backend_refuses_what_cannot_run_here(requested, message):
+    with pytest.raises(PlannerError, match=message):
+        choose_backend(requested, cuda_available=False)
 
 
 @pytest.mark.parametrize("env, message", [

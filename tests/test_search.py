@@ -1,11 +1,11 @@
 """The search's best equals exhaustive enumeration under the same cost model.
 
-The exhaustive reference builds every ParallelConfig of the planner's space by brute force
+The exhaustive reference builds every TrainingConfig of the planner's space by brute force
 (every factorisation of the GPUs, every micro-batch, interleaving depth, schedule, recompute
 choice and number of recomputed layers, ZeRO stage 0-3, sequence parallelism on and off,
 SlimPipe sequence slices 1-16),
 keeps those ``check_config`` accepts and that fit in memory, estimates each, and takes the
-fastest. The search instead walks ``solvers.search_space``'s generators, prunes tuples by a
+fastest. The search instead walks ``cost_models.space``'s generators, prunes tuples by a
 memory lower bound and takes the first fitting recompute/ZeRO option; these tests show that the
 shortcuts lose nothing. The space's own restrictions (TP inside one NVLink domain, expert TP 1
 or tp, CP a power of two with >= 4096 tokens per rank, sequence slicing from 16K tokens up)
@@ -19,12 +19,14 @@ from dataclasses import replace
 import pytest
 
 from cost_models.model_spec import MoESpec, ModelSpec
-from cost_models.parallel import ConfigError, ParallelConfig, Workload, check_config
+from cost_models.parallel import ConfigError, Degrees
+from cost_models.training.config import TrainingConfig, Workload, check_config
 from cost_models.profile import default_profile
 from cost_models.training.step import estimate, estimate_memory
 from planner.training.search import SearchSpace, rank_key, search, tuple_floor_s
-from solvers.search_space import Degrees, divisors
-from topologies.spec import homogeneous_cluster
+from cost_models.parallel import Degrees
+from cost_models.space import divisors
+from topologies.standard import homogeneous_cluster
 
 GPU = "A100-SXM4-40GB"
 
@@ -57,10 +59,7 @@ def _exhaustive(model, cluster, workload, prof, only_pp=None):
                     continue
                 if k > 1 and (workload.seq_len < 16384 or pp == 1 or v > 1 or zb):
                     continue
-                base = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep,
-                                      etp=None if etp == tp else etp, vpp=v, micro_batch=mb,
-                                      sequence_parallel=sp, zero=zero, zero_bubble=zb,
-                                      seq_slices=k)
+                base = TrainingConfig(degrees=Degrees(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp), vpp=v, micro_batch=mb, sequence_parallel=sp, zero=zero, zero_bubble=zb, seq_slices=k)
                 try:
                     check_config(model, workload, base, n)
                 except ConfigError:
@@ -118,7 +117,7 @@ def test_search_respects_fixed_degrees_and_ranks_fastest_first():
     model, cluster = _model(False), homogeneous_cluster(GPU, 2, 8)
     prof, work = default_profile(GPU), Workload(4096, 32)
     result = search(model, cluster, work, prof, SearchSpace(tp=2), top_k=50)
-    assert all(e.config.tp == 2 for e in result.ranked)
+    assert all(e.config.degrees.tp == 2 for e in result.ranked)
     keys = [rank_key(e) for e in result.ranked]
     assert keys == sorted(keys)
     assert result.stats.options_estimated >= len(result.ranked)
@@ -134,7 +133,7 @@ def test_compute_floor_bounds_every_tuple_and_bound_pruning_loses_nothing(moe):
     assert full.stats.tuples_pruned_bound == 0
     for est in full.ranked:
         c = est.config
-        d = Degrees(tp=c.tp, cp=c.cp, pp=c.pp, dp=c.dp, ep=c.ep, etp=c.expert_tp)
+        d = c.degrees
         assert tuple_floor_s(model, cluster, work, prof, d) <= est.step_time_s * (1 + 1e-12)
     for k in (1, 3):
         pruned = search(model, cluster, work, prof, SearchSpace(), top_k=k)

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from cost_models.parallel import ConfigError, ParallelConfig, Workload, check_config
+from cost_models.parallel import ConfigError, Degrees
+
+from cost_models.training.config import TrainingConfig, Workload, check_config
 from cost_models.profile import default_profile
 from cost_models.training.step import estimate
 from planner.emit import EmitOptions, emit
 from planner.inputs.models import load_model
-from planner.plan.document import build_plan
+from planner.training.build import build_plan
 from planner.training.search import SearchSpace, search
 from planner.training.timeline import simulate_plan
 from planner.plan.validate import plan_problems
 from solvers.pipeline import slimpipe
-from topologies.spec import homogeneous_cluster
+from topologies.standard import homogeneous_cluster
 
 GPU = "H100-SXM5-80GB"
 WORK = Workload(131072, 8)
@@ -26,10 +28,10 @@ def setup():
     return load_model("llama-3.1-8b"), homogeneous_cluster(GPU, 4, 8), default_profile(GPU)
 
 
-def _cfg(k: int, **kw) -> ParallelConfig:
+def _cfg(k: int, **kw) -> TrainingConfig:
     base = dict(tp=8, pp=4, dp=1, micro_batch=1, sequence_parallel=True, recompute="none")
     base.update(kw)
-    return ParallelConfig(seq_slices=k, **base)
+    return TrainingConfig.from_dict({**base, "seq_slices": k})
 
 
 @pytest.mark.parametrize("k", [2, 4, 8, 16])
@@ -109,11 +111,11 @@ def test_slices_must_divide_the_sequence_and_need_plain_1f1b(setup):
     with pytest.raises(ConfigError):
         check_config(model, Workload(131072 + 8, 8), _cfg(16), 32)
     with pytest.raises(ConfigError):
-        ParallelConfig(tp=8, pp=4, vpp=2, seq_slices=2)
+        TrainingConfig(degrees=Degrees(tp=8, pp=4), vpp=2, seq_slices=2)
     with pytest.raises(ConfigError):
-        ParallelConfig(tp=8, pp=4, zero_bubble=True, seq_slices=2)
+        TrainingConfig(degrees=Degrees(tp=8, pp=4), zero_bubble=True, seq_slices=2)
     with pytest.raises(ConfigError):
-        ParallelConfig(tp=8, pp=1, dp=4, seq_slices=2)
+        TrainingConfig(degrees=Degrees(tp=8, pp=1, dp=4), seq_slices=2)
 
 
 def test_emitters_warn_that_frameworks_run_plain_1f1b(setup):

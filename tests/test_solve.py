@@ -14,17 +14,22 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cost_models.parallel import ParallelConfig, Workload
+from cost_models.parallel import Degrees
+
+from cost_models.training.config import TrainingConfig, Workload
 from cost_models.profile import default_profile
 from cost_models.training.step import estimate
 from planner.cli.app import app
 from planner.inputs.models import load_model
 from planner.training.placement import best_placement
-from planner.plan.document import build_plan, plan_from_dict, plan_from_json, plan_to_dict, plan_to_json
+from planner.plan.document import (inputs_hash, plan_from_dict, plan_from_json, plan_to_dict,
+                                   plan_to_json)
+from planner.training.build import build_plan
 from planner.training.search import SearchSpace
 from planner.training.solve import solve
 from planner.plan.validate import InvalidPlanError, plan_problems, validate_plan
-from topologies.spec import cluster_from_dict, homogeneous_cluster
+from topologies.spec import cluster_from_dict
+from topologies.standard import homogeneous_cluster
 
 runner = CliRunner()
 ENV = {"COLUMNS": "160"}
@@ -68,16 +73,20 @@ def _broken(plan, change):
 
 
 BREAKS = {
-    "duplicate rank": (lambda d: d["ranks"]["rows"].__setitem__(1, list(d["ranks"]["rows"][0])),
-                       "ranks are not exactly"),
-    "lost layer": (lambda d: d["stages"][-1]["layers"].pop(), "layers exactly once"),
+    "duplicate rank": (lambda d: d["pools"][0]["ranks"]["rows"].__setitem__(
+        1, list(d["pools"][0]["ranks"]["rows"][0])), "ranks are not exactly"),
+    "lost layer": (lambda d: d["training"]["stages"][-1]["layers"].pop(), "layers exactly once"),
     "memory": (lambda d: d["prediction"]["stage_memory"][0].__setitem__("peak_bytes", 1e12),
                "GiB per GPU"),
-    "group size": (lambda d: d["groups"]["dp"].__setitem__(0, d["groups"]["dp"][0][:1]),
-                   "groups.dp"),
+    "group size": (lambda d: d["pools"][0]["groups"]["dp"].__setitem__(
+        0, d["pools"][0]["groups"]["dp"][0][:1]), "groups.dp"),
+    "swapped coordinates": (lambda d: d["pools"][0]["ranks"]["rows"][0].__setitem__(3, 1),
+                            "coordinates tp"),
     "inputs edited": (lambda d: d["inputs"]["workload"].__setitem__("global_batch", 128),
                       "inputs_hash"),
-    "batch": (lambda d: d.__setitem__("micro_batches", d["micro_batches"] + 1), "global batch"),
+    "batch": (lambda d: d["training"].__setitem__("micro_batches",
+                                                  d["training"]["micro_batches"] + 1),
+              "global batch"),
 }
 
 
@@ -94,13 +103,14 @@ def test_validator_catches_broken_plans(small_plans, name):
 def test_validator_requires_every_expert_placed():
     model = load_model("mixtral-8x7b")
     cluster, prof = homogeneous_cluster("H100", 2), default_profile("H100-SXM5-80GB")
-    est = estimate(model, cluster, Workload(4096, 64), ParallelConfig(tp=2, pp=2, dp=4, ep=4,
-                                                                       sequence_parallel=True), prof)
+    est = estimate(model, cluster, Workload(4096, 64), TrainingConfig(degrees=Degrees(tp=2, pp=2, dp=4, ep=4), sequence_parallel=True), prof)
     plan = build_plan(model, cluster, est, prof)
     assert plan_problems(plan) == []
-    data = plan_to_dict(plan)
-    data["config"] = dict(data["config"], ep=3)
-    assert any("expert" in p or "ep" in p for p in plan_problems(plan_from_dict(data)))
+    data = copy.deepcopy(plan_to_dict(plan))
+    data["inputs"]["model"]["moe"]["num_experts"] = 6  # ep=4 now leaves experts without a home
+    data["inputs_hash"] = inputs_hash(data["inputs"])  # so that only the expert check can fire
+    problems = plan_problems(plan_from_dict(data))
+    assert any("ep: expected a divisor of the routed experts (6)" in p for p in problems), problems
 
 
 def _alternating_cluster():
@@ -122,7 +132,7 @@ def test_mapping_strictly_beats_megatron_order_on_two_link_speeds():
     stages run at PCIe speed; grouping like nodes gives one fast stage that takes more layers."""
     model, cluster = load_model("llama-3.1-8b"), _alternating_cluster()
     prof, work = default_profile("H100-SXM5-80GB"), Workload(4096, 64)
-    cfg = ParallelConfig(tp=8, pp=2, dp=2, sequence_parallel=True)
+    cfg = TrainingConfig(degrees=Degrees(tp=8, pp=2, dp=2), sequence_parallel=True)
     megatron = estimate(model, cluster, work, cfg, prof)
     placed = best_placement(model, cluster, work, megatron, prof)
     assert placed.node_order is not None and sorted(placed.node_order) == [0, 1, 2, 3]
@@ -131,9 +141,9 @@ def test_mapping_strictly_beats_megatron_order_on_two_link_speeds():
     assert {0, 2} in stage_nodes and {1, 3} in stage_nodes
 
 
-@pytest.mark.parametrize("cfg", [ParallelConfig(tp=8, pp=2, dp=2, sequence_parallel=True),
-                                 ParallelConfig(tp=4, pp=4, dp=2, sequence_parallel=True),
-                                 ParallelConfig(tp=2, pp=2, dp=8, sequence_parallel=True)],
+@pytest.mark.parametrize("cfg", [TrainingConfig(degrees=Degrees(tp=8, pp=2, dp=2), sequence_parallel=True),
+                                 TrainingConfig(degrees=Degrees(tp=4, pp=4, dp=2), sequence_parallel=True),
+                                 TrainingConfig(degrees=Degrees(tp=2, pp=2, dp=8), sequence_parallel=True)],
                          ids=str)
 def test_mapping_never_worse_than_megatron(cfg):
     model, cluster = load_model("llama-3.1-8b"), _alternating_cluster()
@@ -202,7 +212,7 @@ def test_explain_rejects_bad_plan_files(tmp_path, content, expected):
 
 def test_explain_rejects_tampered_plan(small_plans, tmp_path):
     data = json.loads((small_plans / "plan-01.json").read_text())
-    data["ranks"]["rows"][0][0] = 1
+    data["pools"][0]["ranks"]["rows"][0][0] = 1
     path = tmp_path / "tampered.json"
     path.write_text(json.dumps(data))
     result = runner.invoke(app, ["explain", str(path)], env=ENV)

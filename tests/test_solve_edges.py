@@ -10,13 +10,18 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cost_models.parallel import ParallelConfig, Workload
+from cost_models.parallel import Degrees
+
+from cost_models.training.config import TrainingConfig, Workload
 from cost_models.profile import default_profile
-from cost_models.training.step import StageCost, bubble_s, estimate
+from cost_models.training.pipeline import bubble_s
+from cost_models.training.stage import StageCost
+from cost_models.training.step import estimate
 from planner.cli.app import app
 from planner.inputs.models import load_model
-from solvers.pipeline.sim import PipelineProblem, bubble_closed_form_s
-from topologies.spec import homogeneous_cluster
+from solvers.pipeline.closed_form import bubble_closed_form_s
+from solvers.pipeline.sim import PipelineProblem
+from topologies.standard import homogeneous_cluster
 
 runner = CliRunner()
 ENV = {"COLUMNS": "160"}
@@ -30,7 +35,7 @@ def test_partial_full_recompute_keeps_the_other_layers_activations():
     model, cluster, prof = load_model("llama-3.1-70b"), homogeneous_cluster(GPU, 8), \
         default_profile(GPU)
     work = Workload(4096, 64)
-    base = ParallelConfig(tp=8, pp=4, dp=2, sequence_parallel=True)
+    base = TrainingConfig(degrees=Degrees(tp=8, pp=4, dp=2), sequence_parallel=True)
 
     def acts(**kw):
         return estimate(model, cluster, work, replace(base, **kw), prof).memory.activations_bytes
@@ -44,8 +49,10 @@ def test_partial_full_recompute_keeps_the_other_layers_activations():
 def test_zb_h1_bubble_matches_the_simulators_closed_form(p, t, w):
     """Uniform stages of time t with weight-gradient part w: the cost model's ZB-H1 bubble is
     Qi et al.'s (p-1)(T_F + T_B - min(T_W, T_F, T_B)) with T_F = T_B = (t - w)/2."""
-    stages = tuple(StageCost(s, 1, t, 0.0, 0.0, 0.0, 0.0, 0.0, w) for s in range(p))
-    cfg = ParallelConfig(pp=p, zero_bubble=True)
+    stages = tuple(StageCost(stage=s, layers=1, compute_s=t, recompute_s=0.0, tp_comm_s=0.0,
+                             cp_comm_s=0.0, ep_comm_s=0.0, pp_comm_s=0.0, weight_grad_s=w)
+                   for s in range(p))
+    cfg = TrainingConfig(degrees=Degrees(pp=p), zero_bubble=True)
     f = (t - w) / 2
     problem = PipelineProblem(schedule="zb-h1", num_stages=p, num_microbatches=2 * p,
                               forward_s=f, backward_s=t - f, weight_grad_fraction=w / (t - f))
@@ -54,11 +61,12 @@ def test_zb_h1_bubble_matches_the_simulators_closed_form(p, t, w):
 
 def test_odd_sequence_lengths_turn_sequence_parallelism_off(tmp_path):
     out = tmp_path / "p.json"
-    result = runner.invoke(app, ["solve", "--model", "llama-3.1-8b", "--nodes", "1",
+    result = runner.invoke(app, ["solve", "--model", "llama-3.1-8b", "--nodes", "1", "--tp", "2",
                                  "--seq-len", "1001", "--top-k", "3", "--out", str(out)], env=ENV)
     assert result.exit_code == 0, result.output
-    config = json.loads(out.read_text())["config"]
-    assert not (config["sequence_parallel"] and 1001 % config["tp"])
+    plan = json.loads(out.read_text())
+    assert plan["pools"][0]["degrees"]["tp"] == 2  # 1001 tokens do not split over 2 TP ranks
+    assert plan["training"]["options"]["sequence_parallel"] is False
 
 
 def test_slimpipe_plans_place_on_mixed_clusters():

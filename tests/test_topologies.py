@@ -20,10 +20,12 @@ from planner.plan.document import cluster_to_plain
 from planner.report.topo import render_presets, render_topology
 from topologies.catalog import INLINE_CONFIDENCE, UnknownGpuError, gpu_catalog
 from topologies.cluster import Cluster, group_view
+from topologies.devices import DeviceSpec, gpu_to_plain
 from topologies.graph import build_graph, path_tier, tier_summary
 from topologies.presets import (UnknownPresetError, cluster_presets, load_cluster_preset,
                                 preset_text)
-from topologies.spec import DeviceSpec, cluster_from_dict, gpu_to_plain, homogeneous_cluster
+from topologies.spec import cluster_from_dict
+from topologies.standard import homogeneous_cluster
 
 GBPS = 1e9  # bytes/s in one GB/s
 

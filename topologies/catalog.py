@@ -27,7 +27,7 @@ _PEAK_KEYS: dict[str, tuple[str, ...]] = {
 }
 PRECISIONS: tuple[str, ...] = tuple(_PEAK_KEYS)
 
-# ``confidence`` of a device described inline in a cluster file (topologies.spec.DeviceSpec)
+# ``confidence`` of a device described inline in a cluster file (topologies.devices.DeviceSpec)
 # rather than taken from the catalog: its figures are whatever that file gives.
 INLINE_CONFIDENCE = "cluster file"
 

@@ -1,11 +1,13 @@
-"""Cluster spec files: the pydantic schema at the file boundary, and standard clusters by GPU.
+"""Cluster spec files: the pydantic schema at the file boundary and the defaults it fills.
 
 A cluster YAML/JSON file is checked here (unknown keys, non-positive numbers, unknown GPUs,
 inconsistent fabrics) and converted into the frozen :class:`~topologies.cluster.Cluster` the
-cost models read. Figures a file may leave out are filled from the GPU catalog
-(``data/gpu_specs.json``) and the defaults below, each with its source. A device the catalog
-lacks (a CPU host measured by ``planner calibrate``, a new GPU) is written inline as a
-:class:`DeviceSpec` in place of the catalog name.
+cost models read (:func:`cluster_from_dict`). Figures a file may leave out are filled from the
+GPU catalog (``data/gpu_specs.json``) and the defaults below, each with its source. A device
+the catalog lacks (a CPU host measured by ``planner calibrate``, a new GPU) is written inline
+as a :class:`~topologies.devices.DeviceSpec` in place of the catalog name
+(:mod:`topologies.devices`); standard clusters by GPU name are built by
+:mod:`topologies.standard`.
 
 Units in the file: bandwidths in GB/s one direction per GPU (``intra_bw_GBps``) or Gbit/s per
 NIC port as marketed (``gbps``); latencies in microseconds. Inside :class:`Cluster` everything
@@ -16,15 +18,17 @@ This module raises ``pydantic.ValidationError`` (a ``ValueError``) and never imp
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Mapping, Sequence, get_args
+from typing import Any, Literal, Mapping, Sequence, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from topologies.catalog import (GB, GIB, INLINE_CONFIDENCE, PRECISIONS, GpuSpec,
-                                 UnknownGpuError, get_gpu, gpu_catalog)
+from topologies.catalog import GB, INLINE_CONFIDENCE, GpuSpec, UnknownGpuError, get_gpu
 from topologies.cluster import Cluster, NetworkTier, Nic, NodeGroup
+from topologies.devices import DeviceSpec, gpu_spec_of
+
+__all__ = ["PCIE_X16_EFFECTIVE_GBPS", "INTRA_LATENCY_US", "NIC_LATENCY_US", "pcie_generation",
+           "NicSpec", "NodeGroupSpec", "NetworkTierSpec", "NetworkSpec", "ClusterSpec",
+           "cluster_from_dict", "fields_at"]
 
 # Effective one-direction GPU-to-GPU bandwidth over PCIe x16, GB/s: about 80% of the raw
 # 16/32/64 GB/s of Gen3/4/5 (catalog "pcie" entries: Gen4 x16 = 64 GB/s bidir; Gen5 = 128).
@@ -83,113 +87,6 @@ class NicSpec(_Strict):
         latency_us = self.latency_us or NIC_LATENCY_US[self.transport]
         return Nic(self.count, self.gbps, self.transport, tuple(self.devices or ()),
                    latency_us * 1e-6)
-
-
-class DeviceSpec(_Strict):
-    """A device the GPU catalog lacks, written inline as a node group's ``gpu``."""
-
-    name: str = Field(min_length=1, description="Device name; not a catalog name or alias "
-                      "unless every figure below equals the catalog's.")
-    memory_gb: float = Field(gt=0, description="Memory per device, GB as the catalog writes it "
-                             "(read as GiB, what nvidia-smi reports).")
-    memory_bw_GBps: float = Field(gt=0, description="Memory bandwidth per device, GB/s.")
-    peak_tflops: dict[str, Annotated[float, Field(gt=0)]] = Field(
-        description=f"Dense peak TFLOP/s by precision ({', '.join(PRECISIONS)}).")
-    arch: str = Field(default="custom", description="Architecture (Hopper, ...); PCIe "
-                      "generation for fabric pcie is read from it (default: Gen4).")
-    source: str = Field(default="", description="Where the figures come from.")
-
-    @field_validator("peak_tflops")
-    @classmethod
-    def _known_precisions(cls, peaks: dict[str, float]) -> dict[str, float]:
-        unknown = [p for p in peaks if p not in PRECISIONS]
-        if unknown or not peaks:
-            got = f" (unknown: {', '.join(unknown)})" if unknown else " (got none)"
-            raise ValueError(f"peak_tflops keyed by precision, at least one of "
-                             f"{', '.join(PRECISIONS)}{got}")
-        return peaks
-
-    @model_validator(mode="after")
-    def _name_free_or_same_figures(self) -> DeviceSpec:
-        twin = self.catalog_twin()
-        if twin is None:
-            return self
-        mine = self._build()
-        differ = [label for label, a, b in (
-            ("memory_gb", mine.hbm_bytes, twin.hbm_bytes),
-            ("memory_bw_GBps", mine.hbm_bw_bytes_per_s, twin.hbm_bw_bytes_per_s))
-            if not math.isclose(a, b, rel_tol=1e-9)]
-        if mine.peak_flops.keys() != twin.peak_flops.keys() or not all(
-                math.isclose(v, twin.peak_flops[k], rel_tol=1e-9)
-                for k, v in mine.peak_flops.items()):
-            differ.append("peak_tflops")
-        if differ:
-            raise ValueError(f"a device name outside the GPU catalog, or the catalog's figures: "
-                             f"name '{self.name}' is catalog GPU {twin.name} "
-                             f"({_figures_text(twin)}), and this device's "
-                             f"{', '.join(differ)} differ; rename the device or write "
-                             f"gpu: {twin.name}")
-        return self
-
-    def catalog_twin(self) -> GpuSpec | None:
-        """The catalog GPU this device's name (or alias) names, if any."""
-        try:
-            return get_gpu(self.name)
-        except UnknownGpuError:
-            return None
-
-    def _build(self) -> GpuSpec:
-        return GpuSpec(
-            name=self.name, arch=self.arch,
-            peak_flops={p: self.peak_tflops[p] * 1e12 for p in PRECISIONS if p in self.peak_tflops},
-            hbm_bytes=self.memory_gb * GIB, hbm_bw_bytes_per_s=self.memory_bw_GBps * GB,
-            nvlink_bw_bytes_per_s=0.0, tdp_w=None, nvlink_domain_gpus=None,
-            source=self.source, confidence=INLINE_CONFIDENCE)
-
-    def to_gpu(self) -> GpuSpec:
-        """The device as a :class:`GpuSpec` (no NVLink figure: give the fabric's
-        ``intra_bw_GBps``); a device named like a catalog GPU, with its figures, is that GPU."""
-        return self.catalog_twin() or self._build()
-
-
-def _unscale(value: float, scale: float) -> float:
-    """The float ``x`` with ``x * scale == value`` (nearest to ``value / scale``), so a figure
-    written back to a file rebuilds the same bytes/s or FLOP/s."""
-    x = value / scale
-    for candidate in (x, math.nextafter(x, math.inf), math.nextafter(x, -math.inf)):
-        if candidate * scale == value:
-            return candidate
-    return x
-
-
-def device_to_plain(gpu: GpuSpec) -> dict[str, Any]:
-    """``gpu`` as an inline device object (the :class:`DeviceSpec` fields) that rebuilds it.
-
-    NVLink bandwidth, TDP and NVLink domain size are not device fields and are left out.
-    """
-    return {"name": gpu.name, "arch": gpu.arch, "memory_gb": _unscale(gpu.hbm_bytes, GIB),
-            "memory_bw_GBps": _unscale(gpu.hbm_bw_bytes_per_s, GB),
-            "peak_tflops": {p: _unscale(v, 1e12) for p, v in gpu.peak_flops.items()},
-            "source": gpu.source}
-
-
-def gpu_to_plain(gpu: GpuSpec) -> str | dict[str, Any]:
-    """A node group's ``gpu`` as a cluster file writes it: the catalog name when ``gpu`` is
-    the catalog's entry of that name, else its inline device object."""
-    return gpu.name if gpu_catalog().get(gpu.name) == gpu else device_to_plain(gpu)
-
-
-def _figures_text(gpu: GpuSpec) -> str:
-    """A GPU's device figures as a cluster file writes them, for error messages."""
-    plain = device_to_plain(gpu)
-    peaks = ", ".join(f"{p}: {v:g}" for p, v in plain["peak_tflops"].items())
-    return (f"memory_gb {plain['memory_gb']:g}, memory_bw_GBps {plain['memory_bw_GBps']:g}, "
-            f"peak_tflops {{{peaks}}}")
-
-
-def gpu_spec_of(gpu: str | DeviceSpec) -> GpuSpec:
-    """The :class:`GpuSpec` of a node group's ``gpu``: a catalog name or an inline device."""
-    return gpu.to_gpu() if isinstance(gpu, DeviceSpec) else get_gpu(gpu)
 
 
 class NodeGroupSpec(_Strict):
@@ -406,94 +303,3 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
         if (found := _model_in(arg)) is not None:
             return found
     return None
-
-
-# --- Standard clusters by GPU -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NodeType:
-    """A vendor's usual node for one GPU: GPUs, fabric and compute NICs (storage NICs left out)."""
-
-    label: str
-    gpus_per_node: int
-    fabric: str
-    nic_count: int
-    nic_gbps: float
-    transport: str
-    nvlink_domain_gpus: int = 0  # rack-scale NVLink domain (GB200 NVL72: 72); 0 = one node
-
-
-# Node types: shared/data/gpu_specs.json "node_types" (DGX A100/H100/B200/B300, HGX H800 per
-# the DeepSeek-V3 report, GB200 NVL72); DGX-1/DGX-2 from NVIDIA's system guides; the PCIe,
-# H20 and MI300X servers are typical configurations (estimates).
-NODE_TYPES: dict[str, NodeType] = {
-    "dgx-1": NodeType("DGX-1 (V100)", 8, "nvlink", 4, 100, "ib"),
-    "dgx-2": NodeType("DGX-2", 16, "nvswitch", 8, 100, "ib"),
-    "dgx-a100": NodeType("DGX A100", 8, "nvswitch", 8, 200, "ib"),
-    "dgx-h100": NodeType("DGX H100", 8, "nvswitch", 8, 400, "ib"),
-    "hgx-h800": NodeType("HGX H800", 8, "nvswitch", 8, 400, "ib"),
-    "hgx-h20": NodeType("HGX H20", 8, "nvswitch", 4, 400, "roce"),
-    "dgx-b200": NodeType("DGX B200", 8, "nvswitch", 8, 400, "ib"),
-    "dgx-b300": NodeType("DGX B300", 8, "nvswitch", 8, 800, "roce"),
-    "gb200-nvl72": NodeType("GB200 NVL72 tray", 4, "nvswitch", 4, 400, "ib", 72),
-    "gb300-nvl72": NodeType("GB300 NVL72 tray", 4, "nvswitch", 4, 800, "ib", 72),
-    "pcie-gen4": NodeType("PCIe Gen4 server", 8, "pcie", 4, 200, "roce"),
-    "pcie-gen5": NodeType("PCIe Gen5 server", 8, "pcie", 4, 400, "roce"),
-    "l40s-pcie": NodeType("L40S PCIe server", 8, "pcie", 2, 200, "roce"),
-    "mi300x": NodeType("MI300X platform", 8, "xgmi", 8, 400, "roce"),
-}
-
-# DGX-1 carries V100-SXM2 (hybrid cube-mesh NVLink); DGX-2 carries the SXM3 part.
-GPU_NODE_TYPES: dict[str, str] = {
-    "V100-SXM2-32GB": "dgx-1", "V100-SXM3-32GB": "dgx-2",
-    "A100-SXM4-40GB": "dgx-a100", "A100-SXM4-80GB": "dgx-a100", "A100-PCIe-80GB": "pcie-gen4",
-    "H100-SXM5-80GB": "dgx-h100", "H100-SXM5-96GB-HBM2e-500W": "dgx-h100",
-    "H100-PCIe-80GB": "pcie-gen5", "H100-NVL-94GB": "pcie-gen5", "H200-SXM-141GB": "dgx-h100",
-    "H800-SXM5-80GB": "hgx-h800", "H20-96GB": "hgx-h20", "B200": "dgx-b200", "B300": "dgx-b300",
-    "GB200": "gb200-nvl72", "GB300": "gb300-nvl72", "L40S": "l40s-pcie",
-    "MI300X": "mi300x", "MI325X": "mi300x",
-}
-
-LEAF_GPUS = 256  # GPUs below one rail leaf: a DGX SuperPOD scalable unit is 32 x 8 GPUs
-
-
-def node_type_for(gpu: GpuSpec) -> NodeType:
-    """The usual node for ``gpu``; GPUs new to the catalog get an 8-GPU IB node."""
-    if gpu.name in GPU_NODE_TYPES:
-        return NODE_TYPES[GPU_NODE_TYPES[gpu.name]]
-    fabric = "nvswitch" if gpu.nvlink_bw_bytes_per_s > 0 else "pcie"
-    return NodeType(f"8-GPU {fabric} server", 8, fabric, 8, 400, "ib")
-
-
-def homogeneous_cluster(gpu_name: str, nodes: int, gpus_per_node: int | None = None,
-                        domain_gpus: int | None = None) -> Cluster:
-    """``nodes`` of ``gpu_name``'s usual node under a non-blocking rail-optimised leaf/spine.
-
-    For rack-scale parts (GB200, GB300) a node is one compute tray of 4 GPUs and 18 trays share
-    an NVLink domain. ``gpus_per_node`` overrides the node size; NICs scale with it;
-    ``domain_gpus`` overrides the GPUs used per NVLink domain (a job on 16 of a rack's 18 trays:
-    64). Raises
-    ``UnknownGpuError`` for a GPU not in the catalog, ``ValueError`` for counts below 1.
-    """
-    gpu = get_gpu(gpu_name)
-    if nodes < 1 or (gpus_per_node is not None and gpus_per_node < 1):
-        raise ValueError(f"nodes ({nodes}) and gpus_per_node ({gpus_per_node}) must be >= 1")
-    node = node_type_for(gpu)
-    per_node = gpus_per_node or node.gpus_per_node
-    domain_nodes = max(1, (domain_gpus or node.nvlink_domain_gpus) // per_node)
-    leaf_nodes = max(domain_nodes, LEAF_GPUS // per_node // domain_nodes * domain_nodes)
-    group = {
-        "name": "nodes", "count": nodes, "gpu": gpu.name, "gpus_per_node": per_node,
-        "fabric": node.fabric, "nvlink_domain_nodes": min(domain_nodes, nodes),
-        "nics": [{"count": max(1, round(node.nic_count * per_node / node.gpus_per_node)),
-                  "gbps": node.nic_gbps, "transport": node.transport}],
-    }
-    tiers = [{"name": "leaf", "nodes_per_switch": leaf_nodes},
-             {"name": "spine", "nodes_per_switch": max(nodes, leaf_nodes)}]
-    return cluster_from_dict({
-        "name": f"{gpu.name}-x{nodes * per_node}",
-        "description": f"{nodes} x {node.label} ({nodes * per_node} {gpu.name}), non-blocking "
-                       f"rail-optimised leaf/spine",
-        "node_groups": [group], "network": {"rail_optimized": True, "tiers": tiers},
-    })

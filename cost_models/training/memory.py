@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from cost_models.model_spec import ModelSpec, attention_params, mlp_params
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MemoryBreakdown:
     """Peak bytes on the most loaded GPU (``stage`` names its pipeline stage)."""
 
@@ -65,7 +65,7 @@ def layer_params_split(model: ModelSpec, layer: int) -> tuple[float, float]:
     return dense + shared + model.hidden_size * moe.num_experts, float(experts)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ActivationShape:
     """What decides the activation bytes of one layer for one micro-batch on one GPU."""
 

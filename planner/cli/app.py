@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, Optional
+from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
 from typer.core import TyperGroup
 
-from planner.cli.common import OutputFormat, progress_bar
+from planner.cli.common import (fail, OutputFormat, help_markup_mode, print_report, progress_bar,
+                                 set_help_markup_mode)
 from planner.errors import PlannerError, SpecError
 from planner.training.estimate_json import estimate_to_dict
 from planner.files import write_atomic
@@ -41,17 +41,15 @@ USAGE_EXIT_CODE = 2
 UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
-def fail(message: str, exit_code: int) -> NoReturn:
-    """Print ``error: message`` as one line on stderr and exit with ``exit_code``."""
-    typer.echo(f"error: {' '.join(message.split())}", err=True)
-    raise typer.Exit(exit_code)
-
-
 class PlannerGroup(TyperGroup):
     """The top-level group: the one place where errors become a line on stderr and an exit code.
 
     Sub-commands' options are parsed inside ``invoke``, so bad option values land here too.
     """
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        set_help_markup_mode(self, help_markup_mode())  # rich help only in a wide terminal
+        return super().main(*args, **kwargs)
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -119,10 +117,6 @@ GpusPerNodeOpt = Annotated[Optional[int], typer.Option(
     min=1, help="GPUs per node (default: the GPU's usual node).")]
 
 
-def _console() -> Console:
-    return Console()
-
-
 @app.command()
 def presets(kind: Annotated[Optional[PresetKind], typer.Argument(
         help="Which registry to list; all three when left out.")] = None) -> None:
@@ -130,9 +124,8 @@ def presets(kind: Annotated[Optional[PresetKind], typer.Argument(
     tables = {PresetKind.models: lambda: render_model_presets(model_presets()),
               PresetKind.clusters: lambda: render_presets(cluster_presets()),
               PresetKind.gpus: lambda: render_gpu_catalog(gpu_catalog())}
-    console = _console()
     for key in [kind] if kind else list(PresetKind):
-        console.print(tables[key]())
+        print_report(tables[key]())
 
 
 @topo_app.command("show")
@@ -143,13 +136,13 @@ def topo_show(
 ) -> None:
     """Show a cluster: node groups, link tiers with per-GPU bandwidth, totals."""
     resolved = resolve_cluster(ClusterChoice(cluster, gpu, nodes, gpus_per_node))
-    _console().print(render_topology(resolved))
+    print_report(render_topology(resolved))
 
 
 @topo_app.command("list")
 def topo_list() -> None:
     """List the cluster presets."""
-    _console().print(render_presets(cluster_presets()))
+    print_report(render_presets(cluster_presets()))
 
 
 @app.command()
@@ -207,10 +200,11 @@ def estimate(
     cfg = make_config(choice, hardware.num_gpus)
     profile = load_profile(hardware.slowest_gpu.name, calibration)
     est = checked_estimate(spec, hardware, workload, cfg, profile)
+    data = estimate_to_dict(est)
     if output_format is OutputFormat.json:
-        typer.echo(json.dumps(estimate_to_dict(est), sort_keys=True, indent=2))
+        typer.echo(json.dumps(data, sort_keys=True, indent=2))
     else:
-        _console().print(render_estimate(est, spec, hardware))
+        print_report(render_estimate(data, hardware, spec.num_layers))
 
 
 class Objective(str, Enum):
@@ -297,7 +291,7 @@ def solve(
     if output_format is OutputFormat.json:
         typer.echo("[" + ",\n".join(plan_to_json(p).rstrip() for p in result.plans) + "]")
     else:
-        _console().print(render_solve(result.plans, result.stats))
+        print_report(render_solve(result.plans, result.stats))
 
 
 def _with_experts(result, loads, redundant: int):
@@ -313,121 +307,10 @@ def _with_experts(result, loads, redundant: int):
     return replace(result, plans=plans)
 
 
-PlanArg = Annotated[Path, typer.Argument(help="A plan file written by 'planner solve --out'.")]
+from planner.cli.plans import compare, emit, explain, launch  # noqa: E402
 
-
-@app.command()
-def explain(
-    plan: PlanArg,
-    timeline: Annotated[Optional[Path], typer.Option(
-        help="Also draw the pipeline timeline to this .png or .svg file.")] = None,
-    max_microbatches: Annotated[int, typer.Option(
-        min=1, help="Micro-batches to simulate for the timeline (warm-up and cool-down are "
-                    "the same for any count).")] = 16,
-) -> None:
-    """Show everything a plan decided and predicted, and its pipeline timeline."""
-    from planner.report.explain import render_explain
-    from planner.plan.file import load_plan
-    from planner.training.timeline import save_timeline, simulate_plan
-
-    loaded = load_plan(plan)
-    problem, result = simulate_plan(loaded, max_microbatches)
-    if timeline is not None:
-        save_timeline(result, problem.num_stages, timeline,
-                      f"{loaded.inputs['model']['name']}: {loaded.schedule}, "
-                      f"{problem.num_stages} stages, {problem.num_microbatches} micro-batches")
-    _console().print(render_explain(loaded, problem, result))
-    if timeline is not None:
-        typer.echo(f"wrote {timeline}")
-
-
-@app.command()
-def compare(plans: Annotated[list[Path], typer.Argument(help="Two or more plan files.")]) -> None:
-    """Show plans side by side with their differences highlighted."""
-    from planner.report.compare import render_compare
-    from planner.plan.file import load_plan
-
-    loaded = [load_plan(p) for p in plans]
-    names = [p.stem for p in plans]
-    if len(set(names)) < len(names):
-        names = [str(p) for p in plans]
-    _console().print(render_compare(loaded, names))
-
-
-@app.command()
-def emit(
-    fmt: Annotated[str, typer.Argument(
-        metavar="FORMAT", help="torchrun, slurm, kubeflow, megatron, deepspeed or torchtitan.")],
-    plan: PlanArg,
-    out_dir: Annotated[Path, typer.Option(help="Folder to write the files to.")] = Path("launch"),
-    script: Annotated[str, typer.Option(help="Training script each rank runs.")] = "train.py",
-    script_arg: Annotated[Optional[list[str]], typer.Option(
-        help="An argument for the script (repeat the option).")] = None,
-    master_port: Annotated[int, typer.Option(min=1, max=65535)] = 29500,
-    job_name: Annotated[str, typer.Option(help="Job name (Slurm, Kubernetes).")] = "planner-job",
-    image: Annotated[str, typer.Option(help="Container image (Kubeflow).")] = (
-        "nvcr.io/nvidia/pytorch:24.12-py3"),
-) -> None:
-    """Write launch configs for a plan: per-node torchrun commands, a Slurm script, a Kubeflow
-    PyTorchJob, Megatron-LM arguments, a DeepSpeed config or a torchtitan TOML."""
-    from planner.emit import FORMATS, EmitOptions
-    from planner.emit import emit as run_emit
-    from planner.plan.file import load_plan
-
-    if fmt not in FORMATS:
-        raise SpecError("FORMAT", "", f"one of {', '.join(FORMATS)}", fmt)
-    loaded = load_plan(plan)
-    options = EmitOptions(script=script, script_args=tuple(script_arg or ()),
-                          master_port=master_port, job_name=job_name, image=image,
-                          plan_path=str(plan))
-    files = run_emit(fmt, loaded, options)  # everything is rendered before anything is written
-    for name, text in sorted(files.items()):
-        executable = name.endswith((".sh", ".sbatch"))
-        write_atomic(out_dir / name, text, 0o755 if executable else None)
-        typer.echo(f"wrote {out_dir / name}")
-
-
-@app.command()
-def launch(
-    plan: PlanArg,
-    script: Annotated[Optional[str], typer.Option(
-        help="Training script every rank runs (default: planner's reference job).")] = None,
-    script_arg: Annotated[Optional[list[str]], typer.Option(
-        help="An argument for the script (repeat the option).")] = None,
-    record: Annotated[Optional[Path], typer.Option(
-        help="Write the run record (JSON) here.")] = None,
-    master_port: Annotated[Optional[int], typer.Option(min=1, max=65535)] = None,
-    dry_run: Annotated[bool, typer.Option(help="Print the command(s), run nothing.")] = False,
-) -> None:
-    """Run a plan on this machine under torchrun (one node), streaming the logs; on a worker
-    failure or Ctrl-C every process of the job is ended. For a plan of several nodes, print
-    the per-node torchrun commands to run on each host."""
-    import os
-    import shlex
-
-    from planner.emit import EmitOptions
-    from planner.emit import emit as run_emit
-    from planner.run.launch import local_command, run_local, write_launch_record
-    from planner.plan.file import load_plan
-
-    loaded = load_plan(plan)
-    if len(loaded.nodes) > 1:
-        options = EmitOptions(script=script or "train.py", script_args=tuple(script_arg or ()),
-                              plan_path=str(plan))
-        typer.echo(run_emit("torchrun", loaded, options)["torchrun_commands.txt"], nl=False)
-        return
-    cmd = local_command(loaded, plan, script, list(script_arg or []), record, master_port)
-    typer.echo(f"planner launch: {shlex.join(cmd)}", err=True)
-    if dry_run:
-        return
-    result = run_local(cmd, {**os.environ, "PLANNER_PLAN": str(plan)})
-    if script is not None and record is not None:
-        write_launch_record(record, loaded, cmd, result)
-    if result.interrupted:
-        fail("interrupted: every process of the job was ended", 130)
-    if result.exit_code != 0:
-        fail(f"the job failed (torchrun exit code {result.exit_code}; the worker's error is in "
-             "the log above); every process of the job was ended", result.exit_code)
+for command in (explain, compare, emit, launch):
+    app.command()(command)
 
 
 def main() -> None:

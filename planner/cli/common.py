@@ -1,10 +1,30 @@
-"""Pieces shared by the CLI modules: the output-format option and a progress bar."""
+"""Pieces shared by the CLI modules: the output-format option, a progress bar, how reports
+are printed (:func:`print_report`) and how help pages are laid out (:func:`help_markup_mode`).
+
+Width policy. In a terminal, reports and help use its width; the report tables leave out
+their least important columns rather than cut the ones that matter
+(:mod:`planner.report.fit`). Sent to a pipe or a file (stdout not a terminal), a report is
+printed at the width of its widest line, so nothing is cut or wrapped, unless ``COLUMNS`` is
+set, which then wins. Help is rich (panels, colour) in a terminal of at least
+:data:`RICH_HELP_MIN_COLUMNS`; narrower, or piped, it is click's plain layout, which wraps
+readably at any width.
+"""
 from __future__ import annotations
 
+import os
+import sys
 from enum import Enum
-from typing import Callable
+from typing import Any, Callable, NoReturn
 
-from rich.console import Console
+import typer
+
+from rich.console import Console, RenderableType
+from rich.markup import escape
+
+__all__ = ["OutputFormat", "progress_bar", "print_report", "report_width",
+           "help_markup_mode", "set_help_markup_mode", "RICH_HELP_MIN_COLUMNS"]
+
+RICH_HELP_MIN_COLUMNS = 100
 
 
 class OutputFormat(str, Enum):
@@ -43,3 +63,51 @@ class progress_bar:
     def __exit__(self, *exc) -> None:
         if self.bar is not None:
             self.bar.__exit__(*exc)
+
+
+def report_width(console: Console, renderable: RenderableType) -> int | None:
+    """The width to print ``renderable`` at: ``None`` (the console's own: the terminal's, or
+    ``COLUMNS``) in a terminal or with ``COLUMNS`` set; else the renderable's widest line."""
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return None
+    from planner.report.fit import natural_width
+
+    return max(natural_width(console, renderable), 1)
+
+
+def print_report(renderable: RenderableType, console: Console | None = None) -> None:
+    """Print a report on stdout at :func:`report_width`."""
+    console = console or Console()
+    width = report_width(console, renderable)
+    if width is not None:
+        console.width = width
+    console.print(renderable)
+
+
+def help_markup_mode() -> str | None:
+    """``"rich"`` for a terminal of at least :data:`RICH_HELP_MIN_COLUMNS`, else ``None``
+    (click's plain help)."""
+    if not sys.stdout.isatty():
+        return None
+    return "rich" if Console().width >= RICH_HELP_MIN_COLUMNS else None
+
+
+def set_help_markup_mode(command: Any, mode: str | None) -> None:
+    """Give ``command`` and its sub-commands the help ``mode``. Our help strings are plain
+    text, so in rich mode their square brackets (``[layers][experts]``) are escaped rather
+    than read as markup."""
+    command.rich_markup_mode = mode
+    if mode == "rich" and not getattr(command, "_help_escaped", False):
+        command.help = escape(command.help) if command.help else command.help
+        for param in getattr(command, "params", ()):
+            if getattr(param, "help", None):
+                param.help = escape(param.help)
+        command._help_escaped = True
+    for sub in getattr(command, "commands", {}).values():
+        set_help_markup_mode(sub, mode)
+
+
+def fail(message: str, exit_code: int) -> NoReturn:
+    """Print ``error: message`` as one line on stderr and exit with ``exit_code``."""
+    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    raise typer.Exit(exit_code)

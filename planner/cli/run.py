@@ -1,5 +1,13 @@
 """``planner calibrate`` and ``planner check-run``: the measurement side of the CLI (registered
-on the top-level app by :mod:`planner.cli.app`)."""
+on the top-level app by :mod:`planner.cli.app`).
+
+These commands wire the rooms together, since :mod:`planner.run` imports no cost model:
+
+* calibrate: :mod:`planner.run.calibrate` measures, ``cost_models.fitting.fit_all`` fits,
+  :mod:`planner.run.calibrate` writes;
+* check-run: :mod:`planner.run.check_run` reads the record,
+  :mod:`planner.training.run_prediction` predicts it, :mod:`planner.run.check_run` compares.
+"""
 from __future__ import annotations
 
 import json
@@ -37,14 +45,20 @@ def calibrate_command(
     and group size), fit the cost models' profile to it, and write the profile and this
     machine as a cluster file. Use both with 'planner solve/estimate --cluster FILE
     --calibration OUT'."""
-    from planner.run.calibrate import CalibrateOptions, calibrate, default_nproc, residual_summary
+    from cost_models.fitting import fit_all
+    from cost_models.profile import profile_to_dict
+    from planner.run.calibrate import (CalibrateOptions, calibration_document, default_nproc,
+                                       element_bytes, link_tier, measure, residual_summary,
+                                       write_calibration)
 
     opts = CalibrateOptions(backend.value, nproc or default_nproc(backend.value), quick,
                             master_port)
     cluster_path = cluster_out or out.with_name(out.stem + ".cluster.yaml")
     with progress_bar(f"calibrating ({opts.nproc} x {backend.value})", True) as update:
-        doc = calibrate(opts, out, cluster_path,
-                        (lambda d, t, _label: update(d, t)) if update else None)
+        raw = measure(opts, (lambda d, t, _label: update(d, t)) if update else None)
+    fit = fit_all(raw, tier=link_tier(opts.backend), elem_bytes=element_bytes(opts.backend))
+    doc = calibration_document(fit, profile_to_dict(fit.profile), raw, opts.nproc)
+    write_calibration(doc, out, cluster_path)
     prof, dev = doc["profile"], doc["cluster"]["node_groups"][0]
     table = Table(title=f"Calibration of {doc['machine']['device']} "
                         f"({opts.nproc} x {backend.value}, {doc['machine']['threads']} thread(s) each)")
@@ -81,16 +95,17 @@ def check_run_command(
     """Predicted against measured for a reference-job run: the step, each stage's compute and
     collectives, the pipeline wait, the DP all-reduce and the optimizer."""
     from cost_models.profile import Profile
-    from planner.run.check_run import compare, load_record, predict_record
-    from planner.training.estimation import load_profile
     from planner.plan.document import plan_from_dict
+    from planner.run.check_run import compare, load_record
+    from planner.training.estimation import load_profile
+    from planner.training.run_prediction import predict_run
 
     data = load_record(record)
     plan = plan_from_dict(data["plan"])
     profile: Profile | None = None
     if calibration is not None:
         profile = load_profile(plan.cluster().slowest_gpu.name, calibration)
-    rows = compare(data, predict_record(data, profile))
+    rows = compare(data, predict_run(data, profile))
     if output_format is OutputFormat.json:
         typer.echo(json.dumps([{"what": r.what, "predicted_s": r.predicted_s,
                                 "measured_s": r.measured_s, "error": r.error} for r in rows],

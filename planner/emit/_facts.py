@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cost_models.model_spec import ModelSpec
-from cost_models.parallel import ParallelConfig, Workload
 from planner.plan.document import Plan
+
+if TYPE_CHECKING:  # annotations only: the objects come from the Plan's accessors
+    from cost_models.model_spec import ModelSpec
+    from cost_models.training.config import TrainingConfig, Workload
 
 _INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "zero", "seq_slices")
 _BOOL_FIELDS = ("sequence_parallel", "dropout", "overlap_grad_reduce", "overlap_param_gather",
@@ -45,7 +47,7 @@ class Facts:
     """
 
     nodes: tuple[Node, ...]
-    cfg: ParallelConfig
+    cfg: TrainingConfig
     model: ModelSpec
     workload: Workload
     micro_batches: int
@@ -56,7 +58,7 @@ class Facts:
     @property
     def stage_layers(self) -> tuple[int, ...]:
         """Decoder layers per pipeline stage (all of its chunks)."""
-        pp = self.cfg.pp
+        pp = self.cfg.degrees.pp
         return tuple(sum(self.chunk_layers[s::pp]) for s in range(pp))
 
     @property
@@ -131,7 +133,7 @@ def _nodes(plan: Plan) -> tuple[Node, ...]:
     return tuple(nodes)
 
 
-def _config(plan: Plan) -> ParallelConfig:
+def _config(plan: Plan) -> TrainingConfig:
     raw = plan.config
     if not isinstance(raw, dict):
         raise ValueError("plan: config must be an object")
@@ -195,10 +197,10 @@ def _workload(plan: Plan) -> Workload:
         raise ValueError(f"plan: inputs.workload: {err}") from None
 
 
-def _chunk_layers(plan: Plan, cfg: ParallelConfig, num_layers: int) -> tuple[int, ...]:
+def _chunk_layers(plan: Plan, cfg: TrainingConfig, num_layers: int) -> tuple[int, ...]:
     stages = plan.stages
-    if not isinstance(stages, list) or len(stages) != cfg.pp:
-        raise ValueError(f"plan: stages must list the {cfg.pp} pipeline stages")
+    if not isinstance(stages, list) or len(stages) != cfg.degrees.pp:
+        raise ValueError(f"plan: stages must list the {cfg.degrees.pp} pipeline stages")
     runs: dict[int, tuple[int, int]] = {}
     for s, stage in enumerate(stages):
         chunks = stage.get("chunks") if isinstance(stage, dict) else None
@@ -207,10 +209,10 @@ def _chunk_layers(plan: Plan, cfg: ParallelConfig, num_layers: int) -> tuple[int
         for v, run in enumerate(chunks):
             if not (isinstance(run, list) and len(run) == 2):
                 raise ValueError(f"plan: stages[{s}].chunks[{v}] must be [first, count]")
-            runs[v * cfg.pp + s] = (_int(f"stages[{s}].chunks[{v}][0]", run[0]),
+            runs[v * cfg.degrees.pp + s] = (_int(f"stages[{s}].chunks[{v}][0]", run[0]),
                                     _int(f"stages[{s}].chunks[{v}][1]", run[1]))
     nxt, counts = 0, []
-    for j in range(cfg.pp * cfg.vpp):
+    for j in range(cfg.degrees.pp * cfg.vpp):
         first, count = runs[j]
         if first != nxt:
             raise ValueError(f"plan: model chunk {j} starts at layer {first}, expected {nxt} "
@@ -229,12 +231,12 @@ def facts_of(plan: Plan) -> Facts:
     cfg, model, workload = _config(plan), _model(plan), _workload(plan)
     nodes = _nodes(plan)
     total = sum(n.gpus for n in nodes)
-    if total != cfg.num_gpus:
-        raise ValueError(f"plan: the nodes hold {total} GPUs but tp*cp*dp*pp = {cfg.num_gpus}")
+    if total != cfg.degrees.num_gpus:
+        raise ValueError(f"plan: the nodes hold {total} GPUs but tp*cp*dp*pp = {cfg.degrees.num_gpus}")
     micro_batches = _int("micro_batches", plan.micro_batches, 1)
-    if workload.global_batch != cfg.micro_batch * cfg.dp * micro_batches:
+    if workload.global_batch != cfg.micro_batch * cfg.degrees.dp * micro_batches:
         raise ValueError(f"plan: global batch {workload.global_batch} != micro_batch "
-                         f"{cfg.micro_batch} x dp {cfg.dp} x micro_batches {micro_batches}")
+                         f"{cfg.micro_batch} x dp {cfg.degrees.dp} x micro_batches {micro_batches}")
     if plan.schedule != cfg.schedule:
         raise ValueError(f"plan: schedule {plan.schedule!r} does not match the config "
                          f"({cfg.schedule!r})")
@@ -248,8 +250,8 @@ def facts_of(plan: Plan) -> Facts:
 def degrees_line(f: Facts) -> str:
     """One line summing up the parallel layout (numbers only)."""
     c = f.cfg
-    return (f"{len(f.nodes)} nodes, {c.num_gpus} GPUs: tp={c.tp} pp={c.pp} dp={c.dp} cp={c.cp} "
-            f"ep={c.ep} etp={c.expert_tp} vpp={c.vpp}; schedule {f.schedule}; micro-batch "
+    return (f"{len(f.nodes)} nodes, {c.degrees.num_gpus} GPUs: tp={c.degrees.tp} pp={c.degrees.pp} dp={c.degrees.dp} cp={c.degrees.cp} "
+            f"ep={c.degrees.ep} etp={c.degrees.expert_tp} vpp={c.vpp}; schedule {f.schedule}; micro-batch "
             f"{c.micro_batch} x {f.micro_batches} micro-batches, global batch "
             f"{f.workload.global_batch}, seq {f.workload.seq_len}, {f.workload.precision}; "
             f"zero={c.zero}, recompute={c.recompute}")

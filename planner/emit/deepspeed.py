@@ -26,21 +26,21 @@ from planner.emit.types import Emission
 
 def _check(f: Facts) -> None:
     cfg = f.cfg
-    if cfg.cp > 1:
-        raise ValueError(f"deepspeed: context parallelism (cp={cfg.cp}) has no DeepSpeed "
+    if cfg.degrees.cp > 1:
+        raise ValueError(f"deepspeed: context parallelism (cp={cfg.degrees.cp}) has no DeepSpeed "
                          "equivalent (DeepSpeed-Ulysses is a different sequence-parallel "
                          "algorithm with other memory and traffic); use the megatron format")
     if cfg.vpp > 1:
         raise ValueError(f"deepspeed: the interleaved pipeline (vpp={cfg.vpp}) is not offered "
                          "by DeepSpeed's pipeline engine; use the megatron format")
-    if cfg.pp > 1 and cfg.zero >= 2:
-        raise ValueError(f"deepspeed: pipeline parallelism (pp={cfg.pp}) works with ZeRO "
+    if cfg.degrees.pp > 1 and cfg.zero >= 2:
+        raise ValueError(f"deepspeed: pipeline parallelism (pp={cfg.degrees.pp}) works with ZeRO "
                          f"stage 0 or 1 only, the plan uses ZeRO-{cfg.zero}")
     if f.model.is_moe and cfg.zero == 3:
         raise ValueError("deepspeed: MoE layers are refused with ZeRO-3 (DeepSpeed engine: "
                          "'MoE not supported with Stage 3')")
-    if cfg.tp > 1 and cfg.zero == 3:
-        raise ValueError(f"deepspeed: AutoTP tensor parallelism (tp={cfg.tp}) supports ZeRO "
+    if cfg.degrees.tp > 1 and cfg.zero == 3:
+        raise ValueError(f"deepspeed: AutoTP tensor parallelism (tp={cfg.degrees.tp}) supports ZeRO "
                          "stages 0-2, the plan uses ZeRO-3")
 
 
@@ -55,37 +55,37 @@ def ds_config(f: Facts) -> dict:
               "zero_optimization": {"stage": cfg.zero, "overlap_comm": cfg.overlap_grad_reduce},
               "bf16": {"enabled": w.precision in ("bf16", "fp8")},
               "fp16": {"enabled": w.precision == "fp16"}}
-    if cfg.tp > 1:
-        config["tensor_parallel"] = {"autotp_size": cfg.tp}
+    if cfg.degrees.tp > 1:
+        config["tensor_parallel"] = {"autotp_size": cfg.degrees.tp}
     return config
 
 
 def deepspeed_notes(f: Facts) -> list[str]:
     cfg, notes = f.cfg, []
-    dp_world = cfg.num_gpus // (cfg.tp * cfg.pp)
-    notes.append(f"Data-parallel size as DeepSpeed counts it: {cfg.num_gpus} GPUs / (tp {cfg.tp} "
-                 f"x pp {cfg.pp}) = {dp_world}; {f.workload.global_batch} = "
+    dp_world = cfg.degrees.num_gpus // (cfg.degrees.tp * cfg.degrees.pp)
+    notes.append(f"Data-parallel size as DeepSpeed counts it: {cfg.degrees.num_gpus} GPUs / (tp {cfg.degrees.tp} "
+                 f"x pp {cfg.degrees.pp}) = {dp_world}; {f.workload.global_batch} = "
                  f"{cfg.micro_batch} x {f.micro_batches} x {dp_world}.")
-    if cfg.pp > 1:
+    if cfg.degrees.pp > 1:
         notes.append(f"Pipeline: build the model as deepspeed.pipe.PipelineModule("
-                     f"num_stages={cfg.pp}) with the plan's layers per stage "
+                     f"num_stages={cfg.degrees.pp}) with the plan's layers per stage "
                      f"{list(f.stage_layers)}.")
         if f.schedule == "slimpipe":
             notes.append(SLIMPIPE_NOTE.format(k=cfg.seq_slices, framework="DeepSpeed"))
         if f.schedule == "zb-h1":
             notes.append("Schedule ZB-H1 is not offered by DeepSpeed's pipeline engine (it runs "
                          "its 1F1B-style TrainSchedule); the predicted step time assumes ZB-H1.")
-    if cfg.pp > 1 and cfg.tp > 1:
+    if cfg.degrees.pp > 1 and cfg.degrees.tp > 1:
         notes.append("AutoTP (tensor_parallel.autotp_size) is documented with data parallelism "
                      "and ZeRO, not with PipelineModule; with both TP and PP prefer "
                      "Megatron-DeepSpeed (flags below).")
     if f.model.is_moe:
         notes.append(f"MoE: deepspeed.moe.layer.MoE(num_experts={f.model.moe.num_experts}, "
-                     f"ep_size={cfg.ep}, k={f.model.moe.top_k}).")
-        if cfg.expert_tp != cfg.tp:
-            notes.append(f"Expert tensor parallelism etp={cfg.expert_tp} differs from tp="
-                         f"{cfg.tp}; DeepSpeed-MoE shards experts by ep only.")
-    if cfg.tp > 1 and cfg.sequence_parallel:
+                     f"ep_size={cfg.degrees.ep}, k={f.model.moe.top_k}).")
+        if cfg.degrees.expert_tp != cfg.degrees.tp:
+            notes.append(f"Expert tensor parallelism etp={cfg.degrees.expert_tp} differs from tp="
+                         f"{cfg.degrees.tp}; DeepSpeed-MoE shards experts by ep only.")
+    if cfg.degrees.tp > 1 and cfg.sequence_parallel:
         notes.append("The plan uses Megatron sequence parallelism with TP; AutoTP has none "
                      "(activation memory will be higher than planned).")
     if cfg.recompute != "none":
@@ -94,12 +94,12 @@ def deepspeed_notes(f: Facts) -> list[str]:
     if f.workload.precision == "fp8":
         notes.append("FP8: DeepSpeed has no FP8 config field; bf16 is enabled, use "
                      "Transformer Engine layers in the model for FP8 GEMMs.")
-    flags = ["--tensor-model-parallel-size", str(cfg.tp)]
-    flags += (["--pipeline-model-parallel-size", str(cfg.pp)] if cfg.pp > 1
+    flags = ["--tensor-model-parallel-size", str(cfg.degrees.tp)]
+    flags += (["--pipeline-model-parallel-size", str(cfg.degrees.pp)] if cfg.degrees.pp > 1
               else ["--no-pipeline-parallel"])
     if f.model.is_moe:
         flags += ["--num-experts", str(f.model.moe.num_experts),
-                  "--moe-expert-parallel-size", str(cfg.ep)]
+                  "--moe-expert-parallel-size", str(cfg.degrees.ep)]
     flags += ["--zero-stage", str(cfg.zero), "--deepspeed", "--deepspeed_config",
               "ds_config.json"]
     notes.append("Megatron-DeepSpeed flags for the same layout (then drop tensor_parallel from "

@@ -91,7 +91,7 @@ def _first_last(counts: tuple[int, ...]) -> list[tuple[str, int]] | None:
 def pipeline_args(f: Facts) -> tuple[list[str], list[str]]:
     """(arguments, comment lines) that place the plan's layers on the pipeline stages."""
     cfg, chunks = f.cfg, f.chunk_layers
-    if cfg.pp == 1:
+    if cfg.degrees.pp == 1:
         return [], []
     if len(set(chunks)) == 1:
         if cfg.vpp > 1:
@@ -223,7 +223,7 @@ def _overlap_args(f: Facts) -> list[str]:
         args.append("--overlap-grad-reduce")
         if cfg.overlap_param_gather and cfg.zero >= 1:
             args.append("--overlap-param-gather")
-    if cfg.tp_comm_overlap and cfg.sequence_parallel and cfg.tp > 1:
+    if cfg.tp_comm_overlap and cfg.sequence_parallel and cfg.degrees.tp > 1:
         args.append("--tp-comm-overlap")
     return args
 
@@ -231,13 +231,13 @@ def _overlap_args(f: Facts) -> list[str]:
 def megatron_args(f: Facts) -> tuple[list[str], list[str]]:
     """(``pretrain_gpt.py`` arguments, comment lines) for the plan."""
     cfg = f.cfg
-    args = ["--tensor-model-parallel-size", str(cfg.tp),
-            "--pipeline-model-parallel-size", str(cfg.pp),
-            "--context-parallel-size", str(cfg.cp)]
+    args = ["--tensor-model-parallel-size", str(cfg.degrees.tp),
+            "--pipeline-model-parallel-size", str(cfg.degrees.pp),
+            "--context-parallel-size", str(cfg.degrees.cp)]
     if f.model.is_moe:
-        args += ["--expert-model-parallel-size", str(cfg.ep),
-                 "--expert-tensor-parallel-size", str(cfg.expert_tp)]
-    if cfg.sequence_parallel and cfg.tp > 1:
+        args += ["--expert-model-parallel-size", str(cfg.degrees.ep),
+                 "--expert-tensor-parallel-size", str(cfg.degrees.expert_tp)]
+    if cfg.sequence_parallel and cfg.degrees.tp > 1:
         args.append("--sequence-parallel")
     pipe, notes = pipeline_args(f)
     model, model_notes = _model_args(f)
@@ -252,7 +252,7 @@ def megatron_args(f: Facts) -> tuple[list[str], list[str]]:
     if f.schedule == "zb-h1":
         notes.insert(0, "Schedule ZB-H1 (zero bubble) is not in mainline Megatron-LM: these "
                         "arguments run 1F1B; the plan's predicted step time assumes ZB-H1.")
-    if f.cfg.ep > 1 and f.cfg.moe_imbalance > 1.0:
+    if f.cfg.degrees.ep > 1 and f.cfg.moe_imbalance > 1.0:
         notes.append(f"The plan assumes MoE load imbalance {f.cfg.moe_imbalance:g} "
                      "(busiest / average expert).")
     return args, notes
@@ -263,7 +263,7 @@ def _env_lines(f: Facts) -> list[str]:
     if cfg.zero >= 2:
         return ["# Megatron-FSDP wants CUDA_DEVICE_MAX_CONNECTIONS unset (or > 1).",
                 "unset CUDA_DEVICE_MAX_CONNECTIONS"]
-    if cfg.tp > 1 or cfg.cp > 1:
+    if cfg.degrees.tp > 1 or cfg.degrees.cp > 1:
         return ["# Megatron-LM requires this with tensor or context parallelism (Hopper and "
                 "older).", "export CUDA_DEVICE_MAX_CONNECTIONS=1"]
     return []

@@ -58,7 +58,7 @@ def _check_expert(f: Facts) -> None:
     cfg = f.cfg
     if not f.model.is_moe:
         return
-    tp, cp, ep, etp = cfg.tp, cfg.cp, cfg.ep, cfg.expert_tp
+    tp, cp, ep, etp = cfg.degrees.tp, cfg.degrees.cp, cfg.degrees.ep, cfg.degrees.expert_tp
     if ep == 1:
         if etp != tp:
             raise ValueError(f"torchtitan: without expert parallelism the experts use the full "
@@ -68,7 +68,7 @@ def _check_expert(f: Facts) -> None:
         raise ValueError(f"torchtitan: expert parallelism (ep={ep}) borrows ranks from "
                          f"data_parallel_shard_degree (FSDP), but the plan replicates weights "
                          f"(ZeRO-{cfg.zero}); re-plan with zero=3 or use the megatron format")
-    shard = cfg.dp
+    shard = cfg.degrees.dp
     if etp == tp:
         span, low = shard * cp, cp
     elif etp == 1:
@@ -113,27 +113,27 @@ def torchtitan_tables(f: Facts, o: EmitOptions) -> tuple[tuple, list[str]]:
         model.append(("converters", ["float8"]))
         notes.append("FP8 via the float8 converter (torchao); the key is "
                      "model.converters in TOML-era torchtitan.")
-    if cfg.pp > 1:
+    if cfg.degrees.pp > 1:
         local = cfg.micro_batch * f.micro_batches
     else:
         local = cfg.micro_batch  # torchtitan accumulates global / (local x dp) micro-batches
     training = [("local_batch_size", local), ("global_batch_size", w.global_batch),
                 ("seq_len", w.seq_len), ("max_norm", 1.0),
                 ("mixed_precision_param", "bfloat16")]
-    replicate, shard = (1, cfg.dp) if cfg.zero == 3 else (cfg.dp, 1)
-    if cfg.zero in (1, 2) and cfg.dp > 1:
+    replicate, shard = (1, cfg.degrees.dp) if cfg.zero == 3 else (cfg.degrees.dp, 1)
+    if cfg.zero in (1, 2) and cfg.degrees.dp > 1:
         notes.append(f"ZeRO-{cfg.zero} has no torchtitan equivalent: data parallelism is DDP "
                      "(data_parallel_replicate_degree), so optimizer state is replicated and "
                      "memory is above the plan's; data_parallel_shard_degree = dp with "
                      "fsdp_reshard_after_forward = \"never\" is the ZeRO-2-like alternative.")
     parallelism: list[tuple[str, object]] = [
         ("data_parallel_replicate_degree", replicate), ("data_parallel_shard_degree", shard),
-        ("tensor_parallel_degree", cfg.tp), ("pipeline_parallel_degree", cfg.pp),
-        ("context_parallel_degree", cfg.cp)]
+        ("tensor_parallel_degree", cfg.degrees.tp), ("pipeline_parallel_degree", cfg.degrees.pp),
+        ("context_parallel_degree", cfg.degrees.cp)]
     if f.model.is_moe:
-        parallelism += [("expert_parallel_degree", cfg.ep),
-                        ("expert_tensor_parallel_degree", cfg.expert_tp if cfg.ep > 1 else 1)]
-    if cfg.pp > 1:
+        parallelism += [("expert_parallel_degree", cfg.degrees.ep),
+                        ("expert_tensor_parallel_degree", cfg.degrees.expert_tp if cfg.degrees.ep > 1 else 1)]
+    if cfg.degrees.pp > 1:
         parallelism += [("pipeline_parallel_schedule", SCHEDULES[f.schedule]),
                         ("pipeline_parallel_microbatch_size", cfg.micro_batch),
                         ("module_fqns_per_model_part", module_fqns(f))]
@@ -145,7 +145,7 @@ def torchtitan_tables(f: Facts, o: EmitOptions) -> tuple[tuple, list[str]]:
             notes.append("ZB-H1 -> InterleavedZeroBubble with one model chunk per rank "
                          "(torch's ZB1P); torchtitan's layers-per-stage path would ask for two "
                          "chunks per rank, module_fqns_per_model_part keeps the plan's one.")
-    if cfg.tp > 1 and not cfg.sequence_parallel:
+    if cfg.degrees.tp > 1 and not cfg.sequence_parallel:
         notes.append("torchtitan's tensor parallelism always shards activations along the "
                      "sequence (sequence parallel); the plan has it off.")
     ac: list[tuple[str, object]] = [("mode", cfg.recompute)]

@@ -14,8 +14,9 @@ from rich.table import Table
 
 from planner.errors import SpecError
 from planner.inputs.expert_loads import ExpertLoads
-from solvers.experts.placement import ExpertLayout, even_split, static_gpu_loads
-from solvers.experts.quota import solve_quotas
+from solvers.experts import ExpertLayout, even_split, solve_quotas, static_gpu_loads
+
+__all__ = ["evaluate_document", "render_evaluation"]
 
 
 def _ratio(gpu_load: np.ndarray) -> float:

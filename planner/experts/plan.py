@@ -1,4 +1,4 @@
-"""Expert placement: loads -> ``solvers.experts.placement`` -> a validated placement document.
+"""Expert placement: loads -> ``solvers.experts.plan_layer`` -> a validated placement document.
 
 ``plan_experts`` plans every MoE layer of a loads file for one expert-parallel group and
 measures each layer before (the current placement, or one replica per expert with no
@@ -6,7 +6,7 @@ redundancy), for the EPLB-style baseline (``solvers.experts.eplb_baseline``; wit
 hierarchical when the groups divide over the nodes, as EPLB itself chooses, else global)
 and after. The document
 (``placement_document``) is what ``planner experts plan --out`` writes and what a Plan's
-``expert_placement`` section holds; ``sglang_location`` and ``vllm_eplb_config`` export it.
+``experts`` section holds; ``sglang_location`` and ``vllm_eplb_config`` export it.
 
 Runtimes call :func:`realtime_quotas` (a thin wrapper over
 :func:`solvers.experts.quota.solve_quotas`) every step with the exact per-expert loads of a
@@ -22,10 +22,13 @@ import numpy as np
 
 from planner.errors import InfeasibleError, SpecError
 from planner.inputs.expert_loads import ExpertLoads
-from solvers.experts.eplb_baseline import rebalance_experts
-from solvers.experts.placement import (ExpertLayout, LayerPlacement, drift_scenarios, even_split,
-                                      plan_layer, relabel_to_current, static_gpu_loads)
-from solvers.experts.quota import QuotaSolution, cross_node_tokens, solve_quotas
+from solvers.experts import (ExpertLayout, LayerPlacement, QuotaSolution, cross_node_tokens, drift_scenarios,
+                             even_split, plan_layer, rebalance_experts, relabel_to_current, solve_quotas,
+                             static_gpu_loads)
+
+__all__ = ["SCHEMA", "ExpertOptions", "ExpertPlacement", "LayerReport", "current_from_document",
+           "logical_to_physical", "placement_document", "plan_experts", "realtime_quotas", "sglang_location",
+           "trivial_placement", "vllm_eplb_config", "with_expert_placement"]
 
 SCHEMA = "planner.expert-placement/v1"
 
@@ -304,7 +307,7 @@ def _int_array(rows: Any, source: str, field: str) -> np.ndarray:
 
 def with_expert_placement(plan, loads: ExpertLoads, redundant_per_gpu: int = 1,
                           cache: dict | None = None):
-    """``plan`` with an ``expert_placement`` section for its EP group (MoE plans, ``ep > 1``).
+    """``plan`` with an ``experts`` section for its pool's EP group (MoE plans, ``ep > 1``).
 
     The loads' MoE layers map in order onto the model's MoE layers; the EP group is ``ep``
     GPUs with ``experts / ep + redundant_per_gpu`` slots each. Plans without expert
@@ -312,7 +315,7 @@ def with_expert_placement(plan, loads: ExpertLoads, redundant_per_gpu: int = 1,
     """
     from dataclasses import replace
 
-    model, cfg = plan.model_spec(), plan.parallel_config()
+    model, ep = plan.model_spec(), plan.pool().degrees["ep"]
     if model.moe is None:
         raise SpecError(loads.source, "", f"an MoE model for --expert-loads ({model.name} is dense)")
     if loads.num_experts != model.moe.num_experts:
@@ -321,13 +324,13 @@ def with_expert_placement(plan, loads: ExpertLoads, redundant_per_gpu: int = 1,
     if len(loads.moe_layers) != sum(model.moe_layers):
         raise SpecError(loads.source, "layers", f"{sum(model.moe_layers)} MoE layers with "
                         f"non-zero loads for {model.name}", len(loads.moe_layers))
-    if cfg.ep <= 1:
+    if ep <= 1:
         return plan
     cache = {} if cache is None else cache
-    if cfg.ep not in cache:
-        gpn = min(cfg.ep, min(g.gpus_per_node for g in plan.cluster().node_groups))
-        options = ExpertOptions(cfg.ep, gpn, model.moe.num_experts // cfg.ep + redundant_per_gpu)
+    if ep not in cache:
+        gpn = min(ep, min(g.gpus_per_node for g in plan.cluster().node_groups))
+        options = ExpertOptions(ep, gpn, model.moe.num_experts // ep + redundant_per_gpu)
         doc = placement_document(plan_experts(loads, options))
-        doc["ep_size"] = cfg.ep
-        cache[cfg.ep] = doc
-    return replace(plan, expert_placement=cache[cfg.ep])
+        doc["ep_size"] = ep
+        cache[ep] = doc
+    return replace(plan, experts=cache[ep])

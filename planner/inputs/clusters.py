@@ -19,7 +19,8 @@ from planner.errors import SpecError
 from topologies.catalog import UnknownGpuError
 from topologies.cluster import Cluster
 from topologies.presets import cluster_presets, preset_text
-from topologies.spec import cluster_from_dict, fields_at, homogeneous_cluster
+from topologies.spec import cluster_from_dict, fields_at
+from topologies.standard import homogeneous_cluster
 
 CLUSTER_OPTION = "--cluster"
 OPTIONS_SOURCE = "command line"

@@ -1,28 +1,31 @@
-"""The Plan artifact: every decision of one training plan, its inputs and its prediction.
+"""The Plan artifact: one document for every plan family, its inputs and its prediction.
 
 A plan file is one JSON object (keys sorted, so the same inputs give the same bytes):
 
-* ``schema_version`` (now 1), ``planner_version``, ``inputs_hash`` (sha256 of the canonical
-  JSON of ``inputs``).
+* ``schema_version`` (now 2), ``kind`` (``training`` | ``serving`` | ``experts``),
+  ``planner_version``, ``inputs_hash`` (sha256 of the canonical JSON of ``inputs``).
 * ``inputs``: ``model`` (every ModelSpec field), ``cluster`` (a cluster spec, as a cluster
   file would hold it, host names included), ``workload``, ``profile`` (calibration
   parameters), ``objective``: enough to rebuild the estimate.
-* ``config``: every ParallelConfig field (degrees, micro-batch, recompute, ZeRO, schedule
-  flags, per-stage layer counts); ``schedule``, ``micro_batches``.
-* ``stages``: per pipeline stage its layer indices and model chunks [first layer, count].
-* ``nodes``: per torchrun node rank, the cluster node, host, node group and GPU count;
-  ``node_order`` is the same placement as a list.
-* ``ranks``: a table (``columns``, ``rows``): global rank, node rank, local GPU and the rank's
-  coordinate on each parallel axis.
-* ``groups``: every process group of each kind (``tp``, ``cp``, ``dp``, ``dp_cp``, ``pp``,
-  ``ep``, ``edp``) as lists of global ranks.
-* ``expert_placement`` (only with ``planner solve --expert-loads``): the expert-placement
-  document of :mod:`planner.experts.plan` for one EP group of the plan, plus ``ep_size``.
+* ``pools``: the meshes of the job, each a :class:`Pool`: ``name``, ``role`` (``train``;
+  later ``prefill``, ``decode``, ``attention``, ``ffn``), ``gpu`` (its GPU type), ``degrees``
+  (``tp cp pp dp ep etp``, :class:`cost_models.parallel.Degrees`), ``nodes`` (per torchrun node
+  rank: the cluster node, host, node group, GPU count and first rank), ``node_order`` (the
+  same placement as a list), ``ranks`` (a table of ``columns`` and ``rows``: global rank,
+  node rank, local GPU and the rank's coordinate on each parallel axis) and ``groups`` (every
+  process group of each kind, ``tp cp dp dp_cp pp ep edp``, as lists of global ranks).
+* Family sections, each present only in plans of that family:
+  ``training``: ``options`` (every training option: micro-batch, recompute, ZeRO, schedule
+  flags, per-stage layer counts), ``schedule``, ``micro_batches`` and ``stages`` (per pipeline
+  stage its layer indices and model chunks [first layer, count]);
+  ``experts``: the expert-placement document of :mod:`planner.experts.plan` for one EP group
+  of the plan, plus ``ep_size`` (``planner solve --expert-loads``).
 * ``prediction``: ``planner estimate --format json``'s object for this plan, plus
-  ``stage_memory`` and ``why`` (one line on why it won) and ``search`` (rank among the
-  candidates, counts).
+  ``stage_memory``, ``why`` (one line on why it won) and ``search`` (rank among the
+  candidates, counts); ``notes``.
 
-:func:`plan_to_json` / :func:`plan_from_json` round-trip losslessly.
+:func:`plan_to_json` / :func:`plan_from_json` round-trip losslessly. Files of schema 1 (one
+mesh, flat keys) are read through :func:`planner.plan.migrate.upgrade`.
 """
 from __future__ import annotations
 
@@ -31,49 +34,117 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from cost_models.groups import KINDS, groups_of, rank_map
 from cost_models.model_spec import MLASpec, MoESpec, ModelSpec
-from cost_models.parallel import ParallelConfig, Workload
 from cost_models.profile import Profile
-from cost_models.training.step import Estimate, config_stage_layers, stage_layers
-from planner import __version__
+from cost_models.training.config import TrainingConfig, Workload
 from topologies.catalog import GB
 from topologies.cluster import Cluster
-from topologies.spec import cluster_from_dict, gpu_to_plain
+from topologies.devices import gpu_to_plain
+from topologies.spec import cluster_from_dict
 
-SCHEMA_VERSION = 1
-RANK_COLUMNS = ("rank", "node_rank", "local", "tp", "cp", "dp", "pp", "ep", "etp", "edp")
+SCHEMA_VERSION = 2
+KINDS_OF_PLAN = ("training", "serving", "experts")
+ROLES = ("train", "prefill", "decode", "attention", "ffn")
+SECTIONS = ("training", "experts")  # family sections a plan may carry
 
 
 @dataclass(frozen=True)
-class Plan:
-    """One plan; a thin typed wrapper over the JSON object described in the module docstring."""
+class Pool:
+    """One mesh of the job: a role, the GPUs it runs on, its degrees, ranks and groups."""
 
-    schema_version: int
-    planner_version: str
-    inputs_hash: str
-    inputs: dict[str, Any]
-    config: dict[str, Any]
-    schedule: str
-    micro_batches: int
-    stages: list[dict[str, Any]]
+    name: str
+    role: str
+    gpu: str
+    degrees: dict[str, Any]
     nodes: list[dict[str, Any]]
     node_order: list[int]
     ranks: dict[str, Any]
     groups: dict[str, list[list[int]]]
-    prediction: dict[str, Any]
-    notes: list[str] = field(default_factory=list)
-    expert_placement: dict[str, Any] | None = None
 
     @property
     def num_gpus(self) -> int:
         return len(self.ranks["rows"])
 
-    def parallel_config(self) -> ParallelConfig:
-        c = dict(self.config)
-        if c.get("stage_layer_counts") is not None:
-            c["stage_layer_counts"] = tuple(c["stage_layer_counts"])
-        return ParallelConfig(**c)
+    def rank_rows(self) -> list[dict[str, int]]:
+        cols = self.ranks["columns"]
+        return [dict(zip(cols, row)) for row in self.ranks["rows"]]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One plan; a thin typed wrapper over the JSON object described in the module docstring.
+
+    Accessors named after one mesh (``nodes``, ``ranks``, ``groups``, ``rank_rows``) read the
+    plan's only pool and refuse plans with several; multi-pool readers use :meth:`pool`.
+    """
+
+    schema_version: int
+    kind: str
+    planner_version: str
+    inputs_hash: str
+    inputs: dict[str, Any]
+    pools: list[Pool]
+    prediction: dict[str, Any]
+    training: dict[str, Any] | None = None
+    experts: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def pool(self, role: str | None = None) -> Pool:
+        """The pool of ``role`` (default: the plan's only pool)."""
+        found = [p for p in self.pools if role is None or p.role == role]
+        if len(found) != 1:
+            raise ValueError(f"plan has {len(found)} pools{f' of role {role!r}' if role else ''}"
+                             f", expected one")
+        return found[0]
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(p.num_gpus for p in self.pools)
+
+    @property
+    def nodes(self) -> list[dict[str, Any]]:
+        return self.pool().nodes
+
+    @property
+    def node_order(self) -> list[int]:
+        return self.pool().node_order
+
+    @property
+    def ranks(self) -> dict[str, Any]:
+        return self.pool().ranks
+
+    @property
+    def groups(self) -> dict[str, list[list[int]]]:
+        return self.pool().groups
+
+    def rank_rows(self) -> list[dict[str, int]]:
+        return self.pool().rank_rows()
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """Degrees and training options in one flat dict (the launch files' view)."""
+        return {**self.pool().degrees, **self._training()["options"]}
+
+    @property
+    def schedule(self) -> str:
+        return self._training()["schedule"]
+
+    @property
+    def micro_batches(self) -> int:
+        return self._training()["micro_batches"]
+
+    @property
+    def stages(self) -> list[dict[str, Any]]:
+        return self._training()["stages"]
+
+    def _training(self) -> dict[str, Any]:
+        if self.training is None:
+            raise ValueError(f"a {self.kind} plan has no training section")
+        return self.training
+
+    def parallel_config(self) -> TrainingConfig:
+        return TrainingConfig.from_dict({"degrees": self.pool().degrees,
+                                         **self._training()["options"]})
 
     def model_spec(self) -> ModelSpec:
         return model_from_plain(self.inputs["model"])
@@ -86,10 +157,6 @@ class Plan:
 
     def profile(self) -> Profile:
         return Profile(**self.inputs["profile"])
-
-    def rank_rows(self) -> list[dict[str, int]]:
-        cols = self.ranks["columns"]
-        return [dict(zip(cols, row)) for row in self.ranks["rows"]]
 
 
 def model_to_plain(model: ModelSpec) -> dict[str, Any]:
@@ -111,7 +178,7 @@ def cluster_to_plain(cluster: Cluster) -> dict[str, Any]:
     """The cluster as a cluster file (``topologies.spec.ClusterSpec``) would describe it.
 
     A catalog GPU is written by name, any other device as its inline device object
-    (``topologies.spec.gpu_to_plain``), so that the file rebuilds the same ``GpuSpec``.
+    (``topologies.devices.gpu_to_plain``), so that the file rebuilds the same ``GpuSpec``.
     """
     def nic(n) -> dict[str, Any]:
         out = {"count": n.count, "gbps": n.gbps, "transport": n.transport,
@@ -152,86 +219,13 @@ def plan_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Pr
             "workload": asdict(workload), "profile": asdict(prof), "objective": objective}
 
 
-def _stage_table(model: ModelSpec, cfg: ParallelConfig) -> list[dict[str, Any]]:
-    """Per stage: its layers and its model chunks as [first layer, count]."""
-    split = config_stage_layers(model.num_layers, cfg)
-    out = []
-    for s, layers in enumerate(split):
-        first = sum(len(x) for x in split[:s])
-        runs = _chunk_runs(model.num_layers, cfg, s) if cfg.vpp > 1 else [[first, len(layers)]]
-        out.append({"stage": s, "layers": list(layers), "chunks": runs,
-                    "embedding": s == 0, "head": s == cfg.pp - 1})
-    return out
-
-
-def _chunk_runs(num_layers: int, cfg: ParallelConfig, stage: int) -> list[list[int]]:
-    """[first layer, count] of each of ``stage``'s vpp chunks (Megatron interleaving)."""
-    chunks = cfg.pp * cfg.vpp
-    per_chunk = [len(c) for c in stage_layers(num_layers, chunks, 1)]
-    starts = [sum(per_chunk[:j]) for j in range(chunks)]
-    return [[starts[j], per_chunk[j]] for j in range(stage, chunks, cfg.pp)]
-
-
-def _rank_table(cluster: Cluster, cfg: ParallelConfig,
-                node_order: list[int]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    physical = rank_map(cluster, node_order)
-    located = [cluster.locate(int(p)) for p in physical]
-    node_rank_of = {node: i for i, node in enumerate(node_order)}
-    first_rank: dict[int, int] = {}
-    for r, (_, n, _) in enumerate(located):
-        first_rank.setdefault(n, r)
-    nodes = []
-    for i, node in enumerate(node_order):
-        group = cluster.node_groups[cluster.group_of_node(node)]
-        first = first_rank[node]
-        nodes.append({"node_rank": i, "node": node, "host": cluster.host_of_node(node),
-                      "node_group": group.name, "gpus": group.gpus_per_node,
-                      "first_rank": first})
-    rows = []
-    block = cfg.tp * cfg.cp * cfg.dp
-    for r, (_, node, local) in enumerate(located):
-        tp_r, rest = r % cfg.tp, r // cfg.tp
-        cp_r, rest = rest % cfg.cp, rest // cfg.cp
-        dp_r, pp_r = rest % cfg.dp, rest // cfg.dp
-        in_stage = r % block
-        etp_r = in_stage % cfg.expert_tp
-        ep_r = (in_stage // cfg.expert_tp) % cfg.ep
-        edp_r = in_stage // (cfg.expert_tp * cfg.ep)
-        rows.append([r, node_rank_of[node], local, tp_r, cp_r, dp_r, pp_r, ep_r, etp_r, edp_r])
-    return nodes, {"columns": list(RANK_COLUMNS), "rows": rows}
-
-
-def build_plan(model: ModelSpec, cluster: Cluster, est: Estimate, prof: Profile,
-               objective: str = "throughput", why: str = "", search: dict | None = None,
-               notes: list[str] | None = None) -> Plan:
-    """Assemble the Plan of an estimate (the caller validates it before writing)."""
-    from planner.training.estimate_json import estimate_to_dict  # formats only
-
-    cfg, workload = est.config, est.workload
-    node_order = list(est.node_order) if est.node_order is not None else list(
-        range(cluster.num_nodes))
-    inputs = plan_inputs(model, cluster, workload, prof, objective)
-    nodes, ranks = _rank_table(cluster, cfg, node_order)
-    groups = {kind: groups_of(cfg, kind) for kind in KINDS}
-    prediction = estimate_to_dict(est)
-    prediction["stage_memory"] = [
-        {"stage": m.stage, "peak_bytes": m.peak_bytes, "capacity_bytes": m.capacity_bytes}
-        for m in est.stage_memory]
-    prediction["why"] = why
-    prediction["search"] = search or {}
-    config = asdict(cfg)
-    if config["stage_layer_counts"] is not None:
-        config["stage_layer_counts"] = list(config["stage_layer_counts"])
-    return Plan(SCHEMA_VERSION, __version__, inputs_hash(inputs), inputs, config, cfg.schedule,
-                cfg.micro_batches(workload), _stage_table(model, cfg), nodes, node_order, ranks,
-                groups, prediction, list(notes or []))
-
-
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    """Every field; ``expert_placement`` only when the plan has one (older files stay as they were)."""
+    """Every field; family sections only when the plan has them."""
     out = {f.name: getattr(plan, f.name) for f in fields(plan)}
-    if out["expert_placement"] is None:
-        del out["expert_placement"]
+    out["pools"] = [asdict(p) for p in plan.pools]
+    for section in SECTIONS:
+        if out[section] is None:
+            del out[section]
     return out
 
 
@@ -241,15 +235,29 @@ def plan_to_json(plan: Plan) -> str:
 
 
 def plan_from_dict(data: dict[str, Any]) -> Plan:
+    """The Plan of a plan object; schema 1 objects are upgraded first."""
+    if data.get("schema_version") == 1:
+        from planner.plan.migrate import upgrade  # schema 1 -> 2
+        data = upgrade(data)
     known = {f.name for f in fields(Plan)}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"unknown plan keys {unknown}")
     missing = sorted(f.name for f in fields(Plan)
-                     if f.name not in data and f.name not in ("notes", "expert_placement"))
+                     if f.name not in data and f.name not in ("notes", *SECTIONS))
     if missing:
         raise ValueError(f"missing plan keys {missing}")
-    return Plan(**data)
+    pools = data["pools"]
+    if not isinstance(pools, list) or not all(isinstance(p, dict) for p in pools):
+        raise ValueError("pools must be a list of objects")
+    return Plan(**{**data, "pools": [_pool_from_dict(p) for p in pools]})
+
+
+def _pool_from_dict(data: dict[str, Any]) -> Pool:
+    known = {f.name for f in fields(Pool)}
+    if set(data) != known:
+        raise ValueError(f"pool keys {sorted(data)}, expected {sorted(known)}")
+    return Pool(**data)
 
 
 def plan_from_json(text: str) -> Plan:

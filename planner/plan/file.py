@@ -1,5 +1,7 @@
 """Reading plan files: one clear error naming the file and what is wrong, never a traceback.
 
+Files of schema 1 are upgraded to the current schema on load (:mod:`planner.plan.migrate`).
+
 Every plan read here passes :func:`planner.plan.validate.validate_plan` before anything uses it.
 """
 from __future__ import annotations
@@ -9,6 +11,8 @@ from pathlib import Path
 
 from planner.errors import SpecError
 from planner.plan.document import SCHEMA_VERSION, Plan, plan_from_dict
+
+READABLE_SCHEMAS = (1, SCHEMA_VERSION)  # schema 1 is upgraded on load (planner.plan.migrate)
 from planner.plan.validate import validate_plan
 
 
@@ -29,13 +33,17 @@ def load_plan(path: Path | str) -> Plan:
     if not isinstance(data, dict):
         raise SpecError(str(path), "", "a JSON object written by 'planner solve'",
                         type(data).__name__)
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise SpecError(str(path), "schema_version", f"{SCHEMA_VERSION} (a plan written by "
-                        "this planner)", data.get("schema_version"))
+    version = data.get("schema_version")
+    if version not in READABLE_SCHEMAS:
+        raise SpecError(str(path), "schema_version", f"one of {list(READABLE_SCHEMAS)} (a plan "
+                        "written by this planner; re-create it with 'planner solve' and the "
+                        "inputs it was made from)", version)
     try:
         plan = plan_from_dict(data)
-    except (TypeError, ValueError) as err:
-        raise SpecError(str(path), "", f"a plan written by 'planner solve' ({err})") from None
+    except (TypeError, ValueError, KeyError) as err:
+        how = (" (a schema-1 plan that cannot be upgraded: re-create it with 'planner solve')"
+               if version == 1 else "")
+        raise SpecError(str(path), "", f"a plan written by 'planner solve' ({err}){how}") from None
     try:
         return validate_plan(plan, str(path))
     except (KeyError, TypeError, IndexError, AttributeError) as err:

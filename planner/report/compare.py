@@ -9,44 +9,51 @@ from __future__ import annotations
 from typing import Callable
 
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from planner.plan.document import Plan
+from planner.report.fit import Col, FirstFit, FitTable, Row
+from planner.report.plain import flat_config
 from planner.report.solve import plan_bottleneck, schedule_text
+
+__all__ = ["ROWS", "compare_table", "render_compare"]
 
 GIB = 2**30
 
 # (label, value of a plan, which is better: "min", "max" or None for categorical rows)
-Row = tuple[str, Callable[[Plan], object], str | None]
+RowSpec = tuple[str, Callable[[Plan], object], str | None]
 
 
 def _layers(plan: Plan) -> str:
     return "/".join(str(len(s["layers"])) for s in plan.stages)
 
 
+def _config(key: str) -> Callable[[Plan], object]:
+    return lambda p: flat_config(p.config)[key]
+
+
 def _time(key: str) -> Callable[[Plan], float]:
     return lambda p: p.prediction["time"][key]
 
 
-ROWS: tuple[Row, ...] = (
+ROWS: tuple[RowSpec, ...] = (
     ("model", lambda p: p.inputs["model"]["name"], None),
     ("cluster", lambda p: p.inputs["cluster"]["name"], None),
     ("GPUs", lambda p: p.num_gpus, None),
     ("global batch x seq", lambda p: f"{p.inputs['workload']['global_batch']} x "
                                      f"{p.inputs['workload']['seq_len']}", None),
-    ("tp", lambda p: p.config["tp"], None),
-    ("cp", lambda p: p.config["cp"], None),
-    ("pp", lambda p: p.config["pp"], None),
-    ("dp", lambda p: p.config["dp"], None),
-    ("ep / etp", lambda p: f"{p.config['ep']} / {p.prediction['config']['expert_tp']}", None),
+    ("tp", _config("tp"), None),
+    ("cp", _config("cp"), None),
+    ("pp", _config("pp"), None),
+    ("dp", _config("dp"), None),
+    ("ep / etp", lambda p: f"{_config('ep')(p)} / {p.prediction['config']['expert_tp']}", None),
     ("schedule", schedule_text, None),
-    ("micro-batch", lambda p: p.config["micro_batch"], None),
+    ("micro-batch", _config("micro_batch"), None),
     ("micro-batches", lambda p: p.micro_batches, None),
     ("recompute", lambda p: p.config["recompute"] + (
         f" ({p.config['recompute_layers']})" if p.config["recompute_layers"] else ""), None),
-    ("sequence parallel", lambda p: p.config["sequence_parallel"], None),
-    ("ZeRO", lambda p: p.config["zero"], None),
+    ("sequence parallel", _config("sequence_parallel"), None),
+    ("ZeRO", _config("zero"), None),
     ("layers per stage", _layers, None),
     ("node order", lambda p: "listing" if p.node_order == sorted(p.node_order)
      else ",".join(map(str, p.node_order[:12])) + ("..." if len(p.node_order) > 12 else ""),
@@ -81,11 +88,10 @@ def _mfu_cell(value: float) -> str:
     return f"{value:.1%}"
 
 
-def compare_table(plans: list[Plan], names: list[str]) -> Table:
-    table = Table(title="Plans side by side (differences marked *)", title_justify="left")
-    table.add_column("")
-    for name in names:
-        table.add_column(name, justify="right")
+def _rows(plans: list[Plan]) -> list[tuple[Text, list[Text]]]:
+    """Per row of :data:`ROWS`: its label (marked ``*`` where plans differ) and one styled
+    cell per plan (in numeric rows the best value green)."""
+    out = []
     for label, get, better in ROWS:
         values = [get(p) for p in plans]
         cells = [_mfu_cell(v) if label == "MFU" else _cell(v) for v in values]
@@ -94,10 +100,32 @@ def compare_table(plans: list[Plan], names: list[str]) -> Table:
         if differs and better is not None:
             best = (min if better == "min" else max)(values)
             styles = ["bold green" if v == best else "yellow" for v in values]
-        table.add_row(Text(("* " if differs else "  ") + label,
-                           style="bold" if differs else "dim"),
-                      *[Text(c, style=s or "") for c, s in zip(cells, styles)])
-    return table
+        out.append((Text(("* " if differs else "  ") + label, style="bold" if differs else "dim"),
+                    [Text(c, style=s or "") for c, s in zip(cells, styles)]))
+    return out
+
+
+def _part(rows: list[tuple[Text, list[Text]]], names: list[str], shown: range,
+          title: str) -> FitTable:
+    columns = [Col("")] + [Col(names[i], justify="right") for i in shown]
+    return FitTable(columns, [Row((label, *(cells[i] for i in shown))) for label, cells in rows],
+                    title=title, title_justify="left")
+
+
+def compare_table(plans: list[Plan], names: list[str]) -> FirstFit:
+    """One table, plans across; where it does not fit the width, the plans are split over
+    several tables, each with the row labels."""
+    rows = _rows(plans)
+    title = "Plans side by side (differences marked *)"
+    n = len(plans)
+
+    def split(per_part: int) -> Group:
+        starts = range(0, n, per_part)
+        return Group(*(_part(rows, names, range(a, min(a + per_part, n)),
+                             f"{title}: {a + 1}-{min(a + per_part, n)} of {n}") for a in starts))
+
+    return FirstFit([lambda: _part(rows, names, range(n), title)]
+                    + [lambda k=k: split(k) for k in range(n - 1, 0, -1)])
 
 
 def render_compare(plans: list[Plan], names: list[str]) -> RenderableType:

@@ -3,13 +3,15 @@ from :class:`planner.experts.plan.ExpertPlacement`)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from planner.experts.plan import ExpertPlacement
+if TYPE_CHECKING:  # annotations only: the result is handed in by the CLI
+    from planner.experts.plan import ExpertPlacement
 
 _SHADES = ("grey23", "blue", "cyan", "green", "yellow", "dark_orange", "red", "magenta")
 _EDGES = (0.5, 0.8, 0.95, 1.02, 1.1, 1.3, 2.0)

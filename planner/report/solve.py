@@ -4,14 +4,22 @@ Built from Plans (their ``config`` and ``prediction``); formats only.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich import box
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from planner.plan.document import Plan
-from planner.training.search import SearchStats
-from planner.training.why import PART_NAMES, TIER_OF_PART
+from planner.report.fit import Col, FitTable, Row
+from planner.report.plain import flat_config
+from planner.plan.parts import PART_NAMES, TIER_OF_PART
+
+if TYPE_CHECKING:  # annotations only: the stats are handed in by the CLI
+    from planner.training.search import SearchStats
+
+__all__ = ["plan_bottleneck", "schedule_text", "plan_row", "top_table", "render_solve",
+           "expert_placement_line"]
 
 GIB = 2**30
 
@@ -36,7 +44,7 @@ def _recompute_text(config: dict) -> str:
 
 
 def schedule_text(plan: Plan) -> str:
-    c = plan.config
+    c = flat_config(plan.config)
     if c["vpp"] > 1:
         return f"{plan.schedule.replace('interleaved-', 'int-')} v{c['vpp']}"
     if c.get("seq_slices", 1) > 1:
@@ -46,7 +54,7 @@ def schedule_text(plan: Plan) -> str:
 
 def plan_row(plan: Plan) -> list[str]:
     """The cells of one plan in the top-k table."""
-    c, p = plan.config, plan.prediction
+    c, p = flat_config(plan.config), plan.prediction
     ep = f"{c['ep']}/{p['config']['expert_tp']}" if c["ep"] > 1 else "-"
     layout = "even" if c["stage_layer_counts"] is None else "DP"
     placement = "listing" if plan.node_order == sorted(plan.node_order) else "CP-SAT"
@@ -63,24 +71,29 @@ HEADERS = ("tp", "cp", "pp", "dp", "ep/etp", "schedule", "mb", "recompute", "ZeR
 ALWAYS_SHOWN = {"tp", "pp", "dp", "schedule", "recompute", "tok/s/GPU", "MFU", "step s",
                 "GiB free", "bottleneck"}
 RIGHT = {"tp", "cp", "pp", "dp", "mb", "ZeRO", "tok/s/GPU", "MFU", "step s", "GiB free"}
+# Order in which columns are left out of a narrow terminal, first (highest) first; the
+# degrees, the schedule, tok/s/GPU and MFU (0) are always shown.
+DROP = {"placement": 10, "layers": 9, "ZeRO": 8, "bottleneck": 7, "mb": 6, "GiB free": 5,
+        "step s": 4, "recompute": 3}
 
 
-def top_table(plans: tuple[Plan, ...] | list[Plan], title: str) -> tuple[Table, Text | None]:
+def top_table(plans: tuple[Plan, ...] | list[Plan], title: str) -> tuple[FitTable, Text | None]:
     """The table, and a line naming the columns left out because every plan has the same
-    value there (so the table fits a terminal)."""
+    value there. In a narrow terminal the table leaves out its least important columns
+    (:data:`DROP`) rather than cut the degrees."""
     rows = [plan_row(p) for p in plans]
     keep = [i for i, h in enumerate(HEADERS)
             if h in ALWAYS_SHOWN or len({r[i] for r in rows}) > 1]
     same = [f"{HEADERS[i]} {'none' if rows[0][i] == '-' else rows[0][i]}"
             for i in range(len(HEADERS)) if i not in keep]
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-                  collapse_padding=True)
-    table.add_column("#", justify="right", no_wrap=True)
-    for i in keep:
-        table.add_column(HEADERS[i], justify="right" if HEADERS[i] in RIGHT else "left",
-                         no_wrap=HEADERS[i] != "bottleneck")
-    for n, row in enumerate(rows):
-        table.add_row(str(n + 1), *(row[i] for i in keep), style="bold" if n == 0 else None)
+    columns = [Col("#", justify="right")] + [
+        Col(HEADERS[i], justify="right" if HEADERS[i] in RIGHT else "left",
+            drop=DROP.get(HEADERS[i], 0), fold=HEADERS[i] == "bottleneck") for i in keep]
+    table = FitTable(columns, [Row((str(n + 1), *(row[i] for i in keep)),
+                                   style="bold" if n == 0 else None)
+                               for n, row in enumerate(rows)],
+                     box=box.SIMPLE_HEAD, title=title,
+                     title_justify="left", pad_edge=False, collapse_padding=True)
     note = Text("every plan: " + ", ".join(same), style="dim") if same else None
     return table, note
 
@@ -106,14 +119,14 @@ def render_solve(plans: tuple[Plan, ...], stats: SearchStats) -> RenderableType:
     if best.node_order != sorted(best.node_order):
         extra.append(Text(f"#1 placement (node rank -> node): {best.node_order}"))
     extra += [Text(f"#{i + 1} {expert_placement_line(p)}")
-              for i, p in enumerate(plans) if p.expert_placement is not None][:3]
+              for i, p in enumerate(plans) if p.experts is not None][:3]
     table, same = top_table(plans, f"Top {len(plans)} plans, fastest first")
     return Group(head, Text(), table, *([same] if same else []), why, *extra, footer)
 
 
 def expert_placement_line(plan: Plan) -> str:
     """One line on a plan's expert placement (numbers from its summary)."""
-    doc = plan.expert_placement
+    doc = plan.experts
     m = doc["summary"]
     return (f"expert placement (EP{doc['ep_size']}, {doc['slots_per_gpu']} slots per GPU): "
             f"busiest/mean GPU load {m['mean_ratio_after']:.4f} (EPLB-style "

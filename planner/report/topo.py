@@ -11,9 +11,12 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from planner.report.fit import Col, FitTable, Row
 from topologies.catalog import GIB
 from topologies.cluster import Cluster, NodeGroup
 from topologies.graph import TierRow, nic_text, tier_summary
+
+__all__ = ["render_topology", "render_presets"]
 
 
 def _number(value: float) -> str:
@@ -31,28 +34,25 @@ def _group_row(group: NodeGroup) -> list[str]:
             nic_text(group) or "-"]
 
 
-def _groups_table(cluster: Cluster) -> Table:
-    table = Table(title="Node groups", title_justify="left")
-    for header in ("Group", "Nodes", "GPU", "GPUs/node", "HBM/GPU", "BF16 TFLOP/s",
-                   "Fabric", "NICs/node"):
-        numeric = header in ("Nodes", "GPUs/node", "HBM/GPU", "BF16 TFLOP/s")
-        table.add_column(header, justify="right" if numeric else "left")
-    for group in cluster.node_groups:
-        table.add_row(*_group_row(group))
-    return table
+GROUP_COLUMNS = (Col("Group"), Col("Nodes", "right"), Col("GPU"), Col("GPUs/node", "right"),
+                 Col("HBM/GPU", "right", drop=1), Col("BF16 TFLOP/s", "right", drop=2),
+                 Col("Fabric", fold=True), Col("NICs/node", fold=True))
+TIER_COLUMNS = (Col("Tier"), Col("Connects", fold=True), Col("Count", "right"),
+                Col("GB/s per GPU", "right"), Col("Latency us", "right"))
 
 
-def _tiers_table(rows: list[TierRow]) -> Table:
-    table = Table(title="Tiers (bandwidth: one direction, one GPU's share)", title_justify="left")
-    table.add_column("Tier")
-    table.add_column("Connects")
-    table.add_column("Count", justify="right")
-    table.add_column("GB/s per GPU", justify="right")
-    table.add_column("Latency us", justify="right")
-    for row in rows:
-        table.add_row(row.name, row.connects, f"{row.count:,}", _number(row.bw_per_gpu_GBps),
-                      _number(row.latency_us))
-    return table
+def _groups_table(cluster: Cluster) -> FitTable:
+    return FitTable(GROUP_COLUMNS, [Row(tuple(_group_row(g))) for g in cluster.node_groups],
+                    title="Node groups", title_justify="left")
+
+
+def _tiers_table(rows: list[TierRow]) -> FitTable:
+    return FitTable(TIER_COLUMNS,
+                    [Row((row.name, row.connects, f"{row.count:,}",
+                          _number(row.bw_per_gpu_GBps), _number(row.latency_us)))
+                     for row in rows],
+                    title="Tiers (bandwidth: one direction, one GPU's share)",
+                    title_justify="left")
 
 
 def _totals(cluster: Cluster) -> Text:

@@ -5,10 +5,12 @@
    backward, a small transformer layer, memory bandwidth, and every collective by message and
    group size. Its progress lines drive a progress bar; the whole process group is ended on
    any failure or Ctrl-C (:func:`planner.run.launch.kill_group`).
-2. :func:`cost_models.fitting.fit_all` fits the profile (GEMM efficiency curve, attention
+2. The CLI (:func:`planner.cli.run.calibrate_command`) hands the raw timings to
+   the cost models' fit (``fitting.fit_all``), which fits the profile (GEMM efficiency curve, attention
    efficiency, per-kernel overhead, bandwidth, and alpha-beta of the machine's link with a
-   factor per collective) using the cost model's own formulas.
-3. One JSON file (``planner.calibration/v1``) holds the ``profile`` that ``--calibration``
+   factor per collective) using the cost model's own formulas; this module fits nothing and
+   imports no cost model.
+3. :func:`calibration_document` and :func:`write_calibration`: one JSON file (``planner.calibration/v1``) holds the ``profile`` that ``--calibration``
    applies, the machine as a ``cluster`` (an inline device with the measured peaks, one node,
    fabric ``host`` with the fitted bandwidth and latency), the residual of every case, and the
    raw timings. The cluster is also written as a YAML file for ``--cluster``.
@@ -23,13 +25,16 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from cost_models.fitting import CalibrationFit, fit_all
-from cost_models.profile import profile_to_dict
 from planner.errors import PlannerError
 from planner.files import write_atomic
+
+__all__ = ["SCHEMA", "BenchmarkError", "CalibrateOptions", "calibration_document",
+           "default_nproc", "element_bytes", "link_tier", "machine_cluster", "measure",
+           "residual_summary", "run_benchmarks", "write_calibration"]
 
 SCHEMA = "planner.calibration/v1"
 
@@ -94,8 +99,29 @@ def run_benchmarks(opts: CalibrateOptions, raw_path: Path, progress=None) -> Non
                              f"output: {tail or '(none)'}")
 
 
-def machine_cluster(fit: CalibrationFit, raw: dict, nproc: int, name: str = "local") -> dict:
-    """This machine as a cluster file: one node of ``nproc`` measured devices."""
+def link_tier(backend: str) -> str:
+    """The link tier the collectives of ``backend`` are fitted to: ``host`` (gloo) or
+    ``nvswitch``."""
+    return "host" if backend == "gloo" else "nvswitch"
+
+
+def element_bytes(backend: str) -> int:
+    """Bytes per element the benchmarks of ``backend`` use: fp32 on CPU (gloo), else bf16."""
+    return 4 if backend == "gloo" else 2
+
+
+def measure(opts: CalibrateOptions, progress=None) -> dict:
+    """Run the benchmarks (:func:`run_benchmarks`) and return their raw timings."""
+    with tempfile.TemporaryDirectory(prefix="planner-calibrate-") as tmp:
+        raw_path = Path(tmp) / "raw.json"
+        run_benchmarks(opts, raw_path, progress)
+        return json.loads(raw_path.read_text())
+
+
+def machine_cluster(fit: Any, raw: dict, nproc: int, name: str = "local") -> dict:
+    """This machine as a cluster file: one node of ``nproc`` measured devices. ``fit``: the
+    fitted figures (the cost models' ``CalibrationFit``: ``peak_flops``,
+    ``memory_bw_bytes_per_s``, ``link.bw_bytes_per_s``, ``link.latency_s``)."""
     precision = "fp32" if raw["backend"] == "gloo" else "bf16"
     per_process = f" ({raw['threads']} thread{'s' * (raw['threads'] > 1)})" if raw[
         "backend"] == "gloo" else ""
@@ -106,7 +132,7 @@ def machine_cluster(fit: CalibrationFit, raw: dict, nproc: int, name: str = "loc
               "peak_tflops": {precision: round(fit.peak_flops / 1e12, 6)},
               "source": f"planner calibrate ({raw['backend']}, torch {raw['torch']})"}
     group = {"name": name, "count": 1, "gpu": device, "gpus_per_node": nproc,
-             "fabric": "host" if raw["backend"] == "gloo" else "nvswitch"}
+             "fabric": link_tier(raw["backend"])}
     if math.isfinite(fit.link.bw_bytes_per_s):
         group["intra_bw_GBps"] = round(fit.link.bw_bytes_per_s / 1e9, 6)
         group["intra_latency_us"] = round(max(fit.link.latency_s * 1e6, 0.01), 3)
@@ -117,10 +143,11 @@ def machine_cluster(fit: CalibrationFit, raw: dict, nproc: int, name: str = "loc
             "node_groups": [group]}
 
 
-def calibration_document(fit: CalibrationFit, raw: dict, nproc: int) -> dict:
-    """The ``planner.calibration/v1`` object (see module docstring)."""
-    tier = "host" if raw["backend"] == "gloo" else "nvswitch"
-    profile = profile_to_dict(fit.profile)
+def calibration_document(fit: Any, profile: dict, raw: dict, nproc: int) -> dict:
+    """The ``planner.calibration/v1`` object (see module docstring). ``fit``: the
+    cost models' ``CalibrationFit``; ``profile``: its profile as plain data."""
+    tier = link_tier(raw["backend"])
+    profile = dict(profile)
     profile["link_efficiency"] = {tier: 1.0}
     profile["reserved_bytes"] = 0.0 if raw["backend"] == "gloo" else profile["reserved_bytes"]
     return {
@@ -136,19 +163,12 @@ def calibration_document(fit: CalibrationFit, raw: dict, nproc: int) -> dict:
     }
 
 
-def calibrate(opts: CalibrateOptions, out: Path, cluster_out: Path, progress=None) -> dict:
-    """Measure, fit and write both files (atomically); returns the calibration document."""
-    with tempfile.TemporaryDirectory(prefix="planner-calibrate-") as tmp:
-        raw_path = Path(tmp) / "raw.json"
-        run_benchmarks(opts, raw_path, progress)
-        raw = json.loads(raw_path.read_text())
-    fit = fit_all(raw, tier="host" if opts.backend == "gloo" else "nvswitch",
-                  elem_bytes=4 if opts.backend == "gloo" else 2)
-    doc = calibration_document(fit, raw, opts.nproc)
+def write_calibration(doc: dict, out: Path, cluster_out: Path) -> None:
+    """Write the calibration document to ``out`` and its cluster as YAML to ``cluster_out``
+    (each atomically)."""
     write_atomic(cluster_out, "# Written by planner calibrate: this machine as a cluster file.\n"
                  + yaml.safe_dump(doc["cluster"], sort_keys=False))
     write_atomic(out, json.dumps(doc, indent=1) + "\n")
-    return doc
 
 
 def residual_summary(doc: dict) -> list[tuple[str, int, float, float]]:

@@ -3,8 +3,8 @@
 Every rank runs the same compute benchmarks at the same time (so shared caches, memory
 bandwidth and cores are contended as in a real job), then the collectives run over the whole
 world and over every power-of-two group size below it. Rank 0 gathers the timings and writes
-them as one JSON object (``planner.calibration-raw/v1``); :mod:`cost_models.fitting` turns them
-into profile parameters.
+them as one JSON object (``planner.calibration-raw/v1``); the cost models' fit (``fitting.fit_all``, called by
+``planner calibrate``) turns them into profile parameters.
 
 Timings: each case runs once to warm up, then repeats until ``min_time_s`` has passed (at
 least ``min_reps`` times); we keep the median of the repeats (robust to a descheduled
@@ -119,7 +119,7 @@ def attention_cases(sizes: Sizes) -> list[dict]:
 def layer_cases(sizes: Sizes) -> list[dict]:
     """Forward + backward of one small transformer block (the reference job's): dominated by
     per-kernel overheads, from which the fit takes ``kernel_overhead_s``."""
-    from planner.run.reference_job import Block
+    from planner.run.reference_job.model import Block
 
     out = []
     for b, s, h, heads in sizes.layer:

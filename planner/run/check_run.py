@@ -1,10 +1,6 @@
-"""``planner check-run``: a run record's measured times against the cost model's prediction.
-
-The prediction is of the job *as it ran*: the model the reference job built (its recorded
-``shape``: layers, hidden size, heads, FFN widths, vocabulary, experts), the plan's degrees,
-layer split and cluster, and the job's ``implementation`` (fp32, SGD, one gradient bucket
-all-reduced after the backward pass, no overlap; see :data:`planner.run.reference_job.IMPLEMENTATION`),
-with the profile from ``--calibration`` (else the plan's own).
+"""``planner check-run``: a run record's measured times against a prediction handed over by
+the CLI (:func:`planner.training.run_prediction.predict_run`, a ``RunPrediction`` of plain
+numbers); this module compares and reads records, and imports no cost model.
 
 Measured figures are medians over the recorded steps after the first (start-up skew and
 one-off allocations land in step 0), per rank, then per stage the slowest of its ranks:
@@ -18,16 +14,15 @@ one-off allocations land in step 0), per rank, then per stage the slowest of its
 """
 from __future__ import annotations
 
+import json
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cost_models.model_spec import ModelSpec, MoESpec
-from cost_models.parallel import ParallelConfig, Workload
-from cost_models.profile import Profile
-from cost_models.training.step import Estimate, estimate
 from planner.errors import SpecError
+
+__all__ = ["Row", "check_record", "compare", "load_record"]
 
 
 @dataclass(frozen=True)
@@ -45,56 +40,25 @@ class Row:
         return self.predicted_s / self.measured_s - 1.0
 
 
-def job_model(shape: dict[str, Any]) -> ModelSpec:
-    """The reference job's model as a ModelSpec (GELU MLP, LayerNorm, biased linears)."""
-    moe = None
-    if shape.get("num_experts"):
-        moe = MoESpec(num_experts=shape["num_experts"], top_k=shape["top_k"],
-                      expert_ffn_hidden=shape["expert_ffn"], expert_bias=True)
-    h, heads = shape["hidden"], shape["heads"]
-    return ModelSpec(name="reference-job", num_layers=shape["num_layers"], hidden_size=h,
-                     num_heads=heads, num_kv_heads=heads, head_dim=h // heads,
-                     ffn_hidden_size=shape["ffn"], vocab_size=shape["vocab"], glu=False,
-                     activation="gelu", norm="layernorm", qkv_bias=True, attn_out_bias=True,
-                     mlp_bias=True, moe=moe,
-                     moe_layers=tuple(shape.get("moe_layers") or ()) if moe else ())
-
-
-def predict_record(record: dict[str, Any], profile: Profile | None) -> Estimate:
-    """The cost model's estimate of the job the record describes (see module docstring)."""
-    from planner.plan.document import plan_from_dict
-
-    plan = plan_from_dict(record["plan"])
-    shape, impl = record["shape"], record.get("implementation", {})
-    model = job_model(shape)
-    workload = Workload(seq_len=shape["seq_len"],
-                        global_batch=shape["dp"] * shape["micro_batches"] * shape["micro_batch"],
-                        precision=impl.get("precision", plan.workload().precision),
-                        optimizer=impl.get("optimizer", plan.workload().optimizer))
-    cfg: ParallelConfig = plan.parallel_config()
-    overrides = {k: v for k, v in impl.items() if k not in ("precision", "optimizer")
-                 and hasattr(cfg, k)}
-    cfg = replace(cfg, micro_batch=shape["micro_batch"], **overrides)
-    return estimate(model, plan.cluster(), workload, cfg, profile or plan.profile(),
-                    tuple(plan.node_order) if getattr(plan, "node_order", None) else None)
-
-
 def _median_steps(steps: list[dict[str, float]], kind: str) -> float:
     values = [s.get(kind, 0.0) for s in (steps[1:] if len(steps) > 1 else steps)]
     return statistics.median(values) if values else 0.0
 
 
-def compare(record: dict[str, Any], est: Estimate) -> list[Row]:
-    """Predicted against measured, step first, then per stage, then DP and optimizer."""
+def compare(record: dict[str, Any], predicted: Any) -> list[Row]:
+    """Predicted against measured, step first, then per stage, then DP and optimizer.
+
+    ``predicted``: a ``planner.training.run_prediction.RunPrediction`` (plain numbers: the
+    step's ``step_s``, ``dp_comm_s``, ``dp_comm_total_s``, ``optimizer_s``, the degrees, and
+    per stage ``layers``, ``compute_s``, ``recompute_s``, ``tp_comm_s``, ``ep_comm_s``)."""
     ranks = record["rank_timings"]
     m = record["shape"]["micro_batches"]
-    t = est.time
-    rows = [Row("step", t.step_s, _median_steps([{"step": x} for x in record["step_times_max_s"]],
+    rows = [Row("step", predicted.step_s, _median_steps([{"step": x} for x in record["step_times_max_s"]],
                                                 "step"))]
     by_stage: dict[int, list[dict]] = {}
     for r in ranks:
         by_stage.setdefault(r["stage"], []).append(r)
-    for s, stage in enumerate(est.stages):
+    for s, stage in enumerate(predicted.stages):
         members = by_stage.get(s, [])
 
         def worst(kind: str, members=members) -> float:
@@ -103,20 +67,21 @@ def compare(record: dict[str, Any], est: Estimate) -> list[Row]:
                        for r in members), default=0.0)
         own = m * (stage.compute_s + stage.recompute_s + stage.tp_comm_s + stage.ep_comm_s)
         rows.append(Row(f"stage {s}: compute ({stage.layers} layers)", m * stage.compute_s, compute))
-        if est.config.tp > 1:
+        if predicted.tp > 1:
             rows.append(Row(f"stage {s}: TP all-reduce", m * stage.tp_comm_s, worst("tp_comm")))
-        if est.config.ep > 1 and stage.ep_comm_s > 0:
+        if predicted.ep > 1 and stage.ep_comm_s > 0:
             rows.append(Row(f"stage {s}: EP all-to-all", m * stage.ep_comm_s, worst("ep_comm")))
             rows.append(Row(f"stage {s}: EP quota solve (not modelled)", None,
                             worst("quota_solve")))
-        if est.config.pp > 1:
-            idle = max(0.0, t.step_s - own - t.dp_comm_s - t.optimizer_s)
+        if predicted.pp > 1:
+            idle = max(0.0, predicted.step_s - own - predicted.dp_comm_s
+                       - predicted.optimizer_s)
             rows.append(Row(f"stage {s}: pipeline wait (bubble + transfers)", idle,
                             worst("pp_wait")))
-    if est.config.dp > 1:
-        rows.append(Row("DP gradient all-reduce", est.dp_comm_total_s,
+    if predicted.dp > 1:
+        rows.append(Row("DP gradient all-reduce", predicted.dp_comm_total_s,
                         max(_median_steps(r["steps"], "dp_comm") for r in ranks)))
-    rows.append(Row("optimizer step", t.optimizer_s,
+    rows.append(Row("optimizer step", predicted.optimizer_s,
                     max(_median_steps(r["steps"], "optimizer") for r in ranks)))
     return rows
 
@@ -136,8 +101,7 @@ def check_record(record: dict[str, Any], source: str) -> None:
 
 
 def load_record(path: Path) -> dict[str, Any]:
-    import json
-
+    """The run record at ``path``, checked (:func:`check_record`); SpecError otherwise."""
     if not path.is_file():
         raise SpecError(str(path), "", "an existing run record JSON file")
     try:

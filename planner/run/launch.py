@@ -23,6 +23,7 @@ from pathlib import Path
 
 from planner.files import write_atomic
 from planner.plan.document import Plan, plan_to_dict
+from planner.run.runtime import degrees_of
 
 GRACE_S = 5.0
 
@@ -86,9 +87,10 @@ def write_run_record(path: Path, plan: Plan, fields: dict, environment: dict | N
     """A run record (``planner.run-record/v1``): the plan's hash and world, the whole plan
     (``plan``, :func:`planner.plan.document.plan_to_dict`: predictions can be recomputed from the record
     alone), the machine, and ``fields`` (what the run measured), written atomically."""
+    degrees = degrees_of(plan)
     record = {"schema": "planner.run-record/v1", "plan_inputs_hash": plan.inputs_hash,
               "world_size": plan.num_gpus,
-              "config": {k: plan.config[k] for k in ("tp", "pp", "dp", "cp", "ep")},
+              "config": {k: degrees[k] for k in ("tp", "pp", "dp", "cp", "ep")},
               "plan": plan_to_dict(plan),
               "environment": {"python": platform.python_version(), "host": platform.node(),
                               **(environment or {})},

@@ -2,7 +2,7 @@
 
 ::
 
-    rt = init("plan.json")            # under torchrun; gloo on CPU, nccl on GPUs
+    rt = init("plan.json")            # under torchrun; nccl with CUDA, else gloo (choose_backend)
     rt.groups["tp"]                   # this rank's TP process group (None if the group is 1)
     rt.view.stage, rt.view.layers     # this rank's pipeline stage and its model layers
     rt.view.experts[layer]            # logical experts this rank holds (MoE models)
@@ -14,9 +14,14 @@ Order of work (each step is a function of its own):
    :class:`WorldMismatch`, before any collective - a world that is not the plan's: another
    world size, another number of GPUs on this node, or a rank that the plan places on another
    node rank or local GPU.
-2. :func:`build_groups` creates every process group of every kind in the plan's order
-   (``tp, cp, dp, dp_cp, pp, ep, edp``, each kind's groups as listed): torch requires every
-   rank to call ``new_group`` for every group in the same order, members or not.
+2. :func:`choose_backend` picks the torch.distributed backend: the caller's, else NCCL when
+   CUDA is available, else gloo. With NCCL each process uses the GPU ``LOCAL_RANK``.
+3. :func:`build_groups` creates every process group of every kind the plan lists, kinds in
+   name order and each kind's groups as listed: torch requires every rank to call
+   ``new_group`` for every group in the same order, members or not.
+
+The group kinds come from the plan itself (``plan.groups``), so this module reads Plans only
+and imports no cost model.
 
 torch is imported only inside the functions that need it (it is the optional ``planner[torch]``).
 """
@@ -27,14 +32,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from cost_models.groups import KINDS
 from planner.errors import PlannerError
 from planner.plan.document import Plan
 from planner.plan.file import load_plan
 
 
-__all__ = ["Runtime", "RankView", "WorldMismatch", "build_groups", "expert_maps", "init",
-           "rank_view"]
+__all__ = ["BACKENDS", "Runtime", "RankView", "WorldMismatch", "build_groups", "choose_backend",
+           "degrees_of", "expert_maps", "init", "rank_view"]
+
+BACKENDS = ("gloo", "nccl")
 
 class WorldMismatch(PlannerError):
     """The running job is not the world the plan was made for."""
@@ -89,6 +95,12 @@ def rank_view(plan: Plan, env: Mapping[str, str] | None = None) -> RankView:
                     _experts(plan, coords["ep"]))
 
 
+def degrees_of(plan: Plan) -> dict[str, int]:
+    """The size of each group kind of the plan (``tp``, ``cp``, ``dp``, ``pp``, ``ep``,
+    ``dp_cp``, ``edp``), read off its groups (all groups of one kind have one size)."""
+    return {kind: len(groups[0]) for kind, groups in plan.groups.items()}
+
+
 def expert_maps(plan: Plan) -> tuple[dict[int, tuple[int, ...]], int]:
     """The EP group's ``physical_to_logical`` per model MoE layer, and the slots per GPU.
 
@@ -100,13 +112,13 @@ def expert_maps(plan: Plan) -> tuple[dict[int, tuple[int, ...]], int]:
     if model.moe is None:
         return {}, 0
     moe_layers = [i for i, is_moe in enumerate(model.moe_layers) if is_moe]
-    doc = plan.expert_placement
+    doc = plan.experts
     if doc is not None:
         rows = doc["physical_to_logical"]
         return {i: tuple(row) for i, row in zip(moe_layers, rows)}, doc["slots_per_gpu"]
     experts = model.moe.num_experts
     return ({i: tuple(range(experts)) for i in moe_layers},
-            experts // plan.config["ep"])
+            experts // degrees_of(plan)["ep"])
 
 
 def _experts(plan: Plan, ep_rank: int) -> dict[int, tuple[int, ...]]:
@@ -117,12 +129,13 @@ def _experts(plan: Plan, ep_rank: int) -> dict[int, tuple[int, ...]]:
 
 
 def build_groups(plan: Plan, rank: int) -> dict[str, Any]:
-    """Create every group of the plan on every rank, in one order; return this rank's group
-    of each kind (``None`` where its group has one member: use no collective there)."""
+    """Create every group of the plan on every rank, in one order (kinds sorted by name, each
+    kind's groups as the plan lists them); return this rank's group of each kind (``None``
+    where its group has one member: use no collective there)."""
     import torch.distributed as dist
 
     mine: dict[str, Any] = {}
-    for kind in KINDS:
+    for kind in sorted(plan.groups):
         for ranks in plan.groups[kind]:
             handle = dist.new_group(ranks=list(ranks)) if len(ranks) > 1 else None
             if rank in ranks:
@@ -137,12 +150,27 @@ class Runtime:
     groups: dict[str, Any]
 
 
-def init(plan: Plan | str | Path | None = None, backend: str = "gloo",
+def choose_backend(requested: str | None, cuda_available: bool) -> str:
+    """The torch.distributed backend: ``requested`` when given (``gloo`` or ``nccl``; NCCL
+    needs CUDA), else ``nccl`` when CUDA is available, else ``gloo``."""
+    if requested is None:
+        return "nccl" if cuda_available else "gloo"
+    if requested not in BACKENDS:
+        raise PlannerError(f"backend {requested!r}: expected one of {', '.join(BACKENDS)}")
+    if requested == "nccl" and not cuda_available:
+        raise PlannerError("backend 'nccl' needs CUDA, and torch sees no CUDA device here "
+                           "(use backend='gloo', or leave it unset to choose automatically)")
+    return requested
+
+
+def init(plan: Plan | str | Path | None = None, backend: str | None = None,
          env: Mapping[str, str] | None = None) -> Runtime:
     """Check the world, initialise torch.distributed (if needed) and build the plan's groups.
 
     ``plan`` defaults to the file named by ``PLANNER_PLAN`` (set by ``planner launch`` and by
-    the launch files of ``planner emit``)."""
+    the launch files of ``planner emit``). ``backend``: see :func:`choose_backend` (``None``:
+    NCCL with CUDA, gloo without); with NCCL this process's GPU becomes ``LOCAL_RANK``."""
+    import torch
     import torch.distributed as dist
 
     if plan is None:
@@ -153,5 +181,8 @@ def init(plan: Plan | str | Path | None = None, backend: str = "gloo",
         plan = load_plan(Path(plan))
     view = rank_view(plan, env)
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend, rank=view.rank, world_size=view.world_size)
+        chosen = choose_backend(backend, torch.cuda.is_available())
+        if chosen == "nccl":
+            torch.cuda.set_device(view.local_rank)
+        dist.init_process_group(backend=chosen, rank=view.rank, world_size=view.world_size)
     return Runtime(plan, view, build_groups(plan, view.rank))

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 from cost_models.training.memory import MemoryBreakdown
-from cost_models.parallel import ParallelConfig, Workload
+from cost_models.training.config import TrainingConfig, Workload
 from cost_models.training.step import Estimate, TimeBreakdown
 
 SCHEMA_VERSION = 1
@@ -34,8 +34,8 @@ def _memory(memory: MemoryBreakdown) -> dict[str, Any]:
     }
 
 
-def _config(cfg: ParallelConfig, workload: Workload) -> dict[str, Any]:
-    return {**asdict(cfg), "expert_tp": cfg.expert_tp, "expert_dp": cfg.expert_dp,
+def _config(cfg: TrainingConfig, workload: Workload) -> dict[str, Any]:
+    return {**cfg.flat_dict(), "expert_tp": cfg.degrees.expert_tp, "expert_dp": cfg.degrees.expert_dp,
             "micro_batches": cfg.micro_batches(workload), "schedule": cfg.schedule}
 
 
@@ -59,7 +59,7 @@ def estimate_to_dict(est: Estimate) -> dict[str, Any]:
       ``headroom_bytes_per_gpu`` (negative when it does not fit), ``weights_bytes``,
       ``grads_bytes``, ``optimizer_bytes``, ``activations_bytes``, ``logits_bytes``,
       ``other_bytes``, ``stage`` (its pipeline stage, from 0).
-    * ``config``: every field of ``cost_models.parallel.ParallelConfig`` (``tp``, ``pp``,
+    * ``config``: every field of ``cost_models.parallel.TrainingConfig`` (``tp``, ``pp``,
       ``dp``, ``cp``, ``ep``, ``etp`` (null: equal to tp), ``vpp``, ``micro_batch``,
       ``recompute``, ``recompute_layers``, ``sequence_parallel``, ``zero``, ...) plus
       ``expert_tp``, ``expert_dp``, ``micro_batches`` (per step) and ``schedule``.

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cost_models.model_spec import ModelSpec
-from cost_models.parallel import ConfigError, ParallelConfig, Workload, check_config
+from cost_models.parallel import ConfigError, Degrees
+from cost_models.training.config import TrainingConfig, Workload, check_config
 from cost_models.profile import Profile, apply_overrides, default_profile
 from cost_models.training.step import Estimate, estimate
 from planner.inputs.clusters import OPTIONS_SOURCE, cluster_from_options, load_cluster
@@ -81,20 +82,15 @@ def default_dp(choice: ParallelChoice, num_gpus: int) -> int:
     return num_gpus // model_parallel
 
 
-def make_config(choice: ParallelChoice, num_gpus: int) -> ParallelConfig:
-    """The :class:`ParallelConfig` of ``choice`` with every default filled in."""
+def make_config(choice: ParallelChoice, num_gpus: int) -> TrainingConfig:
+    """The :class:`TrainingConfig` of ``choice`` with every default filled in."""
     if choice.recompute_layers is not None and choice.recompute != "full":
         raise SpecError(OPTIONS_SOURCE, "--recompute-layers", "--recompute full alongside it",
                         f"--recompute {choice.recompute}")
     sequence_parallel = (choice.tp > 1 if choice.sequence_parallel is None
                          else choice.sequence_parallel)
     try:
-        return ParallelConfig(
-            tp=choice.tp, pp=choice.pp, dp=default_dp(choice, num_gpus), cp=choice.cp,
-            ep=choice.ep, etp=choice.etp, vpp=choice.vpp, micro_batch=choice.micro_batch,
-            recompute=choice.recompute, recompute_layers=choice.recompute_layers,
-            sequence_parallel=sequence_parallel, zero=choice.zero,
-            zero_bubble=choice.zero_bubble, seq_slices=choice.seq_slices)
+        return TrainingConfig(degrees=Degrees(tp=choice.tp, pp=choice.pp, dp=default_dp(choice, num_gpus), cp=choice.cp, ep=choice.ep, etp=choice.etp), vpp=choice.vpp, micro_batch=choice.micro_batch, recompute=choice.recompute, recompute_layers=choice.recompute_layers, sequence_parallel=sequence_parallel, zero=choice.zero, zero_bubble=choice.zero_bubble, seq_slices=choice.seq_slices)
     except ValueError as err:
         raise _options_error(err) from None
 
@@ -129,20 +125,32 @@ def load_profile(gpu_name: str, calibration: Path | None) -> Profile:
 
 
 def checked_estimate(model: ModelSpec, cluster: Cluster, workload: Workload,
-                     cfg: ParallelConfig, profile: Profile) -> Estimate:
+                     cfg: TrainingConfig, profile: Profile) -> Estimate:
     """Check ``cfg`` against the model, workload and cluster, then estimate it."""
     try:
         check_config(model, workload, cfg, cluster.num_gpus)
     except ConfigError as err:
-        raise SpecError(OPTIONS_SOURCE, err.option, err.expected, err.got) from None
+        raise SpecError(OPTIONS_SOURCE, option_of(err.quantity), err.expected, err.got) from None
     try:
         return estimate(model, cluster, workload, cfg, profile)
     except ValueError as err:
         raise _options_error(err) from None
 
 
+# Quantities the cost models name whose command-line option is not simply "--" + the name.
+_OPTION_OF = {"stage_layer_counts": "stage_layer_counts", "zero_bubble": "--schedule"}
+
+
+def option_of(quantity: str) -> str:
+    """The command-line option(s) behind a cost-model quantity: ``ep*etp`` -> ``--ep/--etp``,
+    ``global_batch`` -> ``--global-batch``."""
+    if quantity in _OPTION_OF:
+        return _OPTION_OF[quantity]
+    return "/".join("--" + part.replace("_", "-") for part in quantity.split("*"))
+
+
 def _options_error(err: ValueError) -> SpecError:
     """A cost-model constructor's complaint about the options, as one SpecError line."""
     if isinstance(err, ConfigError):
-        return SpecError(OPTIONS_SOURCE, err.option, err.expected, err.got)
+        return SpecError(OPTIONS_SOURCE, option_of(err.quantity), err.expected, err.got)
     return SpecError(OPTIONS_SOURCE, "", f"options the cost model accepts ({err})")

@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cost_models.model_spec import ModelSpec
-from cost_models.parallel import Workload
+from cost_models.training.config import Workload
 from cost_models.profile import Profile
-from cost_models.training.step import Estimate, estimate, partition_inputs
+from cost_models.training.partition import partition_inputs
+from cost_models.training.step import Estimate, estimate
 from cost_models.groups import stage_views
 from planner.training.slicing import refine_partition
 from solvers.mapping import InfeasibleMapping, MappingProblem, MappingTimeout, solve_mapping
@@ -42,19 +43,19 @@ def _group_speed(model: ModelSpec, cluster: Cluster, group_index: int, workload:
     """
     from planner.plan.document import cluster_to_plain  # the cluster as a spec, to cut one group out
 
-    cfg = replace(est.config, pp=1, vpp=1, stage_layer_counts=None, zero_bubble=False,
-                  seq_slices=1)
+    cfg = replace(est.config, degrees=replace(est.config.degrees, pp=1), vpp=1, stage_layer_counts=None,
+                  zero_bubble=False, seq_slices=1)
     spec = cluster_to_plain(cluster)
     group = dict(spec["node_groups"][group_index])
-    nodes = -(-cfg.num_gpus // group["gpus_per_node"])
+    nodes = -(-cfg.degrees.num_gpus // group["gpus_per_node"])
     group.update(count=nodes, hosts=None)
     spec["node_groups"] = [group]
     spec["network"]["tiers"] = [dict(t, nodes_per_switch=max(nodes, t["nodes_per_switch"]))
                                 for t in spec["network"]["tiers"]]
-    if cfg.num_gpus != nodes * group["gpus_per_node"]:
+    if cfg.degrees.num_gpus != nodes * group["gpus_per_node"]:
         return 0.0
     one = cluster_from_dict(spec)
-    inputs = partition_inputs(model, one, workload, cfg, prof, stage_views(one, cfg))
+    inputs = partition_inputs(model, one, workload, cfg, prof, stage_views(one, cfg.degrees))
     return 1.0 / sum(inputs.layer_time_s)
 
 
@@ -69,8 +70,8 @@ def mapping_problem(model: ModelSpec, cluster: Cluster, workload: Workload, est:
     return MappingProblem(
         unit_gpus=tuple(cluster.node_groups[cluster.group_of_node(n)].gpus_per_node for n in units),
         unit_speed=tuple(speeds[cluster.group_of_node(n)] or 1e-9 for n in units),
-        unit_domain=tuple(n // leaf for n in units), num_stages=cfg.pp,
-        gpus_per_stage=cfg.tp * cfg.cp * cfg.dp)
+        unit_domain=tuple(n // leaf for n in units), num_stages=cfg.degrees.pp,
+        gpus_per_stage=cfg.degrees.tp * cfg.degrees.cp * cfg.degrees.dp)
 
 
 def best_placement(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
@@ -81,7 +82,7 @@ def best_placement(model: ModelSpec, cluster: Cluster, workload: Workload, est: 
     On a mixed cluster the search's pick may be an interleaved schedule, whose even chunks the
     partition DP cannot reshape; the same degrees with 1F1B and ZB-H1 are placed too, since
     giving slow stages fewer layers can beat interleaving there."""
-    if est.config.pp == 1 or _uniform(cluster):
+    if est.config.degrees.pp == 1 or _uniform(cluster):
         return _place(model, cluster, workload, est, prof)
     variants = [est]
     if est.config.vpp > 1:
@@ -98,7 +99,7 @@ def _place(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate
            prof: Profile) -> Estimate:
     """Megatron's order and the CP-SAT placements of ``est``'s configuration, the fastest."""
     megatron = refine_partition(model, cluster, workload, est, prof)
-    if est.config.pp == 1 or _uniform(cluster):
+    if est.config.degrees.pp == 1 or _uniform(cluster):
         return megatron
     try:
         mapping = solve_mapping(mapping_problem(model, cluster, workload, est, prof))

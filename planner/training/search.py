@@ -1,6 +1,6 @@
 """Search parallel configurations: enumerate consistent choices, prune, estimate, rank.
 
-The space (``solvers.search_space``) is walked degree tuple by degree tuple (tp, cp, pp, dp,
+The space (``cost_models.space``) is walked degree tuple by degree tuple (tp, cp, pp, dp,
 ep, etp), in order of a step-time floor (``tuple_floor_s``: the compute of the most loaded
 stage times the micro-batches, for the best micro-batch size and layer split; communication,
 recompute and the bubble only add to it). Once ``top_k`` tuples are ranked, a tuple whose floor
@@ -35,11 +35,12 @@ from typing import Callable, Iterable
 
 from cost_models.groups import stage_views
 from cost_models.model_spec import ModelSpec
-from cost_models.parallel import ParallelConfig, Workload
+from cost_models.parallel import Degrees
+from cost_models.training.config import TrainingConfig, Workload
 from cost_models.profile import Profile
 from cost_models.training.step import Estimate, compute_floor_s, estimate, estimate_memory, memory_fits
 from planner.errors import InfeasibleError
-from solvers.search_space import (Degrees, SpaceLimits, degree_tuples, micro_batch_sizes,
+from cost_models.space import (SpaceLimits, degree_tuples, micro_batch_sizes,
                                   vpp_sizes)
 from topologies.cluster import Cluster
 
@@ -95,17 +96,15 @@ def space_limits(model: ModelSpec, cluster: Cluster, workload: Workload) -> Spac
         max_tp=min(domain, MAX_TP_GPUS), mla=model.mla is not None)
 
 
-def base_config(d: Degrees, micro_batch: int = 1, seq_len: int | None = None) -> ParallelConfig:
+def base_config(d: Degrees, micro_batch: int = 1, seq_len: int | None = None) -> TrainingConfig:
     """The planner's defaults for a degree tuple: sequence parallelism with TP (when each CP
     rank's tokens split evenly over the TP ranks), the distributed optimizer, overlapped
     gradient reduce and parameter gather, flash attention."""
     sp = d.tp > 1 and (seq_len is None or (seq_len // d.cp) % d.tp == 0)
-    return ParallelConfig(tp=d.tp, pp=d.pp, dp=d.dp, cp=d.cp, ep=d.ep,
-                          etp=None if d.etp == d.tp else d.etp, micro_batch=micro_batch,
-                          sequence_parallel=sp, zero=1)
+    return TrainingConfig(degrees=d, micro_batch=micro_batch, sequence_parallel=sp, zero=1)
 
 
-def _recompute_option(cfg: ParallelConfig, layers_per_chunk: int, i: int) -> ParallelConfig:
+def _recompute_option(cfg: TrainingConfig, layers_per_chunk: int, i: int) -> TrainingConfig:
     """The ``i``-th recompute choice, least recomputation first: none, selective, then full
     recompute of 1, 2, ... layers per chunk, then of all of them (``layers_per_chunk + 2``
     choices in all; built on demand, the bisection below looks at few of them)."""
@@ -117,8 +116,8 @@ def _recompute_option(cfg: ParallelConfig, layers_per_chunk: int, i: int) -> Par
     return replace(cfg, recompute="full", recompute_layers=n if n < layers_per_chunk else None)
 
 
-def _least_fitting(count: int, option: Callable[[int], ParallelConfig],
-                   fits: Callable[[ParallelConfig], bool]) -> tuple[ParallelConfig | None, int, int]:
+def _least_fitting(count: int, option: Callable[[int], TrainingConfig],
+                   fits: Callable[[TrainingConfig], bool]) -> tuple[TrainingConfig | None, int, int]:
     """The first of ``count`` options that fits (option, index; None, count if none does) and
     how many were checked. The first two (none, selective) are checked in turn; among the
     full-recompute ones memory falls as more layers are recomputed, so they are bisected."""
@@ -141,12 +140,12 @@ def _least_fitting(count: int, option: Callable[[int], ParallelConfig],
 
 
 def _fitting_options(model: ModelSpec, cluster: Cluster, workload: Workload,
-                     cfg: ParallelConfig, prof: Profile) -> tuple[list[ParallelConfig], int]:
+                     cfg: TrainingConfig, prof: Profile) -> tuple[list[TrainingConfig], int]:
     """For each ZeRO stage, the least recompute that fits, kept only if it recomputes less than
     every lower stage's option (higher ZeRO stages are never faster at equal recompute, and
     ZeRO 0 is never faster than 1: all-reduce moves more than reduce-scatter + all-gather and
     the optimizer steps the unsharded states). Returns the options and how many were tried."""
-    layers_per_chunk = -(-model.num_layers // (cfg.pp * cfg.vpp))
+    layers_per_chunk = -(-model.num_layers // (cfg.degrees.pp * cfg.vpp))
     tried, limit, found = 0, layers_per_chunk + 2, []
     for zero in ZERO_STAGES:
         staged = replace(cfg, zero=zero)
@@ -162,30 +161,30 @@ def _fitting_options(model: ModelSpec, cluster: Cluster, workload: Workload,
     return found, tried
 
 
-def _schedule_variants(model: ModelSpec, cfg: ParallelConfig, workload: Workload,
-                       space: SearchSpace) -> Iterable[ParallelConfig]:
+def _schedule_variants(model: ModelSpec, cfg: TrainingConfig, workload: Workload,
+                       space: SearchSpace) -> Iterable[TrainingConfig]:
     m = cfg.micro_batches(workload)
-    for v in vpp_sizes(model.num_layers, cfg.pp, m):
+    for v in vpp_sizes(model.num_layers, cfg.degrees.pp, m):
         if v == 1 and "1f1b" in space.schedules:
             yield cfg
         if v > 1 and "interleaved-1f1b" in space.schedules:
             yield replace(cfg, vpp=v)
-    if cfg.pp > 1 and "zb-h1" in space.schedules:
+    if cfg.degrees.pp > 1 and "zb-h1" in space.schedules:
         yield replace(cfg, zero_bubble=True)
-    if cfg.pp > 1 and "slimpipe" in space.schedules:
+    if cfg.degrees.pp > 1 and "slimpipe" in space.schedules:
         yield from (replace(cfg, seq_slices=k) for k in seq_slice_counts(cfg, workload))
 
 
-def seq_slice_counts(cfg: ParallelConfig, workload: Workload) -> list[int]:
+def seq_slice_counts(cfg: TrainingConfig, workload: Workload) -> list[int]:
     """SlimPipe slice counts worth trying: long sequences only, each slice a whole number of
     tokens per context-parallel rank and, with sequence parallelism, per TP rank."""
     if workload.seq_len < SLIMPIPE_MIN_SEQ:
         return []
-    per_rank = cfg.cp * (cfg.tp if cfg.sequence_parallel else 1)
+    per_rank = cfg.degrees.cp * (cfg.degrees.tp if cfg.sequence_parallel else 1)
     return [k for k in SEQ_SLICES if workload.seq_len % (per_rank * k) == 0]
 
 
-def _frugal(d: Degrees) -> ParallelConfig:
+def _frugal(d: Degrees) -> TrainingConfig:
     return replace(base_config(d), recompute="full", zero=3)
 
 
@@ -199,7 +198,7 @@ def search(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile
     best: list[Estimate] = []
     kth: list[float] = []  # max-heap (negated) of the top_k step times found so far
     pruned_tuples = pruned_bound = estimated = pruned_options = 0
-    for i, d in enumerate(sorted(tuples, key=lambda d: (floors[d], d))):
+    for i, d in enumerate(sorted(tuples, key=lambda d: (floors[d], d.sort_key()))):
         if progress:
             progress(i, len(tuples))
         if len(kth) >= top_k and floors[d] > -kth[0]:
@@ -262,7 +261,7 @@ def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, pro
     for mb in micro_batch_sizes(limits, d.dp):
         if space.micro_batch is not None and mb != space.micro_batch:
             continue
-        memo: dict[ParallelConfig, list[ParallelConfig]] = {}
+        memo: dict[TrainingConfig, list[TrainingConfig]] = {}
         for variant in _schedule_variants(model, base_config(d, mb, workload.seq_len), workload,
                                           space):
             plain = replace(variant, zero_bubble=False)  # ZB-H1 holds 1F1B's activations
@@ -272,7 +271,7 @@ def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, pro
             fitting = [replace(o, zero_bubble=variant.zero_bubble) for o in memo[plain]]
             for option in fitting:
                 if views is None:
-                    views = stage_views(cluster, option)
+                    views = stage_views(cluster, option.degrees)
                 candidates.append(estimate(model, cluster, workload, option, prof, views=views))
     best = min(candidates, key=rank_key) if candidates else None
     return best, len(candidates), pruned
@@ -281,9 +280,9 @@ def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, pro
 def rank_key(e: Estimate) -> tuple:
     """Fastest first; ties go to the simpler plan (less parallelism, less recompute)."""
     c = e.config
-    return (round(e.step_time_s, 9), c.tp * c.cp * c.pp, c.vpp, c.zero_bubble, c.seq_slices,
-            ("none", "selective", "full").index(c.recompute), c.zero, c.tp, c.pp, c.cp, c.ep,
-            c.expert_tp, c.micro_batch)
+    return (round(e.step_time_s, 9), c.degrees.tp * c.degrees.cp * c.degrees.pp, c.vpp, c.zero_bubble, c.seq_slices,
+            ("none", "selective", "full").index(c.recompute), c.zero, c.degrees.tp, c.degrees.pp, c.degrees.cp, c.degrees.ep,
+            c.degrees.expert_tp, c.micro_batch)
 
 
 def infeasible_reason(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,

@@ -14,12 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cost_models.model_spec import ModelSpec
-from cost_models.parallel import Workload
+from cost_models.training.config import Workload
 from cost_models.profile import Profile
 from cost_models.training.step import Estimate
 from planner.errors import InfeasibleError
 from planner.training.placement import best_placement
-from planner.plan.document import Plan, build_plan
+from planner.plan.document import Plan
+from planner.training.build import build_plan
 from planner.training.search import Progress, SearchSpace, SearchStats, rank_key, search
 from planner.plan.validate import validate_plan
 from planner.training.why import why_line

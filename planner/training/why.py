@@ -5,22 +5,16 @@ Formats only; every number comes from the estimates.
 from __future__ import annotations
 
 from cost_models.training.step import Estimate
+from planner.plan.parts import PART_NAMES, TIER_OF_PART
 
-PART_NAMES = {"recompute_s": "recompute", "tp_comm_s": "TP communication",
-              "cp_comm_s": "CP communication", "ep_comm_s": "expert all-to-all",
-              "pp_comm_s": "pipeline send/recv", "bubble_s": "pipeline bubble",
-              "dp_comm_s": "exposed DP communication", "optimizer_s": "optimizer step",
-              "compute_s": "compute"}
-TIER_OF_PART = {"tp_comm_s": "tp", "cp_comm_s": "cp", "ep_comm_s": "ep", "pp_comm_s": "pp",
-                "dp_comm_s": "dp_cp"}
 
 
 def degrees_text(e: Estimate) -> str:
     """``tp=8 pp=4 dp=2`` plus the non-default axes and the schedule."""
     c = e.config
-    parts = [f"tp={c.tp}", f"pp={c.pp}", f"dp={c.dp}"]
-    parts += [f"cp={c.cp}"] if c.cp > 1 else []
-    parts += [f"ep={c.ep}", f"etp={c.expert_tp}"] if c.ep > 1 else []
+    parts = [f"tp={c.degrees.tp}", f"pp={c.degrees.pp}", f"dp={c.degrees.dp}"]
+    parts += [f"cp={c.degrees.cp}"] if c.degrees.cp > 1 else []
+    parts += [f"ep={c.degrees.ep}", f"etp={c.degrees.expert_tp}"] if c.degrees.ep > 1 else []
     parts += [f"vpp={c.vpp}"] if c.vpp > 1 else []
     parts += [f"slices={c.seq_slices}"] if c.seq_slices > 1 else []
     return " ".join(parts)

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+__all__ = ["EplbResult", "balanced_packing", "rebalance_experts", "rebalance_hierarchical", "replicate_experts"]
+
 
 @dataclass(frozen=True)
 class EplbResult:

@@ -37,6 +37,21 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["covering_lp_bound", "group_ratio", "groups_of_placement", "search_groups", "tree_gpus"]
+
+# Tabu tenure: not tuned on our traces; 7 is the classic short-term list size (Glover,
+# "Tabu Search - Part I", ORSA J. Computing 1(3), 1989). _tabu adds 0-2 random steps to break
+# cycles.
+_TABU_TENURE = 7
+# search_groups lowers its target by this fraction of the best ratio while the tabu search
+# reaches it, halving the step on each failure until it is below _TARGET_STEP_MIN. Reason: a
+# failed target costs a full ``iters``-step tabu run, so the first steps are coarse; 0.05 % is
+# below the gaps to the covering-LP bound that benchmarks/expert_placement_bound.py reports.
+_TARGET_STEP = 0.02
+_TARGET_STEP_MIN = 5e-4
+# Float tolerance on excesses and ratios (loads are scaled to a mean group capacity of 1).
+_EPS = 1e-12
+
 
 def group_ratio(x: np.ndarray, labels: np.ndarray, num_groups: int) -> float:
     """``max_g L_g / (n_g - 1)``: the busiest load the grouping allows (inf if a group has one expert)."""
@@ -56,6 +71,7 @@ def _initial(x: np.ndarray, num_groups: int, cap: float) -> np.ndarray:
     load[:] = x[order[:num_groups]]
     size[:] = 1
     for e in order[num_groups:]:
+        # Big-M bonus: a group of one expert (not yet a tree) is always filled first.
         excess = load + x[e] - size * cap - np.where(size == 1, 1e18, 0.0)
         g = int(np.argmin(excess))
         labels[e], load[g], size[g] = g, load[g] + x[e], size[g] + 1
@@ -67,7 +83,7 @@ def _excess(load, size, cap):
 
 
 def _tabu(x: np.ndarray, labels: np.ndarray, num_groups: int, cap: float, iters: int,
-          rng: np.random.Generator, tenure: int = 7) -> tuple[np.ndarray, float]:
+          rng: np.random.Generator, tenure: int = _TABU_TENURE) -> tuple[np.ndarray, float]:
     """Lowest total excess at ``cap`` reached in ``iters`` tabu steps from ``labels``.
 
     Each step picks a group with excess at random and applies the best non-tabu move that
@@ -83,11 +99,11 @@ def _tabu(x: np.ndarray, labels: np.ndarray, num_groups: int, cap: float, iters:
     for it in range(iters):
         exc = _excess(load, size, cap)
         total = float(exc.sum())
-        if total < best_d - 1e-12:
+        if total < best_d - _EPS:
             best, best_d = labels.copy(), total
-            if total <= 1e-12:
+            if total <= _EPS:
                 return best, 0.0
-        bad = np.flatnonzero(exc > 1e-12)
+        bad = np.flatnonzero(exc > _EPS)
         g = int(bad[rng.integers(bad.size)])
         free = until <= it
         moves = []
@@ -108,11 +124,11 @@ def _tabu(x: np.ndarray, labels: np.ndarray, num_groups: int, cap: float, iters:
         d[(labels == g) | (size[labels] < 3) | ~free] = np.inf
         j = int(np.argmin(d))
         moves.append((float(d[j]), 2, j, g))
-        moves = [m for m in moves if np.isfinite(m[0]) and (m[0] < -1e-12 or free[m[2]])]
+        moves = [m for m in moves if np.isfinite(m[0]) and (m[0] < -_EPS or free[m[2]])]
         if not moves:
             continue
         low = min(m[0] for m in moves)
-        ties = [m for m in moves if m[0] <= low + 1e-12]
+        ties = [m for m in moves if m[0] <= low + _EPS]
         _, kind, i, t = ties[int(rng.integers(len(ties)))]
         if kind == 1:
             j, a, h = t, labels[i], labels[t]
@@ -137,7 +153,8 @@ def search_groups(x: np.ndarray, num_groups: int, *, iters: int = 300, seed: int
 
     From ``start`` (default :func:`_initial`), the target busiest load is lowered by 2 % of the
     best ratio found while :func:`_tabu` reaches zero excess within ``iters`` steps; on a
-    failure the step halves, down to 0.05 %."""
+    failure the step halves, down to 0.05 %. ``iters``: tabu steps per target (300 by default,
+    as in :mod:`solvers.experts.placement`; not measured)."""
     x = np.asarray(x, dtype=np.float64)
     if not 1 <= num_groups <= x.shape[0] // 2:
         raise ValueError(f"need 1 <= groups <= E/2, got {num_groups} groups of {x.shape[0]} experts")
@@ -146,8 +163,8 @@ def search_groups(x: np.ndarray, num_groups: int, *, iters: int = 300, seed: int
     y = x / scale
     best = _initial(y, num_groups, 1.0) if start is None else np.asarray(start, dtype=np.int64).copy()
     best_r = group_ratio(y, best, num_groups)
-    step = 0.02
-    while step > 5e-4 and best_r > 1.0 + 1e-9:
+    step = _TARGET_STEP
+    while step > _TARGET_STEP_MIN and best_r > 1.0 + 1e-9:  # 1.0: every group at its mean, optimal
         trial, excess = _tabu(y, best, num_groups, best_r * (1 - step), iters, rng)
         if excess == 0.0:
             best, best_r = trial, group_ratio(y, trial, num_groups)
@@ -170,7 +187,7 @@ def tree_gpus(x: np.ndarray, items, cap: float) -> list[list[int]]:
         large = max(rem, key=lambda e: (rem[e], -e))
         gpus.append(sorted((small, large)))
         left = rem[large] - (cap - rem.pop(small))
-        if left <= 1e-12 * max(cap, 1e-300):
+        if left <= _EPS * max(cap, 1e-300):  # spent, up to rounding
             del rem[large]
         else:
             rem[large] = left
@@ -186,7 +203,12 @@ def tree_gpus(x: np.ndarray, items, cap: float) -> list[list[int]]:
 # Lower bound: the configuration LP of the bin covering
 # ----------------------------------------------------------------------------------------
 
-_PRICE_SCALE = 1000  # surplus grid of the pricing knapsack (rounded up: the bound stays valid)
+# Surplus grid of the pricing knapsack: 0.1 % of a bin. Rounded up, so the bound stays valid at
+# any grid; a finer one is tighter but the DP is O(E * scale).
+_PRICE_SCALE = 1000
+# Seed columns of the covering LP: each expert with its 4 tightest partners. Speed only: the
+# LP's value does not depend on the seed columns.
+_SEED_PAIRS = 4
 
 
 def _cheapest_cover(units: np.ndarray, price: np.ndarray) -> tuple[float, list[int]]:
@@ -248,7 +270,7 @@ def _lp_rules_out(y: np.ndarray, num_groups: int, cap: float, max_iter: int) -> 
     for e in np.flatnonzero(hot):  # artificial columns keep the master feasible
         v = solver.NumVar(0.0, solver.infinity(), "")
         rows[e].SetCoefficient(v, 1.0)
-        objective.SetCoefficient(v, -float(E))
+        objective.SetCoefficient(v, -float(E))  # costlier than any cover count: used only when needed
 
     def add(cover) -> None:
         v = solver.NumVar(0.0, solver.infinity(), "")
@@ -271,7 +293,7 @@ def _lp_rules_out(y: np.ndarray, num_groups: int, cap: float, max_iter: int) -> 
     pair = np.where(pair >= _PRICE_SCALE, pair, np.iinfo(np.int64).max)
     np.fill_diagonal(pair, np.iinfo(np.int64).max)
     for e in range(E):  # tightest pairs
-        for f in np.argsort(pair[e], kind="stable")[:4]:
+        for f in np.argsort(pair[e], kind="stable")[:_SEED_PAIRS]:
             if pair[e, f] < np.iinfo(np.int64).max and e < f:
                 add((e, int(f)))
     for _ in range(max_iter):
@@ -296,7 +318,12 @@ def covering_lp_bound(x: np.ndarray, num_groups: int, lo: float, hi: float, *,
                       tol: float = 0.002, max_iter: int = 400) -> float:
     """Lower bound on ``T*`` (in units of ``x``): bisection between a known lower bound ``lo``
     and a known achievable ``hi`` on whether the configuration LP rules ``T`` out
-    (:func:`_lp_rules_out`). Returns the largest ``T`` ruled out, or ``lo``."""
+    (:func:`_lp_rules_out`). Returns the largest ``T`` ruled out, or ``lo``.
+
+    ``tol``: the bisection stops when the bracket is within this fraction of ``lo``, so the
+    bound is at most 0.2 % below the LP's own threshold (each step is a column generation).
+    ``max_iter``: columns per step; an undecided step counts as not ruled out, which keeps
+    the bound valid and only loosens it."""
     x = np.asarray(x, dtype=np.float64)
     scale = max(float(x.sum()), 1e-300) / (x.shape[0] - num_groups)
     y, a, b = x / scale, lo / scale, hi / scale

@@ -35,8 +35,13 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.graph.python import max_flow, min_cost_flow
 
-_FLOAT_RESOLUTION = 2**30
-_UNBOUNDED = 2**62
+__all__ = ["QuotaSolution", "cross_node_tokens", "even_split_gpu_loads", "locality_quotas", "solve_quotas"]
+
+_FLOAT_RESOLUTION = 2**30  # non-integer loads: 2**-30 of the total per unit (module docstring)
+_UNBOUNDED = 2**62  # an arc capacity no flow reaches, within OR-Tools' int64 capacities
+# Integer loads are used as they are while their sum stays below 2**50: exact in float64
+# (53-bit mantissa) with room for the flow's int64 arithmetic.
+_EXACT_INTEGER_SUM = 2**50
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,7 @@ class QuotaSolution:
 
 def _scale(loads: np.ndarray) -> tuple[np.ndarray, float]:
     """Integer loads and the factor that turned ``loads`` into them."""
-    if np.all(loads == np.round(loads)) and loads.sum() < 2**50:
+    if np.all(loads == np.round(loads)) and loads.sum() < _EXACT_INTEGER_SUM:
         return loads.astype(np.int64), 1.0
     total = float(loads.sum())
     factor = _FLOAT_RESOLUTION / total if total > 0 else 1.0
@@ -200,11 +205,12 @@ def locality_quotas(
     tails = (edge_e[:, None] * num_nodes + np.arange(num_nodes)[None, :]).ravel()
     heads = np.repeat(base_gpu + edge_g, num_nodes)
     costs = (np.arange(num_nodes)[None, :] != node_of_gpu[edge_g][:, None]).astype(np.int64).ravel()
-    cap = int(np.floor(max_gpu_load * factor + 1e-6))
+    cap = int(np.floor(max_gpu_load * factor + 1e-6))  # a cap equal to an integer optimum stays feasible
     flow = min_cost_flow.SimpleMinCostFlow()
     arcs = flow.add_arcs_with_capacity_and_unit_cost(
         np.concatenate([tails, base_gpu + np.arange(num_gpus)]).astype(np.int32),
         np.concatenate([heads, np.full(num_gpus, sink)]).astype(np.int32),
+        # Unbounded arcs at 2**60: headroom below int64 for the min-cost flow's sums of capacities.
         np.concatenate([np.full(tails.shape[0], _UNBOUNDED // 4), np.full(num_gpus, cap)]).astype(np.int64),
         np.concatenate([costs, np.zeros(num_gpus, dtype=np.int64)]),
     )

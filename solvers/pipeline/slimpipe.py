@@ -66,7 +66,7 @@ from dataclasses import dataclass
 
 TIE_RELATIVE = 1e-12
 
-Op = tuple[str, int, int]  # (kind, slice unit mb * k + j, chunk 0) as in solvers.pipeline.sim
+Op = tuple[str, int, int]  # (kind, slice unit mb * k + j, chunk 0) as in solvers.pipeline.schedules
 
 
 @dataclass(frozen=True)

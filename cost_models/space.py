@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
+from cost_models.parallel import Degrees
+
 MICRO_BATCHES = (1, 2, 4, 8)
 MAX_VPP = 8
 
@@ -42,18 +44,6 @@ class SpaceLimits:
     min_cp_tokens: int = 4096
     max_pp: int = 128
     max_ep: int = 256
-
-
-@dataclass(frozen=True, order=True)
-class Degrees:
-    """One factorisation of the GPUs: world = tp * cp * dp * pp; experts fold as etp*ep*edp."""
-
-    tp: int
-    cp: int
-    pp: int
-    dp: int
-    ep: int = 1
-    etp: int = 1
 
 
 def divisors(n: int) -> list[int]:
@@ -96,7 +86,7 @@ def degree_tuples(lim: SpaceLimits) -> Iterator[Degrees]:
                 if pp > min(lim.num_layers, lim.max_pp) or lim.global_batch % dp:
                     continue
                 for ep, etp in expert_choices(lim, tp, tp * cp * dp):
-                    yield Degrees(tp, cp, pp, dp, ep, etp)
+                    yield Degrees(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp)
 
 
 def micro_batch_sizes(lim: SpaceLimits, dp: int) -> list[int]:

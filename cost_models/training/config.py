@@ -1,0 +1,204 @@
+"""A training workload and one training configuration of it (degrees plus training options),
+checked for consistency with the model.
+
+:class:`TrainingConfig` composes the shared :class:`~cost_models.parallel.Degrees` with the
+options only training has (micro-batch, recompute, ZeRO, pipeline schedule, overlap flags).
+Errors name the quantity (``global_batch``, ``vpp``), not a command-line flag.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from cost_models.parallel import ConfigError, Degrees, check_degrees, divides
+
+RECOMPUTE = ("none", "selective", "full")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+OPTIMIZERS = ("adam", "sgd")
+ATTENTION = ("flash", "unfused")
+DEGREE_KEYS = ("tp", "cp", "pp", "dp", "ep", "etp")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is trained: sequence length, global batch in sequences, precision, optimizer.
+
+    ``precision``: bf16/fp16/fp8 are mixed precision (2-byte activations and weights, fp32 main
+    gradients and master weights); fp32 trains in plain fp32 (4-byte everything, no master copy),
+    as a plain-torch job on CPU does. ``optimizer``: adam (two fp32 moments) or sgd (none).
+    """
+
+    seq_len: int
+    global_batch: int
+    precision: str = "bf16"
+    optimizer: str = "adam"
+
+    def __post_init__(self) -> None:
+        if self.seq_len < 1 or self.global_batch < 1:
+            raise ValueError(f"seq_len={self.seq_len} and global_batch={self.global_batch} "
+                             "must be >= 1")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision '{self.precision}' must be one of {PRECISIONS}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer '{self.optimizer}' must be one of {OPTIMIZERS}")
+
+    @property
+    def elem_bytes(self) -> int:
+        """Bytes of one activation or weight element: 4 in fp32, else 2 (bf16/fp16 storage)."""
+        return 4 if self.precision == "fp32" else 2
+
+    @property
+    def state_bytes_per_param(self) -> tuple[int, int, int]:
+        """(weights, gradients, optimizer) bytes per parameter.
+
+        Mixed precision (Megatron-LM ``docs/source/api-guide/dist_optimizer.md``): 2-byte
+        weights, 4-byte fp32 main gradients, and fp32 master weights (4) plus Adam's two moments
+        (8). Plain fp32: 4-byte weights and gradients, the weights are the master copy, so only
+        Adam's moments (8) remain; SGD without momentum keeps no state.
+        """
+        master = 0 if self.precision == "fp32" else 4
+        moments = 8 if self.optimizer == "adam" else 0
+        return self.elem_bytes, 4, master + moments
+
+    @property
+    def optimizer_bytes_per_param(self) -> int:
+        """HBM bytes the optimizer step moves per parameter (memory bound).
+
+        Fused Adam, mixed precision: read fp32 p, m, v, g (16), write p, m, v (12), write the
+        2-byte copy (2) = 30. SGD: read p and g, write p (12), plus the 2-byte copy when mixed.
+        """
+        if self.optimizer == "adam":
+            return 28 + (2 if self.precision != "fp32" else 0)
+        return 12 + (2 if self.precision != "fp32" else 0)
+
+    @property
+    def tokens(self) -> int:
+        return self.seq_len * self.global_batch
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """One way to train: the parallel degrees plus the options only training has.
+
+    ``zero``: 0 = plain data parallel, 1 = distributed optimizer (optimizer states sharded),
+    2 = also gradients, 3 = also weights (FSDP). ``attention``: ``flash`` (fused, no s^2
+    activations) or ``unfused`` (Megatron's 2021 softmax kernels, Korthikanti et al. 2022).
+    The overlap flags are the Megatron options of the same names. ``recompute="selective"``
+    recomputes what is cheap and large: with unfused attention the attention core (Korthikanti
+    et al. 2022, sec. 5); with flash attention, which keeps no s^2 tensors, the norms and
+    activation functions (Megatron-Core ``--recompute-modules layernorm mlp moe_act``).
+    """
+
+    degrees: Degrees = Degrees()
+    vpp: int = 1
+    micro_batch: int = 1
+    recompute: str = "none"
+    recompute_layers: int | None = None  # with full recompute: layers per stage (None: all)
+    sequence_parallel: bool = False
+    zero: int = 1
+    attention: str = "flash"
+    dropout: bool = False
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    tp_comm_overlap: bool = False
+    moe_imbalance: float = 1.0  # busiest / average expert load (1.0 = forced balance)
+    zero_bubble: bool = False  # ZB-H1 schedule (Qi et al. 2023): 1F1B with weight grads deferred
+    stage_layer_counts: tuple[int, ...] | None = None  # layers per stage (None: even split)
+    seq_slices: int = 1  # SlimPipe (Li et al. 2025): micro-batches cut into k sequence slices
+
+    def __post_init__(self) -> None:
+        for name in ("vpp", "micro_batch"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, ">= 1", getattr(self, name))
+        if self.recompute not in RECOMPUTE:
+            raise ConfigError("recompute", f"one of {RECOMPUTE}", self.recompute)
+        if self.zero not in (0, 1, 2, 3):
+            raise ConfigError("zero", "0, 1, 2 or 3", self.zero)
+        if self.attention not in ATTENTION:
+            raise ConfigError("attention", f"one of {ATTENTION}", self.attention)
+        if self.moe_imbalance < 1.0:
+            raise ConfigError("moe_imbalance", ">= 1 (busiest/average)", self.moe_imbalance)
+        pp = self.degrees.pp
+        if self.vpp > 1 and pp == 1:
+            raise ConfigError("vpp", "1 without pipeline parallelism (pp = 1)", self.vpp)
+        if self.seq_slices < 1:
+            raise ConfigError("seq_slices", ">= 1", self.seq_slices)
+        if self.seq_slices > 1 and (pp == 1 or self.vpp > 1 or self.zero_bubble):
+            raise ConfigError("seq_slices", "1 unless the schedule is plain 1F1B with pp > 1 "
+                              "(SlimPipe slices 1F1B micro-batches)", self.seq_slices)
+        if self.zero_bubble and self.vpp > 1:
+            raise ConfigError("vpp", "1 with the zb-h1 schedule", self.vpp)
+        if self.stage_layer_counts is not None:
+            if self.vpp > 1:
+                raise ConfigError("stage_layer_counts", "an even split (none) with vpp > 1",
+                                  self.stage_layer_counts)
+            if len(self.stage_layer_counts) != pp or min(self.stage_layer_counts) < 0:
+                raise ConfigError("stage_layer_counts", f"{pp} counts >= 0, one per stage",
+                                  self.stage_layer_counts)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TrainingConfig":
+        """A config from plain data: ``{"degrees": {...}, <options>}``, or the flat form of plan
+        files before schema 2 (degree keys beside the options)."""
+        data = dict(data)
+        degrees = data.pop("degrees", None)
+        if degrees is None:
+            degrees = {k: data.pop(k) for k in DEGREE_KEYS if k in data}
+        if data.get("stage_layer_counts") is not None:
+            data["stage_layer_counts"] = tuple(data["stage_layer_counts"])
+        return cls(degrees=Degrees(**degrees), **data)
+
+    def options_dict(self) -> dict:
+        """The training options as plain data (every field but ``degrees``)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "degrees"}
+        if out["stage_layer_counts"] is not None:
+            out["stage_layer_counts"] = list(out["stage_layer_counts"])
+        return out
+
+    def flat_dict(self) -> dict:
+        """Degrees and options in one flat dict (``planner estimate --format json``'s config)."""
+        return {**asdict(self.degrees), **self.options_dict()}
+
+    def micro_batches(self, workload: Workload) -> int:
+        """Micro-batches per pipeline per step (gradient-accumulation steps)."""
+        return workload.global_batch // (self.degrees.dp * self.micro_batch)
+
+    @property
+    def schedule(self) -> str:
+        """Pipeline schedule: ``zb-h1``, ``interleaved-1f1b`` (vpp > 1), ``slimpipe`` (1F1B over
+        sequence slices) or ``1f1b``."""
+        if self.zero_bubble:
+            return "zb-h1"
+        if self.seq_slices > 1:
+            return "slimpipe"
+        return "interleaved-1f1b" if self.vpp > 1 else "1f1b"
+
+
+def check_config(model, workload: Workload, config: TrainingConfig, num_gpus: int) -> None:
+    """Raise :class:`ConfigError` naming the first quantity inconsistent with the others.
+
+    ``model`` is a :class:`cost_models.model_spec.ModelSpec` (untyped here to keep imports flat).
+    """
+    d = config.degrees
+    check_degrees(model, d, num_gpus)
+    if model.num_layers + 2 < d.pp * config.vpp:  # embedding and loss may be own chunks
+        raise ConfigError("pp*vpp", f"<= layers + 2 ({model.num_layers + 2})", d.pp * config.vpp)
+    if (config.stage_layer_counts is not None
+            and sum(config.stage_layer_counts) != model.num_layers):
+        raise ConfigError("stage_layer_counts", f"counts summing to the {model.num_layers} "
+                          "layers", config.stage_layer_counts)
+    divides("cp", d.cp, "the sequence length", workload.seq_len)
+    if config.seq_slices > 1:
+        divides("seq_slices", d.cp * config.seq_slices, "the sequence length (cp * slices)",
+                workload.seq_len)
+    if config.sequence_parallel and (workload.seq_len // (d.cp * config.seq_slices)) % d.tp:
+        raise ConfigError("sequence_parallel", f"tokens per CP rank and slice "
+                          f"({workload.seq_len // (d.cp * config.seq_slices)}) divisible "
+                          f"by tp ({d.tp})", workload.seq_len)
+    if workload.global_batch % (d.dp * config.micro_batch):
+        raise ConfigError("global_batch", f"a multiple of dp*micro_batch = "
+                          f"{d.dp}*{config.micro_batch}", workload.global_batch)
+    if config.vpp > 1 and config.micro_batches(workload) % d.pp:
+        raise ConfigError("vpp", f"micro-batches ({config.micro_batches(workload)}) a multiple "
+                          f"of pp ({d.pp}) for the interleaved schedule", config.vpp)
+    if config.sequence_parallel and d.tp == 1:
+        raise ConfigError("sequence_parallel", "tp > 1", d.tp)

@@ -1,0 +1,84 @@
+"""Data-parallel synchronisation of one stage: gradient reduction, parameter gather, what of
+them overlap hides, and the optimizer step that follows.
+
+Overlap assumptions (explicit, each a Megatron option in ``TrainingConfig``):
+* The gradient reduce-scatter (all-reduce without ZeRO) hides behind the last micro-batch's
+  backward pass when ``overlap_grad_reduce`` (buckets start as their gradients are final); the
+  parameter all-gather hides behind the first micro-batch's forward pass when
+  ``overlap_param_gather``.
+* FSDP / ZeRO-3 (Zhao et al. 2023, sec. 3.2): per micro-batch, weights are gathered before the
+  forward and again before the backward, gradients reduce-scattered after it, each prefetched
+  behind the neighbouring layers' compute.
+* The optimizer step is memory bound (``Workload.optimizer_bytes_per_param`` over HBM
+  bandwidth) and runs after the last reduction.
+
+The forward and backward windows split a stage's compute 1 : 2, the FLOP ratio of a
+transformer's forward and backward passes (Narayanan et al., SC'21, appendix: the backward pass
+costs twice the forward; Kaplan et al. 2020, sec. 2.1: C ~ 6N = 2N forward + 4N backward).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cost_models import communication as comm
+from cost_models.training.context import StepContext
+from cost_models.training.layers import stage_params
+from cost_models.training.stage import StageCost
+
+__all__ = ["StageSync", "backward_window_s", "forward_window_s", "stage_sync"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageSync:
+    """One stage's data-parallel synchronisation per step (seconds)."""
+
+    exposed_s: float  # communication overlap does not hide
+    total_s: float  # communication before overlap
+    optimizer_s: float
+
+
+def forward_window_s(compute_s: float) -> float:
+    """The forward pass's share of a micro-batch's forward + backward compute: 1/3 (SC'21
+    appendix, module docstring)."""
+    return compute_s / 3
+
+
+def backward_window_s(compute_s: float) -> float:
+    """The backward pass's share of a micro-batch's forward + backward compute: 2/3 (SC'21
+    appendix, module docstring)."""
+    return compute_s * 2 / 3
+
+
+def _dp_comm(ctx: StepContext, stage: int, dense: float, expert: float) -> tuple[float, float]:
+    """(gradient reduction, parameter gather) seconds for one stage's parameters: fp32
+    gradients, parameters in the workload's element size."""
+    cfg, views, prof = ctx.cfg, ctx.views[stage], ctx.prof
+    if cfg.zero == 0:
+        return (comm.all_reduce_s(views.dp_cp, 4 * dense, prof)
+                + comm.all_reduce_s(views.edp, 4 * expert, prof)), 0.0
+    grads = (comm.reduce_scatter_s(views.dp_cp, 4 * dense, prof)
+             + comm.reduce_scatter_s(views.edp, 4 * expert, prof))
+    elem = ctx.rates.elem_bytes
+    params = (comm.all_gather_s(views.dp_cp, elem * dense, prof)
+              + comm.all_gather_s(views.edp, elem * expert, prof))
+    return grads, params
+
+
+def stage_sync(ctx: StepContext, stage: int, layers: Sequence[int], cost: StageCost,
+               micro_batches: int) -> StageSync:
+    """Data-parallel communication and optimizer step of ``stage`` (module docstring)."""
+    cfg, d, m = ctx.cfg, ctx.cfg.degrees, micro_batches
+    dense, expert = stage_params(ctx.model, cfg, stage, layers)
+    grads, params = _dp_comm(ctx, stage, dense, expert)
+    bwd_window = backward_window_s(cost.compute_s) if cfg.overlap_grad_reduce else 0.0
+    fwd_window = forward_window_s(cost.compute_s) if cfg.overlap_param_gather else 0.0
+    exposed = max(0.0, grads - bwd_window) + max(0.0, params - fwd_window)
+    if cfg.zero >= 3:  # every micro-batch: gather, gather again, reduce-scatter
+        fwd_c, bwd_c = forward_window_s(cost.compute_s), backward_window_s(cost.compute_s)
+        exposed = m * (max(0.0, params - fwd_c) + max(0.0, params + grads - bwd_c))
+        grads, params = m * grads, 2 * m * params
+    shard = (dense / (d.dp * d.cp) + expert / d.expert_dp) if cfg.zero else dense + expert
+    optimizer = shard * ctx.workload.optimizer_bytes_per_param / (
+        ctx.rates.hbm_bytes_per_s * ctx.prof.hbm_efficiency)
+    return StageSync(exposed_s=exposed, total_s=grads + params, optimizer_s=optimizer)

@@ -1,0 +1,99 @@
+"""Per-layer costs that a layer-to-stage partition needs (``solvers.pipeline.dp``).
+
+Owns :class:`PartitionInputs` and :func:`partition_inputs`: the stage-cost model of ``stage``
+and the memory model of ``stage_memory`` read per layer, so that a solver which knows nothing
+of either can sum them over any contiguous split. Activation shape, logits and the usable
+memory come from the same functions the per-stage memory uses.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models.compute import lm_head_forward_time
+from cost_models.groups import GroupViews
+from cost_models.model_spec import ModelSpec
+from cost_models.profile import Profile
+from cost_models.training.config import TrainingConfig, Workload
+from cost_models.training.context import make_context
+from cost_models.training.memory import in_flight_chunks, layer_params_split, state_bytes
+from cost_models.training.stage import layer_cost
+from cost_models.training.stage_memory import activation_terms, usable_bytes
+from topologies.cluster import Cluster
+
+__all__ = ["PartitionInputs", "partition_inputs"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionInputs:
+    """What a layer-to-stage partition needs, per layer and per stage (1F1B, vpp = 1).
+
+    ``layer_time_s[l]``: forward + backward (+ recompute, TP/CP/EP comm) of layer l for one
+    micro-batch on stage 0's links; ``stage_slowdown[s]``: how much slower the same layers run
+    on stage s's links; ``head_time_s``: LM head and loss on the last stage. Memory:
+    ``layer_state_bytes`` (weights, grads, optimizer after sharding), ``layer_activation_bytes``
+    (one micro-batch), ``in_flight[s]`` micro-batches held by stage s, the embedding's and
+    head's bytes, and ``limit_bytes``: what states + activations may use on one GPU.
+    """
+
+    layer_time_s: tuple[float, ...]
+    stage_slowdown: tuple[float, ...]
+    head_time_s: float
+    layer_state_bytes: tuple[float, ...]
+    layer_activation_bytes: tuple[float, ...]
+    in_flight: tuple[int, ...]
+    embedding_bytes: float
+    head_bytes: float
+    limit_bytes: float
+
+
+def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: TrainingConfig,
+                     prof: Profile, views: tuple[GroupViews, ...]) -> PartitionInputs:
+    """Per-layer costs for the partition DP (``solvers.pipeline.dp``); see the dataclass."""
+    ctx = make_context(model, cluster, workload, cfg, prof, views)
+    d = cfg.degrees
+    recomputed = cfg.recompute == "full" and cfg.recompute_layers is None
+    layers = range(model.num_layers)
+
+    def on_stage(s: int) -> list[float]:
+        cache: dict[tuple, float] = {}
+        out = []
+        for layer in layers:
+            key = (model.is_moe_layer(layer), model.window(layer))
+            if key not in cache:
+                cache[key] = sum(layer_cost(ctx, views[s], layer, recomputed)[:5])
+            out.append(cache[key])
+        return out
+
+    # Step 1: times, on stage 0's links and relative to them on the others
+    base = on_stage(0)
+    slowdown = [1.0] + [sum(on_stage(s)) / sum(base) for s in range(1, d.pp)]
+    terms = activation_terms(ctx)
+    k = terms.slices
+    head = 3 * k * lm_head_forward_time(model, ctx.slice_shard, ctx.rates, prof)
+    # Step 2: model states per layer, and of the embedding and the LM head
+    dp_shard, edp = d.dp * d.cp, d.expert_dp
+    per_param = workload.state_bytes_per_param
+    states = []
+    for layer in layers:
+        dense, expert = layer_params_split(model, layer)
+        states.append(sum(state_bytes(dense / d.tp, expert / (d.ep * d.expert_tp),
+                                      dp_shard, edp, cfg.zero, per_param)))
+    vocab = model.vocab_size * model.hidden_size / d.tp
+    emb = sum(state_bytes(vocab + model.position_embeddings * model.hidden_size / d.tp, 0.0,
+                          dp_shard, edp, cfg.zero, per_param))
+    head_states = 0.0 if model.tied_embeddings and d.pp == 1 else sum(
+        state_bytes(vocab, 0.0, dp_shard, edp, cfg.zero, per_param))
+    # Step 3: activations per layer, per slice when slicing; partial full recompute
+    # (recompute_layers) is modelled as none: times and bytes agree
+    mode = "full" if recomputed else terms.rest_mode
+    acts = [terms.layer_bytes(model, l, mode) / k for l in layers]
+    limit = usable_bytes(cluster.min_hbm_bytes, prof)
+    if recomputed:  # one layer's full activations live during its recompute
+        limit -= max(terms.layer_bytes(model, l, "none") for l in layers) / k
+    m = cfg.micro_batches(workload)
+    in_flight = tuple(in_flight_chunks(s, d.pp, 1, m, k) for s in range(d.pp))
+    return PartitionInputs(layer_time_s=tuple(base), stage_slowdown=tuple(slowdown),
+                           head_time_s=head, layer_state_bytes=tuple(states),
+                           layer_activation_bytes=tuple(acts), in_flight=in_flight,
+                           embedding_bytes=emb, head_bytes=head_states + terms.logits_bytes,
+                           limit_bytes=limit)

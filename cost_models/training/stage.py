@@ -1,0 +1,171 @@
+"""Time of one pipeline stage for one micro-batch: per-layer and per-stage costs.
+
+Owns :class:`StageCost` and how it is built: each layer's forward + backward compute
+(``cost_models.compute``), its recompute, and its TP/CP/EP collectives after overlap; the LM
+head on the last stage; the send/recv to the pipeline neighbour. Each stage's collectives run
+over that stage's own groups (``cost_models.groups.stage_views``), so a stage on slower nodes is
+a slower stage.
+
+Overlap assumptions (explicit, each a Megatron option in ``TrainingConfig``):
+* TP collectives are exposed, unless ``tp_comm_overlap``: then they hide behind the layer's
+  GEMMs and only the excess shows.
+* Context-parallel KV exchange hides behind the attention core it feeds (ring attention); only
+  the excess shows.
+* Expert all-to-all (dispatch, combine) and pipeline send/recv are exposed.
+
+SlimPipe (``seq_slices = k``): a slice's GEMMs, elementwise kernels, launch overheads and TP/EP
+collectives are costed at the slice's token count (smaller GEMMs run less efficiently, k times
+as many kernels and messages), its attention as its share of the whole causal attention.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cost_models import communication as comm
+from cost_models.compute import (BWD_ATTN, BWD_GEMM, LayerTime, Shard, backward_time_s,
+                                 layer_forward_time, layer_work, lm_head_forward_time)
+from cost_models.groups import GroupViews
+from cost_models.training.config import TrainingConfig
+from cost_models.training.context import StepContext
+from cost_models.training.layers import kind_counts
+
+__all__ = ["SELECTIVE_FLASH_ELEMENTWISE_SHARE", "SELECTIVE_UNFUSED_ELEMENTWISE_SHARE",
+           "StageCost", "fully_recomputed", "layer_cost", "stage_cost"]
+
+# Selective recompute re-runs part of a layer's memory-bound (elementwise) forward time; which
+# part depends on the attention kernel (TrainingConfig docstring). No published measurement
+# gives these shares; they are modelling assumptions, kept as they were fitted with the rest:
+# * unfused attention (Korthikanti et al. 2022, sec. 5: QK^T, softmax, dropout, AV re-run): the
+#   attention core plus the scale/mask/softmax/dropout kernels, taken as 0.3 of the elementwise
+#   time;
+# * flash attention (Megatron-Core ``--recompute-modules layernorm mlp moe_act``): the norms and
+#   the activation functions, taken as 0.5 of the elementwise time.
+SELECTIVE_UNFUSED_ELEMENTWISE_SHARE = 0.3
+SELECTIVE_FLASH_ELEMENTWISE_SHARE = 0.5
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageCost:
+    """One pipeline stage, one micro-batch through all its chunks (seconds)."""
+
+    stage: int
+    layers: int
+    compute_s: float
+    recompute_s: float
+    tp_comm_s: float
+    cp_comm_s: float
+    ep_comm_s: float
+    pp_comm_s: float
+    weight_grad_s: float = 0.0  # the part of compute_s that is weight gradients (ZB-H1's W)
+
+    @property
+    def total_s(self) -> float:
+        return (self.compute_s + self.recompute_s + self.tp_comm_s + self.cp_comm_s
+                + self.ep_comm_s + self.pp_comm_s)
+
+
+def _layer_comm_fwd(ctx: StepContext, views: GroupViews, layer: int) -> tuple[float, float, float]:
+    """(tp, cp, ep) collective time of one layer's forward, before overlap; with SlimPipe the
+    TP and EP collectives run once per slice at the slice's size."""
+    if ctx.cfg.seq_slices == 1:
+        return _layer_comm_fwd_shard(ctx, views, layer, ctx.shard)
+    k = ctx.cfg.seq_slices
+    tp, _, ep = _layer_comm_fwd_shard(ctx, views, layer, ctx.slice_shard)
+    cp = _layer_comm_fwd_shard(ctx, views, layer, ctx.shard)[1]
+    return k * tp, cp, k * ep
+
+
+def _layer_comm_fwd_shard(ctx: StepContext, views: GroupViews, layer: int,
+                          sh: Shard) -> tuple[float, float, float]:
+    m, cfg, prof = ctx.model, ctx.cfg, ctx.prof
+    elem = ctx.rates.elem_bytes
+    act_bytes = sh.tokens * m.hidden_size * elem
+    moe_layer = m.is_moe_layer(layer)
+    tp_blocks = 1 + (0 if moe_layer and not m.moe.num_shared_experts else 1)
+    tp = tp_blocks * comm.all_reduce_s(views.tp, act_bytes, prof)  # AR == AG + RS in bytes
+    cp = 0.0
+    if cfg.degrees.cp > 1:
+        kv_width = (m.num_heads * (m.mla.qk_head_dim + m.mla.v_head_dim) if m.mla
+                    else 2 * m.num_kv_heads * m.head_dim) / cfg.degrees.tp
+        cp = comm.all_gather_s(views.cp, sh.tokens * kv_width * elem * cfg.degrees.cp, prof)
+    ep = 0.0
+    if moe_layer and cfg.degrees.ep > 1:
+        send = sh.tokens / cfg.degrees.tp * m.moe.top_k * cfg.moe_imbalance * m.hidden_size * elem
+        ep = 2 * comm.all_to_all_s(views.ep, send, prof)  # dispatch + combine
+    return tp, cp, ep
+
+
+def _forward_time(ctx: StepContext, layer: int) -> LayerTime:
+    """Forward time of one layer for one micro-batch; with k SlimPipe slices the GEMMs,
+    elementwise kernels and launches run per slice, the attention as a whole."""
+    t = layer_forward_time(layer_work(ctx.model, layer, ctx.shard), ctx.rates, ctx.prof)
+    k = ctx.cfg.seq_slices
+    if k == 1:
+        return t
+    ts = layer_forward_time(layer_work(ctx.model, layer, ctx.slice_shard), ctx.rates, ctx.prof)
+    return LayerTime(gemm_s=k * ts.gemm_s, attention_s=t.attention_s,
+                     elementwise_s=k * ts.elementwise_s, overhead_s=k * ts.overhead_s)
+
+
+def _selective_recompute_s(ctx: StepContext, t: LayerTime) -> float:
+    """Recompute time of one layer under ``recompute="selective"`` (shares above)."""
+    if ctx.shard.unfused_attention:  # attention core: QK^T, softmax, AV
+        return t.attention_s + SELECTIVE_UNFUSED_ELEMENTWISE_SHARE * t.elementwise_s
+    return SELECTIVE_FLASH_ELEMENTWISE_SHARE * t.elementwise_s  # norms and activation functions
+
+
+def layer_cost(ctx: StepContext, views: GroupViews, layer: int,
+               recomputed: bool) -> tuple[float, ...]:
+    """(compute, recompute, tp, cp, ep, weight-grad) seconds of one layer, forward + backward."""
+    t = _forward_time(ctx, layer)
+    fwd, bwd = t.total_s, backward_time_s(t)
+    tp, cp, ep = _layer_comm_fwd(ctx, views, layer)
+    if ctx.cfg.tp_comm_overlap:
+        tp_fwd, tp_bwd = max(0.0, tp - t.gemm_s), max(0.0, tp - BWD_GEMM * t.gemm_s)
+    else:
+        tp_fwd = tp_bwd = tp
+    cp_fwd, cp_bwd = max(0.0, cp - t.attention_s), max(0.0, 2 * cp - BWD_ATTN * t.attention_s)
+    recompute = 0.0
+    if recomputed:
+        recompute = fwd + tp_fwd + cp_fwd + ep
+    elif ctx.cfg.recompute == "selective":
+        recompute = _selective_recompute_s(ctx, t)
+    weight_grad = (BWD_GEMM - 1) * t.gemm_s  # dW = x^T dy: one forward GEMM's worth
+    return fwd + bwd, recompute, tp_fwd + tp_bwd, cp_fwd + cp_bwd, 2 * ep, weight_grad
+
+
+def fully_recomputed(cfg: TrainingConfig, layers: Sequence[int]) -> int:
+    """How many of a stage's layers full recompute covers (``recompute_layers`` per chunk)."""
+    if cfg.recompute != "full":
+        return 0
+    if cfg.recompute_layers is None:
+        return len(layers)
+    return min(len(layers), cfg.recompute_layers * cfg.vpp)
+
+
+def stage_cost(ctx: StepContext, stage: int, layers: Sequence[int],
+               cache: dict[tuple, tuple[float, ...]]) -> StageCost:
+    """Cost of ``stage`` holding ``layers``; ``cache`` keeps layer costs across stages whose
+    group views are the same objects (layers of one kind cost the same)."""
+    cfg, m = ctx.cfg, ctx.model
+    n_recompute = fully_recomputed(cfg, layers)
+    views = ctx.views[stage]
+    parts = [0.0] * 6
+    for recomputed, (lo, hi) in ((True, (0, n_recompute)), (False, (n_recompute, len(layers)))):
+        for kind, count, layer in kind_counts(m, layers, lo, hi):
+            key = (kind, recomputed, id(views.tp), id(views.cp), id(views.ep))
+            if key not in cache:
+                cache[key] = layer_cost(ctx, views, layer, recomputed)
+            parts = [a + count * b for a, b in zip(parts, cache[key])]
+    k = cfg.seq_slices
+    if stage == cfg.degrees.pp - 1:  # LM head and loss: forward + 2x backward
+        parts[0] += 3 * k * lm_head_forward_time(m, ctx.slice_shard, ctx.rates, ctx.prof)
+    # each TP rank sends 1/t of the boundary activation: sequence parallelism, or Megatron's
+    # scatter/gather optimisation without it (SC'21 sec. 4.1); SlimPipe sends k slices
+    act_bytes = ctx.slice_shard.tokens * m.hidden_size * ctx.rates.elem_bytes / cfg.degrees.tp
+    pp = (2 * cfg.vpp * k * comm.send_recv_s(views.pp, act_bytes, ctx.prof) if cfg.degrees.pp > 1
+          else 0.0)
+    return StageCost(stage=stage, layers=len(layers), compute_s=parts[0], recompute_s=parts[1],
+                     tp_comm_s=parts[2], cp_comm_s=parts[3], ep_comm_s=parts[4], pp_comm_s=pp,
+                     weight_grad_s=parts[5])

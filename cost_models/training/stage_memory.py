@@ -1,0 +1,97 @@
+"""Per-GPU memory of one pipeline stage: the composition of the primitives in ``memory``.
+
+Owns :func:`stage_memory` (weights, gradients, optimizer states, in-flight activations, the last
+stage's logits, and the allowance for workspaces and fragmentation) and the terms it shares
+with the layer-partition inputs (``partition``): :func:`activation_terms` (activation shape,
+recompute mode, logits) and :func:`usable_bytes`, the inverse of the allowance.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cost_models.model_spec import ModelSpec
+from cost_models.profile import Profile
+from cost_models.training.context import StepContext
+from cost_models.training.layers import kind_counts, layer_tables, stage_params
+from cost_models.training.memory import (ActivationShape, MemoryBreakdown, in_flight_chunks,
+                                         layer_activation_bytes, state_bytes)
+from cost_models.training.stage import fully_recomputed
+
+__all__ = ["ActivationTerms", "activation_terms", "other_bytes", "stage_memory", "usable_bytes"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActivationTerms:
+    """What decides a stage's activation and logits bytes, the same for every stage.
+
+    ``rest_mode``: recompute mode of the layers full recompute does not cover (past
+    ``recompute_layers``: none). ``logits_bytes``: the last stage's fp32 logits and their
+    gradient for one micro-batch (or SlimPipe slice), 8*s*b*V/t (Korthikanti et al. 2022,
+    sec. 4.3). ``slices``: SlimPipe's k (1 without slicing).
+    """
+
+    shape: ActivationShape
+    rest_mode: str
+    logits_bytes: float
+    slices: int
+
+    def layer_bytes(self, model: ModelSpec, layer: int, mode: str) -> float:
+        """Activation bytes of ``layer`` for one whole micro-batch under recompute ``mode``."""
+        return layer_activation_bytes(model, layer, self.shape, mode)
+
+
+def activation_terms(ctx: StepContext) -> ActivationTerms:
+    """The :class:`ActivationTerms` of ``ctx``'s configuration."""
+    cfg, sh = ctx.cfg, ctx.shard
+    shape = ActivationShape(tokens=sh.tokens, seq_len=ctx.workload.seq_len, tp=cfg.degrees.tp,
+                            etp=cfg.degrees.expert_tp, sequence_parallel=cfg.sequence_parallel,
+                            unfused_attention=sh.unfused_attention, dropout=cfg.dropout,
+                            moe_imbalance=cfg.moe_imbalance, elem_bytes=sh.elem_bytes)
+    k = cfg.seq_slices
+    return ActivationTerms(
+        shape=shape, rest_mode="none" if cfg.recompute == "full" else cfg.recompute,
+        logits_bytes=8 * sh.tokens / k * ctx.model.vocab_size / cfg.degrees.tp, slices=k)
+
+
+def other_bytes(base_bytes: float, prof: Profile) -> float:
+    """Reserved workspaces plus the fragmentation allowance on ``base_bytes`` (states,
+    activations, logits)."""
+    return prof.reserved_bytes + prof.fragmentation_fraction * base_bytes
+
+
+def usable_bytes(capacity_bytes: float, prof: Profile) -> float:
+    """The most states + activations + logits that fit in ``capacity_bytes`` once
+    :func:`other_bytes` is added: the inverse of base + other <= capacity."""
+    return (capacity_bytes - prof.reserved_bytes) / (1 + prof.fragmentation_fraction)
+
+
+def stage_memory(ctx: StepContext, stage: int, layers: Sequence[int],
+                 capacity_bytes: float) -> MemoryBreakdown:
+    """Peak bytes on one GPU of ``stage`` holding ``layers`` (``memory`` module docstring)."""
+    cfg, model, m = ctx.cfg, ctx.model, ctx.cfg.micro_batches(ctx.workload)
+    d = cfg.degrees
+    dense, expert = stage_params(model, cfg, stage, layers)
+    weights, grads, optim = state_bytes(dense, expert, d.dp * d.cp, d.expert_dp, cfg.zero,
+                                        ctx.workload.state_bytes_per_param)
+    params = layer_tables(model)[0]
+    if cfg.zero >= 3:  # one layer gathered at a time, forward and backward prefetch
+        weights += 2 * ctx.rates.elem_bytes * max((sum(params[l]) for l in layers),
+                                                  default=0.0) / d.tp
+    terms = activation_terms(ctx)
+    k = terms.slices
+    n_full = fully_recomputed(cfg, layers)
+    segments = (("full", 0, n_full), (terms.rest_mode, n_full, len(layers)))
+    per_mb = sum(count * terms.layer_bytes(model, layer, mode)
+                 for mode, lo, hi in segments
+                 for _, count, layer in kind_counts(model, layers, lo, hi))
+    # chunks (or SlimPipe slices) in flight, each 1/vpp (1/k) of a micro-batch
+    activations = per_mb * in_flight_chunks(stage, d.pp, cfg.vpp, m, k) / (cfg.vpp * k)
+    if cfg.recompute == "full" and n_full and layers:  # one layer's full activations
+        activations += terms.layer_bytes(model, layers[0], "none") / k
+    logits = terms.logits_bytes if stage == d.pp - 1 else 0.0
+    base = weights + grads + optim + activations + logits
+    return MemoryBreakdown(weights_bytes=weights, grads_bytes=grads, optimizer_bytes=optim,
+                           activations_bytes=activations, logits_bytes=logits,
+                           other_bytes=other_bytes(base, ctx.prof), capacity_bytes=capacity_bytes,
+                           stage=stage)

@@ -1,0 +1,128 @@
+"""Commands that read plan files: ``explain``, ``compare``, ``emit`` and ``launch``.
+
+Each loads and validates the plan (:func:`planner.plan.file.load_plan`), then hands it to a
+report, an emitter or the launcher; registered on the app by :mod:`planner.cli.app`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from planner.cli.common import fail, print_report
+from planner.errors import SpecError
+from planner.files import write_atomic
+
+PlanArg = Annotated[Path, typer.Argument(help="A plan file written by 'planner solve --out'.")]
+
+
+def explain(
+    plan: PlanArg,
+    timeline: Annotated[Optional[Path], typer.Option(
+        help="Also draw the pipeline timeline to this .png or .svg file.")] = None,
+    max_microbatches: Annotated[int, typer.Option(
+        min=1, help="Micro-batches to simulate for the timeline (warm-up and cool-down are "
+                    "the same for any count).")] = 16,
+) -> None:
+    """Show everything a plan decided and predicted, and its pipeline timeline."""
+    from planner.plan.file import load_plan
+    from planner.report.explain import render_explain
+    from planner.report.timeline import save_timeline
+    from planner.training.timeline import plan_timeline
+
+    loaded = load_plan(plan)
+    simulated = plan_timeline(loaded, max_microbatches)
+    if timeline is not None:
+        save_timeline(simulated, timeline,
+                      f"{loaded.inputs['model']['name']}: {loaded.schedule}, "
+                      f"{simulated.num_stages} stages, {simulated.simulated_units} micro-batches")
+    print_report(render_explain(loaded, simulated))
+    if timeline is not None:
+        typer.echo(f"wrote {timeline}")
+
+
+def compare(plans: Annotated[list[Path], typer.Argument(help="Two or more plan files.")]) -> None:
+    """Show plans side by side with their differences highlighted."""
+    from planner.report.compare import render_compare
+    from planner.plan.file import load_plan
+
+    loaded = [load_plan(p) for p in plans]
+    names = [p.stem for p in plans]
+    if len(set(names)) < len(names):
+        names = [str(p) for p in plans]
+    print_report(render_compare(loaded, names))
+
+
+def emit(
+    fmt: Annotated[str, typer.Argument(
+        metavar="FORMAT", help="torchrun, slurm, kubeflow, megatron, deepspeed or torchtitan.")],
+    plan: PlanArg,
+    out_dir: Annotated[Path, typer.Option(help="Folder to write the files to.")] = Path("launch"),
+    script: Annotated[str, typer.Option(help="Training script each rank runs.")] = "train.py",
+    script_arg: Annotated[Optional[list[str]], typer.Option(
+        help="An argument for the script (repeat the option).")] = None,
+    master_port: Annotated[int, typer.Option(min=1, max=65535)] = 29500,
+    job_name: Annotated[str, typer.Option(help="Job name (Slurm, Kubernetes).")] = "planner-job",
+    image: Annotated[str, typer.Option(help="Container image (Kubeflow).")] = (
+        "nvcr.io/nvidia/pytorch:24.12-py3"),
+) -> None:
+    """Write launch configs for a plan: per-node torchrun commands, a Slurm script, a Kubeflow
+    PyTorchJob, Megatron-LM arguments, a DeepSpeed config or a torchtitan TOML."""
+    from planner.emit import FORMATS, EmitOptions
+    from planner.emit import emit as run_emit
+    from planner.plan.file import load_plan
+
+    if fmt not in FORMATS:
+        raise SpecError("FORMAT", "", f"one of {', '.join(FORMATS)}", fmt)
+    loaded = load_plan(plan)
+    options = EmitOptions(script=script, script_args=tuple(script_arg or ()),
+                          master_port=master_port, job_name=job_name, image=image,
+                          plan_path=str(plan))
+    files = run_emit(fmt, loaded, options)  # everything is rendered before anything is written
+    for name, text in sorted(files.items()):
+        executable = name.endswith((".sh", ".sbatch"))
+        write_atomic(out_dir / name, text, 0o755 if executable else None)
+        typer.echo(f"wrote {out_dir / name}")
+
+
+def launch(
+    plan: PlanArg,
+    script: Annotated[Optional[str], typer.Option(
+        help="Training script every rank runs (default: planner's reference job).")] = None,
+    script_arg: Annotated[Optional[list[str]], typer.Option(
+        help="An argument for the script (repeat the option).")] = None,
+    record: Annotated[Optional[Path], typer.Option(
+        help="Write the run record (JSON) here.")] = None,
+    master_port: Annotated[Optional[int], typer.Option(min=1, max=65535)] = None,
+    dry_run: Annotated[bool, typer.Option(help="Print the command(s), run nothing.")] = False,
+) -> None:
+    """Run a plan on this machine under torchrun (one node), streaming the logs; on a worker
+    failure or Ctrl-C every process of the job is ended. For a plan of several nodes, print
+    the per-node torchrun commands to run on each host."""
+    import os
+    import shlex
+
+    from planner.emit import EmitOptions
+    from planner.emit import emit as run_emit
+    from planner.run.launch import local_command, run_local, write_launch_record
+    from planner.plan.file import load_plan
+
+    loaded = load_plan(plan)
+    if len(loaded.nodes) > 1:
+        options = EmitOptions(script=script or "train.py", script_args=tuple(script_arg or ()),
+                              plan_path=str(plan))
+        typer.echo(run_emit("torchrun", loaded, options)["torchrun_commands.txt"], nl=False)
+        return
+    cmd = local_command(loaded, plan, script, list(script_arg or []), record, master_port)
+    typer.echo(f"planner launch: {shlex.join(cmd)}", err=True)
+    if dry_run:
+        return
+    result = run_local(cmd, {**os.environ, "PLANNER_PLAN": str(plan)})
+    if script is not None and record is not None:
+        write_launch_record(record, loaded, cmd, result)
+    if result.interrupted:
+        fail("interrupted: every process of the job was ended", 130)
+    if result.exit_code != 0:
+        fail(f"the job failed (torchrun exit code {result.exit_code}; the worker's error is in "
+             "the log above); every process of the job was ended", result.exit_code)

@@ -1,0 +1,145 @@
+"""Expert parallelism of the reference job: dispatch by the plan's placement and real-time
+quotas, the autograd-aware uneven all-to-all, and the expert-gradient sum over replicas.
+
+MoE layers hold only their EP rank's slots of the plan's expert placement.
+:class:`ExpertDispatch` all-gathers the micro-batch's per-expert counts, computes the
+planner's real-time quotas (:func:`planner.run.kernels.expert_quotas`), and all-to-alls
+tokens to replicas and back (gloo supports uneven all-to-all). Each logical expert's gradient
+is summed over all its replicas (:func:`sync_expert_grads`). Communication is timed as
+``ep_comm`` and the dispatch's CPU work as ``quota_solve`` on the caller's
+:class:`~planner.run.reference_job.timers.Timers`.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from planner.run.kernels import expert_quotas
+from planner.run.reference_job.model import MoE
+from planner.run.reference_job.timers import Timers
+
+__all__ = ["ExpertDispatch", "replica_ranges", "sync_expert_grads"]
+
+
+def replica_ranges(counts: np.ndarray, quota: np.ndarray, phy2log: np.ndarray) -> np.ndarray:
+    """``M[src, p]``: tokens of EP rank ``src`` that physical slot ``p`` serves.
+
+    Expert ``e``'s tokens are ordered by source rank (rank 0's first, each in its own order)
+    and cut into consecutive runs of its replicas' quotas, replicas by slot index.
+    """
+    ranks, slots = counts.shape[0], phy2log.shape[0]
+    out = np.zeros((ranks, slots), dtype=np.int64)
+    for e in range(counts.shape[1]):
+        reps = np.flatnonzero(phy2log == e)
+        bounds = np.concatenate([[0], np.cumsum(quota[reps])])
+        starts = np.concatenate([[0], np.cumsum(counts[:, e])])
+        for src in range(ranks):
+            lo, hi = starts[src], starts[src + 1]
+            out[src, reps] = np.clip(np.minimum(bounds[1:], hi) - np.maximum(bounds[:-1], lo), 0, None)
+    return out
+
+
+class ExpertDispatch:
+    """Expert-parallel forward of one MoE layer on one rank.
+
+    1. all-gather the per-expert token counts of the EP group (the micro-batch's exact loads);
+    2. every rank computes the same integer quotas per physical slot
+       (:func:`planner.run.kernels.expert_quotas`, the planner's real-time quota mode) and the
+       same dispatch matrix (:func:`replica_ranges`);
+    3. all-to-all the tokens to their replicas (autograd-aware), run the local experts,
+       all-to-all back, and combine with the router's gates.
+    Every event is appended to ``log`` (global counts and tokens received per local slot).
+    """
+
+    def __init__(self, moe: MoE, layer: int, phy2log: np.ndarray, slots_per_gpu: int,
+                 ep_index: int, ep_size: int, group, log: list, timers: Timers) -> None:
+        self.moe, self.layer, self.phy2log = moe, layer, phy2log
+        self.S, self.me, self.ep, self.group, self.log = slots_per_gpu, ep_index, ep_size, group, log
+        self.timers = timers
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        idx, gates = self.moe.route(flat)
+        experts = idx.reshape(-1)
+        E = self.moe.router.out_features
+        local = torch.bincount(experts, minlength=E)
+        gathered = [torch.zeros_like(local) for _ in range(self.ep)]
+        with self.timers.timed("ep_comm"):
+            dist.all_gather(gathered, local, group=self.group)
+        with self.timers.timed("quota_solve"):
+            counts = torch.stack(gathered).numpy()
+            quota = expert_quotas(counts.sum(0), self.phy2log, self.S, self.ep)
+            matrix = replica_ranges(counts, quota, self.phy2log)
+            slot_of = self._my_slots(experts.numpy(), counts, quota)
+            order = np.lexsort((np.arange(slot_of.shape[0]), slot_of))
+            mine = range(self.me * self.S, (self.me + 1) * self.S)
+            send_splits = np.bincount(slot_of // self.S, minlength=self.ep).tolist()
+            recv_splits = [int(matrix[src, mine.start:mine.stop].sum()) for src in range(self.ep)]
+        tokens = torch.as_tensor(order // self.moe.top_k)
+        recv = _AllToAll.apply(flat[tokens], recv_splits, send_splits, self.group, self.timers)
+        labels = np.concatenate([np.repeat(np.arange(self.S), matrix[src, mine.start:mine.stop])
+                                 for src in range(self.ep)])
+        out = torch.zeros_like(recv)
+        for i in np.unique(labels):
+            rows = torch.as_tensor(np.flatnonzero(labels == i))
+            out = out.index_add(0, rows, self.moe.experts[i](recv[rows]))
+        back = _AllToAll.apply(out, send_splits, recv_splits, self.group, self.timers)
+        weights = gates.reshape(-1)[torch.as_tensor(order)].unsqueeze(1)
+        self.log.append({"layer": self.layer, "global_counts": counts.sum(0).tolist(),
+                         "received": {int(p): int(matrix[:, p].sum()) for p in mine}})
+        return torch.zeros_like(flat).index_add(0, tokens, back * weights).view_as(x)
+
+    def _my_slots(self, experts: np.ndarray, counts: np.ndarray, quota: np.ndarray) -> np.ndarray:
+        """Physical slot of each of this rank's (token, expert) assignments."""
+        out = np.empty(experts.shape[0], dtype=np.int64)
+        for e in np.unique(experts):
+            reps = np.flatnonzero(self.phy2log == e)
+            bounds = np.cumsum(quota[reps])
+            mine = np.flatnonzero(experts == e)
+            pos = counts[:self.me, e].sum() + np.arange(mine.shape[0])
+            out[mine] = reps[np.searchsorted(bounds, pos, side="right")]
+        return out
+
+
+class _AllToAll(torch.autograd.Function):
+    """Uneven all-to-all of rows (``torch.distributed.nn.functional.all_to_all_single``'s
+    arithmetic: backward is the all-to-all with the splits swapped), timed as ``ep_comm``
+    in both directions on the ``timers`` it is given."""
+
+    @staticmethod
+    def forward(ctx, x, out_splits, in_splits, group, timers):
+        ctx.splits, ctx.group, ctx.timers = (out_splits, in_splits), group, timers
+        out = x.new_empty(sum(out_splits), x.shape[1])
+        with timers.timed("ep_comm"):
+            dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        out_splits, in_splits = ctx.splits
+        back = grad.new_empty(sum(in_splits), grad.shape[1])
+        with ctx.timers.timed("ep_comm"):
+            dist.all_to_all_single(back, grad.contiguous(), in_splits, out_splits, group=ctx.group)
+        return back, None, None, None, None
+
+
+def sync_expert_grads(model: nn.Module, num_experts: int, group) -> None:
+    """Every replica gets its logical expert's total gradient (sum over all replicas) of the
+    ``model`` (a :class:`~planner.run.reference_job.model.Stage`)."""
+    for block in model.blocks:
+        if block.moe is None:
+            continue
+        params = [list(ex.parameters()) for ex in block.moe.experts]
+        width = sum(p.numel() for p in params[0])
+        total = torch.zeros(num_experts, width)
+        for e, ps in zip(block.moe.slots, params):
+            total[e] += torch.cat([torch.zeros(p.numel()) if p.grad is None else p.grad.reshape(-1)
+                                   for p in ps])
+        dist.all_reduce(total, group=group)
+        for e, ps in zip(block.moe.slots, params):
+            flat, start = total[e], 0
+            for p in ps:  # a replica that served no token still gets its expert's gradient
+                p.grad = flat[start:start + p.numel()].view_as(p).clone()
+                start += p.numel()

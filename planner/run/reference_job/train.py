@@ -1,0 +1,122 @@
+"""The reference job on one rank: check the world, build this rank's stage, train, and (rank
+0) write the run record.
+
+The training loop owns the rank's :class:`~planner.run.reference_job.timers.Timers` and hands
+it to everything that times a section (the TP operators, the expert dispatch, the step).
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from planner.errors import PlannerError
+from planner.run.reference_job.dp import attach_grad_bucket, dense_params
+from planner.run.reference_job.ep import ExpertDispatch
+from planner.run.reference_job.model import Stage
+from planner.run.reference_job.pipeline import StageContext, run_step
+from planner.run.reference_job.shape import IMPLEMENTATION, JobShape
+from planner.run.reference_job.timers import Timers
+from planner.run.reference_job.tp import shard_block
+from planner.run.runtime import degrees_of, expert_maps, init
+
+__all__ = ["build_stage", "train"]
+
+
+def _job_shape(rt, shape_overrides: dict) -> JobShape:
+    """The JobShape of this plan (layers, MoE layers, experts) with ``shape_overrides``;
+    :class:`PlannerError` for a plan the job cannot run."""
+    deg, vpp = degrees_of(rt.plan), rt.plan.config["vpp"]
+    model_spec = rt.plan.model_spec()
+    moe = model_spec.moe
+    if max(deg["cp"], vpp) > 1 or (deg["tp"] > 1 and moe is not None):
+        raise PlannerError(f"the reference job runs DP x TP x PP (dense) and DP x PP x EP (MoE) "
+                           f"with one model chunk per stage; this plan has tp={deg['tp']} "
+                           f"cp={deg['cp']} vpp={vpp}{' on an MoE model' if moe else ''} "
+                           "(plan with --schedule 1f1b)")
+    return JobShape(num_layers=model_spec.num_layers, dp=deg["dp"],
+                    moe_layers=tuple(model_spec.moe_layers) if moe else (),
+                    num_experts=moe.num_experts if moe else 0, top_k=moe.top_k if moe else 0,
+                    **shape_overrides)
+
+
+def train(plan_path: str, shape_overrides: dict, out: str | None) -> list[float]:
+    """Run the job on this rank (see :mod:`planner.run.reference_job`); the per-step losses."""
+    if os.environ.get("OMP_NUM_THREADS"):  # torchrun sets 1 for nproc > 1; torch usually obeys
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    rt = init(plan_path, backend="gloo")  # the job's tensors live on the CPU
+    view = rt.view
+    shape = _job_shape(rt, shape_overrides)
+    timers, log = Timers(), []
+    model = build_stage(rt, shape, log, timers)
+    opt = torch.optim.SGD(model.parameters(), lr=shape.lr)
+    ep = degrees_of(rt.plan)["ep"]
+    bucket = (attach_grad_bucket(dense_params(model, ep))
+              if rt.groups.get("dp") is not None else None)
+    ctx = StageContext(shape, view.stage, view.coords["dp"], view.coords["tp"],
+                       tuple(next(g for g in rt.plan.groups["pp"] if view.rank in g)),
+                       rt.groups.get("dp"), ep, timers)
+    losses, times = [], []
+    for step in range(shape.steps):
+        start = time.perf_counter()
+        loss = run_step(ctx, model, opt, step, bucket)
+        times.append(time.perf_counter() - start)
+        timers.end_step(times[-1])
+        losses.append(loss)
+    ranks = [None] * view.world_size
+    dist.all_gather_object(ranks, {"rank": view.rank, "ep": view.coords["ep"], "stage": view.stage,
+                                   "events": log, "coords": dict(view.coords),
+                                   "threads": torch.get_num_threads(), "steps": timers.steps})
+    if out is not None and view.rank == 0:
+        _write_record(out, rt, shape, losses, times, ranks)
+    dist.barrier()
+    dist.destroy_process_group()
+    return losses
+
+
+def build_stage(rt, shape: JobShape, log: list, timers: Timers) -> Stage:
+    """This rank's stage of runtime ``rt``: with TP its shards of every block; with EP only
+    its slots' experts, dispatched by :class:`ExpertDispatch` (events appended to ``log``).
+    Communication is timed on ``timers``."""
+    deg, view = degrees_of(rt.plan), rt.view
+    first, last = view.stage == 0, view.stage == deg["pp"] - 1
+    if deg["ep"] == 1 or not shape.moe_layers:
+        model = Stage(shape, view.layers, first, last)
+        if deg["tp"] > 1:
+            for block in model.blocks:
+                shard_block(block, view.coords["tp"], deg["tp"], rt.groups["tp"], timers)
+        return model
+    maps, S = expert_maps(rt.plan)
+    ep_group = next(g for g in rt.plan.groups["ep"] if view.rank in g)
+    me = sorted(ep_group).index(view.rank)
+    if me != view.coords["ep"]:
+        raise PlannerError(f"rank {view.rank}: EP coordinate {view.coords['ep']} but position {me} "
+                           "in its EP group")
+    model = Stage(shape, view.layers, first, last, view.experts)
+    for i, block in zip(view.layers, model.blocks):
+        if block.moe is not None:
+            block.moe_forward = ExpertDispatch(block.moe, i, np.array(maps[i]), S, me, deg["ep"],
+                                               rt.groups["ep"], log, timers)
+    return model
+
+
+def _write_record(out: str, rt, shape: JobShape, losses: list[float], times: list[float],
+                  ranks: list[dict]) -> None:
+    """``ranks``: every rank's gathered object (expert events, coordinates, threads, timings)."""
+    from planner.run.launch import write_run_record
+
+    ranks = sorted(ranks, key=lambda r: r["rank"])
+    events = [{k: r[k] for k in ("rank", "ep", "stage", "events")} for r in ranks]
+    timings = [{k: r[k] for k in ("rank", "stage", "coords", "threads", "steps")} for r in ranks]
+    step_max = [max(r["steps"][i]["step"] for r in ranks) for i in range(len(times))]
+    write_run_record(Path(out), rt.plan,
+                     {"shape": shape.__dict__, "losses": losses, "step_times_s": times,
+                      "step_times_max_s": step_max, "rank_timings": timings,
+                      "expert_events": events, "implementation": dict(IMPLEMENTATION)},
+                     {"torch": torch.__version__, "backend": dist.get_backend(),
+                      "threads": torch.get_num_threads(),
+                      "omp_num_threads": os.environ.get("OMP_NUM_THREADS")})

@@ -1,0 +1,273 @@
+"""The stage-mapping problem: its types, the validator, the objective and the tie-break order.
+
+The problem
+-----------
+Each of ``num_stages`` pipeline stages needs exactly ``gpus_per_stage`` GPUs, made of whole
+units (nodes); units may stay unused when the cluster holds more GPUs than the stages need.
+The tensor/context/data-parallel collectives of a stage run in lockstep, so a stage runs at
+the speed of its *slowest* unit. The caller re-partitions the layers by speed afterwards
+(slow stages get fewer layers), so with a perfect partition the pipeline's step time is
+``total work / sum_s speed_s``: throughput is proportional to the *sum* of stage speeds.
+Spreading one stage over several leaf switches ("domains") costs cross-leaf traffic, so the
+objective (in speed units) is::
+
+    maximise  sum_s speed_s  -  domain_span_penalty * sum_s (domains touched by s - 1)
+
+CP-SAT needs integer coefficients: speeds and the penalty are scaled by
+``SPEED_SCALE / max(speed)`` and rounded (``q_j = round(v_j * scale)``), i.e. a resolution of
+1e-6 of the fastest unit. Mappings are *ranked* by that integer objective
+(:func:`scaled_objective`; CP-SAT and brute force rank identically); the reported
+``objective`` is recomputed in floats by :func:`mapping_objective`.
+
+Tie-break (identical in ``solve_mapping`` and ``brute_force_mapping``)
+-----------------------------------------------------------------------
+1. maximise the integer objective;
+2. if Megatron's listing-order mapping attains it, return Megatron's mapping (the layout
+   users expect; this is also the fast path for homogeneous clusters, where no model is built);
+3. otherwise take the optimum whose class-count matrix, stages sorted by speed (descending)
+   then by count vector (descending), is lexicographically greatest (:func:`count_rows`;
+   classes from :func:`unit_classes`);
+4. units of a class are handed out lowest index first, stage by stage in that order
+   (:func:`expand_rows`); the output lists each stage's units ascending and orders stages by
+   their smallest unit (:func:`canonical`).
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+__all__ = ["SPEED_SCALE", "StageUnits", "InfeasibleMapping", "MappingTimeout", "MappingProblem",
+           "Mapping", "UnitClass", "unit_classes", "speed_scale", "scaled", "stage_domains",
+           "validate_stage_units", "stage_speed", "mapping_objective", "scaled_objective",
+           "canonical", "make_mapping", "check_gpu_supply", "no_disjoint_stages",
+           "class_of_unit", "count_rows", "expand_rows"]
+
+SPEED_SCALE = 1_000_000  # the fastest unit's speed maps to this integer
+
+StageUnits = tuple[tuple[int, ...], ...]
+
+
+class InfeasibleMapping(ValueError):
+    """No assignment of whole units gives every stage exactly ``gpus_per_stage`` GPUs."""
+
+
+class MappingTimeout(RuntimeError):
+    """CP-SAT found no mapping within the time limit and Megatron's order is infeasible."""
+
+
+@dataclass(frozen=True)
+class MappingProblem:
+    """Units (nodes) with their GPUs, speed and leaf-switch domain; the stages to fill."""
+
+    unit_gpus: tuple[int, ...]
+    unit_speed: tuple[float, ...]
+    unit_domain: tuple[int, ...]
+    num_stages: int
+    gpus_per_stage: int
+    domain_span_penalty: float = 0.0
+    time_limit_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name in ("unit_gpus", "unit_speed", "unit_domain"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        n = len(self.unit_gpus)
+        if len(self.unit_speed) != n or len(self.unit_domain) != n:
+            raise ValueError(f"unit_gpus, unit_speed and unit_domain differ in length: "
+                             f"{n}, {len(self.unit_speed)}, {len(self.unit_domain)}")
+        if any(int(g) != g or g < 1 for g in self.unit_gpus):
+            raise ValueError(f"unit_gpus must be positive integers: {self.unit_gpus}")
+        if any(not (math.isfinite(v) and v > 0) for v in self.unit_speed):
+            raise ValueError(f"unit_speed must be finite and > 0: {self.unit_speed}")
+        if any(int(k) != k for k in self.unit_domain):
+            raise ValueError(f"unit_domain must be integers: {self.unit_domain}")
+        if self.num_stages < 1 or self.gpus_per_stage < 1:
+            raise ValueError(f"num_stages ({self.num_stages}) and gpus_per_stage "
+                             f"({self.gpus_per_stage}) must be >= 1")
+        if not (math.isfinite(self.domain_span_penalty) and self.domain_span_penalty >= 0):
+            raise ValueError(f"domain_span_penalty must be finite and >= 0: "
+                             f"{self.domain_span_penalty}")
+        if not self.time_limit_s > 0:
+            raise ValueError(f"time_limit_s must be > 0: {self.time_limit_s}")
+
+    @property
+    def num_units(self) -> int:
+        return len(self.unit_gpus)
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """Units per stage (ascending; stages ordered by smallest unit) and their value."""
+
+    stage_units: StageUnits
+    stage_speed: tuple[float, ...]
+    objective: float
+    bound: float  # best bound on the objective (== objective when optimal)
+    optimal: bool
+
+
+@dataclass(frozen=True)
+class UnitClass:
+    """Units that are interchangeable: same GPUs, speed and domain (indices ascending)."""
+
+    gpus: int
+    speed: float
+    domain: int
+    units: tuple[int, ...]
+
+
+# ---------------------------------------------------------------------------------------
+# Small pure helpers shared by every solver
+# ---------------------------------------------------------------------------------------
+
+def unit_classes(problem: MappingProblem) -> tuple[UnitClass, ...]:
+    """Group units by (gpus, speed, domain); classes ordered by their lowest unit index.
+
+    Without a (scaled) domain penalty the domain is irrelevant and is left out of the key
+    (``domain`` is then -1), which keeps the model small on many-leaf clusters.
+    """
+    with_domain = scaled(problem.domain_span_penalty, speed_scale(problem)) > 0
+    members: dict[tuple[int, float, int], list[int]] = {}
+    for u, (g, v, k) in enumerate(zip(problem.unit_gpus, problem.unit_speed, problem.unit_domain)):
+        members.setdefault((g, v, k if with_domain else -1), []).append(u)
+    return tuple(UnitClass(g, v, k, tuple(us)) for (g, v, k), us in members.items())
+
+
+def speed_scale(problem: MappingProblem) -> float:
+    """Factor turning speeds (and the penalty) into CP-SAT integers."""
+    return SPEED_SCALE / max(problem.unit_speed)
+
+
+def scaled(value: float, scale: float) -> int:
+    return int(round(value * scale))
+
+
+def stage_domains(problem: MappingProblem, units: Iterable[int]) -> int:
+    return len({problem.unit_domain[u] for u in units})
+
+
+def validate_stage_units(problem: MappingProblem, stage_units: Sequence[Sequence[int]]) -> None:
+    """Raise ValueError unless every stage holds exactly ``gpus_per_stage`` GPUs of distinct units."""
+    if len(stage_units) != problem.num_stages:
+        raise ValueError(f"{len(stage_units)} stages given, {problem.num_stages} expected")
+    seen: set[int] = set()
+    for s, units in enumerate(stage_units):
+        if not units:
+            raise ValueError(f"stage {s} is empty")
+        for u in units:
+            if not 0 <= u < problem.num_units:
+                raise ValueError(f"stage {s}: unit {u} out of range")
+            if u in seen:
+                raise ValueError(f"unit {u} is in more than one stage")
+            seen.add(u)
+        gpus = sum(problem.unit_gpus[u] for u in units)
+        if gpus != problem.gpus_per_stage:
+            raise ValueError(f"stage {s} holds {gpus} GPUs, {problem.gpus_per_stage} needed")
+
+
+def stage_speed(problem: MappingProblem, units: Iterable[int]) -> float:
+    """A stage runs at the speed of its slowest unit."""
+    return min(problem.unit_speed[u] for u in units)
+
+
+def mapping_objective(problem: MappingProblem, stage_units: Sequence[Sequence[int]]) -> float:
+    """Sum of stage speeds minus the penalty per extra domain a stage spans (floats)."""
+    validate_stage_units(problem, stage_units)
+    return sum(stage_speed(problem, us) - problem.domain_span_penalty
+               * (stage_domains(problem, us) - 1) for us in stage_units)
+
+
+def scaled_objective(problem: MappingProblem, stage_units: Sequence[Sequence[int]]) -> int:
+    """The integer objective CP-SAT maximises; brute force ranks mappings by it too."""
+    scale = speed_scale(problem)
+    penalty = scaled(problem.domain_span_penalty, scale)
+    return sum(scaled(stage_speed(problem, us), scale) - penalty * (stage_domains(problem, us) - 1)
+               for us in stage_units)
+
+
+def canonical(stage_units: Iterable[Iterable[int]]) -> StageUnits:
+    """Units ascending within a stage, stages ordered by their smallest unit."""
+    return tuple(sorted(tuple(sorted(us)) for us in stage_units))
+
+
+def make_mapping(problem: MappingProblem, stage_units: Iterable[Iterable[int]],
+                 bound: float | None, optimal: bool) -> Mapping:
+    """The :class:`Mapping` of ``stage_units`` (canonical order), objective in floats."""
+    units = canonical(stage_units)
+    objective = mapping_objective(problem, units)
+    return Mapping(units, tuple(stage_speed(problem, us) for us in units), objective,
+                   objective if optimal or bound is None else max(bound, objective), optimal)
+
+
+# ---------------------------------------------------------------------------------------
+# Feasibility
+# ---------------------------------------------------------------------------------------
+
+def check_gpu_supply(problem: MappingProblem) -> None:
+    """Raise InfeasibleMapping when the GPUs cannot add up; cheap necessary conditions."""
+    need = problem.num_stages * problem.gpus_per_stage
+    have = sum(problem.unit_gpus)
+    if have < need:
+        raise InfeasibleMapping(f"{problem.num_stages} stages × {problem.gpus_per_stage} GPUs "
+                                f"need {need} GPUs, the units hold {have}")
+    if not _subset_sum_reaches(problem.unit_gpus, problem.gpus_per_stage):
+        sizes = ", ".join(f"{c}×{g}" for g, c in sorted(Counter(problem.unit_gpus).items()))
+        raise InfeasibleMapping(f"no set of units sums to exactly {problem.gpus_per_stage} GPUs "
+                                f"(units: {sizes} GPUs)")
+
+
+def _subset_sum_reaches(sizes: Sequence[int], target: int) -> bool:
+    reachable = 1  # bit i set <=> some subset sums to i
+    mask = (1 << (target + 1)) - 1
+    for g, count in Counter(sizes).items():
+        for _ in range(min(count, target // g)):
+            reachable = (reachable | (reachable << g)) & mask
+    return bool(reachable >> target & 1)
+
+
+def no_disjoint_stages(problem: MappingProblem) -> InfeasibleMapping:
+    """The error for a problem whose GPUs add up but cannot form the stages."""
+    sizes = ", ".join(f"{c}×{g}" for g, c in sorted(Counter(problem.unit_gpus).items()))
+    return InfeasibleMapping(f"cannot form {problem.num_stages} disjoint stages of exactly "
+                             f"{problem.gpus_per_stage} GPUs from units of {sizes} GPUs")
+
+
+# ---------------------------------------------------------------------------------------
+# Count matrices: the aggregated representation and the tie-break
+# ---------------------------------------------------------------------------------------
+
+def class_of_unit(classes: Sequence[UnitClass]) -> dict[int, int]:
+    return {u: c for c, cls in enumerate(classes) for u in cls.units}
+
+
+def _sorted_rows(rows: Iterable[tuple[int, tuple[int, ...]]]) -> tuple[tuple[int, ...], ...]:
+    """Count rows sorted by scaled speed, then counts, both descending (the tie-break order)."""
+    return tuple(counts for _, counts in sorted(rows, reverse=True))
+
+
+def count_rows(problem: MappingProblem, classes: Sequence[UnitClass],
+               stage_units: Iterable[Iterable[int]]) -> tuple[tuple[int, ...], ...]:
+    """Units per class of every stage, rows in the tie-break order (rule 3)."""
+    of = class_of_unit(classes)
+    scale = speed_scale(problem)
+    rows = []
+    for units in stage_units:
+        counts = [0] * len(classes)
+        for u in units:
+            counts[of[u]] += 1
+        rows.append((scaled(stage_speed(problem, units), scale), tuple(counts)))
+    return _sorted_rows(rows)
+
+
+def expand_rows(classes: Sequence[UnitClass], rows: Iterable[Sequence[int]]) -> StageUnits:
+    """Concrete units for count rows: lowest indices of each class first, row by row."""
+    taken = [0] * len(classes)
+    stages = []
+    for counts in rows:
+        units: list[int] = []
+        for c, k in enumerate(counts):
+            units.extend(classes[c].units[taken[c]:taken[c] + k])
+            taken[c] += k
+        stages.append(tuple(units))
+    return canonical(stages)
