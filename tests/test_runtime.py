@@ -119,3 +119,13 @@ def test_torchrun_with_the_wrong_world_fails_before_any_collective(plan_path, tm
     assert result.returncode != 0
     assert "plan is for 4 processes" in result.stderr + result.stdout
     assert not list(tmp_path.glob("rank*.json"))
+
+
+def test_planner_runtime_is_the_import_path_training_scripts_use():
+    """User scripts import ``planner.runtime``; it must stay the runtime of planner/run/."""
+    import planner.run.runtime as run_runtime
+    import planner.runtime as runtime
+
+    assert set(runtime.__all__) >= {"init", "rank_view", "build_groups", "expert_maps"}
+    for name in runtime.__all__:
+        assert getattr(runtime, name) is getattr(run_runtime, name)

@@ -15,7 +15,7 @@ RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 OPTIMIZERS = ("adam", "sgd")
 ATTENTION = ("flash", "unfused")
-DEGREE_KEYS = ("tp", "cp", "pp", "dp", "ep", "etp")
+DEGREE_KEYS = tuple(f.name for f in fields(Degrees))  # the keys of a flat (schema-1) config
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Optional
 import typer
 from typer.core import TyperGroup
 
-from planner.cli.common import (fail, OutputFormat, help_markup_mode, print_report, progress_bar,
+from planner.cli.common import (fail, plain_help_width, OutputFormat, help_markup_mode, print_report, progress_bar,
                                  set_help_markup_mode)
 from planner.errors import PlannerError, SpecError
 from planner.training.estimate_json import estimate_to_dict
@@ -49,6 +49,7 @@ class PlannerGroup(TyperGroup):
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         set_help_markup_mode(self, help_markup_mode())  # rich help only in a wide terminal
+        self.context_settings = {**(self.context_settings or {}), **plain_help_width()}
         return super().main(*args, **kwargs)
 
     def invoke(self, ctx: Any) -> Any:

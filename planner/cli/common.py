@@ -22,9 +22,11 @@ from rich.console import Console, RenderableType
 from rich.markup import escape
 
 __all__ = ["OutputFormat", "progress_bar", "print_report", "report_width",
-           "help_markup_mode", "set_help_markup_mode", "RICH_HELP_MIN_COLUMNS"]
+           "help_markup_mode", "plain_help_width", "set_help_markup_mode", "fail",
+           "RICH_HELP_MIN_COLUMNS", "PIPED_HELP_COLUMNS"]
 
 RICH_HELP_MIN_COLUMNS = 100
+PIPED_HELP_COLUMNS = 120
 
 
 class OutputFormat(str, Enum):
@@ -90,6 +92,15 @@ def help_markup_mode() -> str | None:
     if not sys.stdout.isatty():
         return None
     return "rich" if Console().width >= RICH_HELP_MIN_COLUMNS else None
+
+
+def plain_help_width() -> dict[str, int]:
+    """Click context settings for plain help: piped (no terminal, no ``COLUMNS``) it is laid
+    out :data:`PIPED_HELP_COLUMNS` wide, so that command summaries are not cut to 80 columns;
+    in a terminal click's own width stands."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
+        return {}
+    return {"terminal_width": PIPED_HELP_COLUMNS, "max_content_width": PIPED_HELP_COLUMNS}
 
 
 def set_help_markup_mode(command: Any, mode: str | None) -> None:

@@ -7,6 +7,8 @@ pipeline timeline handed in (``planner explain`` simulates it with
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Group, RenderableType
 from rich.text import Text
 
@@ -15,7 +17,10 @@ from planner.report.estimate import GROUP_NAMES, memory_table, time_table
 from planner.report.fit import Col, FitTable, Row
 from planner.report.plain import flat_config
 from planner.report.solve import expert_placement_line, plan_bottleneck
-from planner.report.timeline import Timeline, TimelineView, timeline_note
+from planner.report.timeline import TimelineView, timeline_note
+
+if TYPE_CHECKING:  # annotations only: the CLI hands the simulation in
+    from planner.training.timeline import PlanTimeline as Timeline
 
 __all__ = ["render_explain"]
 

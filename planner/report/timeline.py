@@ -2,13 +2,12 @@
 
 Formats only: the passes, the bubble and the in-flight counts come from a plan's simulation
 (:func:`planner.training.timeline.plan_timeline` makes it; ``planner explain`` passes it here).
-Anything with the attributes of :class:`Timeline` will do.
 """
 from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.measure import Measurement
@@ -17,7 +16,10 @@ from rich.text import Text
 from planner.errors import SpecError
 from planner.files import write_atomic_bytes
 
-__all__ = ["Timeline", "TimelineView", "timeline_text", "timeline_note", "save_timeline",
+if TYPE_CHECKING:  # annotations only: ``planner explain`` hands the simulation in
+    from planner.training.timeline import PlanTimeline as Timeline
+
+__all__ = ["TimelineView", "timeline_text", "timeline_note", "save_timeline",
            "PASS_STYLES", "PASS_COLOURS", "PASS_NAMES"]
 
 PASS_STYLES = {"F": "bold blue", "B": "bold green", "W": "bold yellow"}
@@ -25,30 +27,6 @@ PASS_COLOURS = {"F": "#4C72B0", "B": "#55A868", "W": "#DD8452"}
 PASS_NAMES = {"F": "forward", "B": "backward (input grad)", "W": "weight grad"}
 TIMELINE_COLUMNS = 96  # time slices across, where the terminal has room
 MIN_TIMELINE_COLUMNS = 24
-
-
-class Event(Protocol):
-    stage: int
-    kind: str  # "F", "B" or "W"
-    microbatch: int
-    start_s: float
-    end_s: float
-
-
-class Timeline(Protocol):
-    """What the timeline reports read (:class:`planner.training.timeline.PlanTimeline`)."""
-
-    schedule: str
-    num_stages: int
-    num_chunks: int
-    seq_slices: int
-    simulated_units: int
-    plan_microbatches: int
-    step_s: float
-    bubble_s: float
-    closed_form_bubble_s: float | None
-    peak_in_flight: Sequence[int]
-    events: Sequence[Event]
 
 
 def _label_width(num_stages: int) -> int:

@@ -89,7 +89,7 @@ def rank_view(plan: Plan, env: Mapping[str, str] | None = None) -> RankView:
     if (node_rank, local) != (row["node_rank"], row["local"]):
         raise WorldMismatch(f"the plan places rank {rank} on node rank {row['node_rank']} GPU "
                             f"{row['local']}, it runs on node rank {node_rank} GPU {local}")
-    coords = {k: row[k] for k in ("tp", "cp", "dp", "pp", "ep", "etp", "edp")}
+    coords = {k: row[k] for k in plan.ranks["columns"][3:]}  # the axes, after rank/node/local
     stage = plan.stages[coords["pp"]]
     return RankView(rank, world, node_rank, local, coords, coords["pp"], tuple(stage["layers"]),
                     _experts(plan, coords["ep"]))
