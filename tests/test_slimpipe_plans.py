@@ -13,7 +13,7 @@ from cost_models.training.step import estimate
 from planner.emit import EmitOptions, emit
 from planner.inputs.models import load_model
 from planner.training.build import build_plan
-from planner.training.search import SearchSpace, search
+from planner.training.search import SLIMPIPE_MIN_SEQ, SearchSpace, search, seq_slice_counts
 from planner.training.timeline import simulate_plan
 from planner.plan.validate import plan_problems
 from solvers.pipeline import slimpipe
@@ -101,9 +101,15 @@ def test_search_slices_long_context_pipelines(setup):
 
 
 def test_short_sequences_are_not_sliced(setup):
+    """Below the search's long-context threshold no plan is sliced, from it up slices are
+    tried (the threshold is imported, not pinned here)."""
     model, cluster, prof = setup
-    ranked = search(model, cluster, Workload(8192, 64), prof, SearchSpace(pp=4), top_k=5).ranked
+    short = Workload(SLIMPIPE_MIN_SEQ // 2, 64)
+    ranked = search(model, cluster, short, prof, SearchSpace(pp=4), top_k=5).ranked
     assert all(e.config.seq_slices == 1 for e in ranked)
+    cfg = TrainingConfig(degrees=Degrees(tp=8, pp=4), sequence_parallel=True)
+    assert seq_slice_counts(cfg, short) == []
+    assert seq_slice_counts(cfg, Workload(SLIMPIPE_MIN_SEQ, 8)) != []
 
 
 def test_slices_must_divide_the_sequence_and_need_plain_1f1b(setup):
