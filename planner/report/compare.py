@@ -13,7 +13,6 @@ from rich.text import Text
 
 from planner.plan.document import Plan
 from planner.report.fit import Col, FirstFit, FitTable, Row
-from planner.report.plain import flat_config
 from planner.report.solve import plan_bottleneck, schedule_text
 
 __all__ = ["ROWS", "compare_table", "render_compare"]
@@ -29,7 +28,7 @@ def _layers(plan: Plan) -> str:
 
 
 def _config(key: str) -> Callable[[Plan], object]:
-    return lambda p: flat_config(p.config)[key]
+    return lambda p: p.config[key]
 
 
 def _time(key: str) -> Callable[[Plan], float]:

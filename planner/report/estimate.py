@@ -14,7 +14,6 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from planner.report.plain import flat_config
 from topologies.catalog import GIB
 from topologies.cluster import Cluster
 
@@ -48,7 +47,7 @@ def _gpu_names(cluster: Cluster) -> str:
 
 
 def _header(est: Mapping[str, Any], cluster: Cluster, num_layers: int) -> Text:
-    cfg, work = flat_config(est["config"]), est["workload"]
+    cfg, work = est["config"], est["workload"]
     title = Text(f"{est['model']} on {est['cluster']}", style="bold")
     title.append(f": {est['num_gpus']:,} x {_gpu_names(cluster)}, {num_layers} layers\n",
                  style="")
@@ -126,7 +125,7 @@ def render_estimate(est: Mapping[str, Any], cluster: Cluster, num_layers: int
     """The ``planner estimate`` view of one estimate object: header, step time, throughput,
     memory, verdict, tiers."""
     memory = est["memory"]
-    pp = flat_config(est["config"])["pp"]
+    pp = est["config"]["pp"]
     peak = f"Peak (pipeline stage {memory['stage']})" if pp > 1 else "Peak"
     return Group(_header(est, cluster, num_layers), Text(), time_table(est["time"]),
                  _throughput_table(est), memory_table(memory, "Memory per GPU", peak),

@@ -15,7 +15,6 @@ from rich.text import Text
 from planner.plan.document import Plan
 from planner.report.estimate import GROUP_NAMES, memory_table, time_table
 from planner.report.fit import Col, FitTable, Row
-from planner.report.plain import flat_config
 from planner.report.solve import expert_placement_line, plan_bottleneck
 from planner.report.timeline import TimelineView, timeline_note
 
@@ -28,7 +27,7 @@ GIB = 2**30
 
 
 def _header(plan: Plan) -> Text:
-    c, w, p = flat_config(plan.config), plan.inputs["workload"], plan.prediction
+    c, w, p = plan.config, plan.inputs["workload"], plan.prediction
     text = Text(f"{plan.inputs['model']['name']} on {plan.inputs['cluster']['name']}",
                 style="bold")
     text.append(f": {plan.num_gpus:,} GPUs, plan {plan.inputs_hash[:12]} (planner "

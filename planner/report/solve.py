@@ -12,7 +12,6 @@ from rich.text import Text
 
 from planner.plan.document import Plan
 from planner.report.fit import Col, FitTable, Row
-from planner.report.plain import flat_config
 from planner.plan.parts import PART_NAMES, TIER_OF_PART
 
 if TYPE_CHECKING:  # annotations only: the stats are handed in by the CLI
@@ -44,7 +43,7 @@ def _recompute_text(config: dict) -> str:
 
 
 def schedule_text(plan: Plan) -> str:
-    c = flat_config(plan.config)
+    c = plan.config
     if c["vpp"] > 1:
         return f"{plan.schedule.replace('interleaved-', 'int-')} v{c['vpp']}"
     if c.get("seq_slices", 1) > 1:
@@ -54,7 +53,7 @@ def schedule_text(plan: Plan) -> str:
 
 def plan_row(plan: Plan) -> list[str]:
     """The cells of one plan in the top-k table."""
-    c, p = flat_config(plan.config), plan.prediction
+    c, p = plan.config, plan.prediction
     ep = f"{c['ep']}/{p['config']['expert_tp']}" if c["ep"] > 1 else "-"
     layout = "even" if c["stage_layer_counts"] is None else "DP"
     placement = "listing" if plan.node_order == sorted(plan.node_order) else "CP-SAT"
