@@ -81,7 +81,7 @@ BREAKS = {
     "group size": (lambda d: d["pools"][0]["groups"]["dp"].__setitem__(
         0, d["pools"][0]["groups"]["dp"][0][:1]), "groups.dp"),
     "swapped coordinates": (lambda d: d["pools"][0]["ranks"]["rows"][0].__setitem__(3, 1),
-                            "coordinates tp"),
+                            "coordinate tp is not"),
     "inputs edited": (lambda d: d["inputs"]["workload"].__setitem__("global_batch", 128),
                       "inputs_hash"),
     "batch": (lambda d: d["training"].__setitem__("micro_batches",

@@ -35,8 +35,9 @@ def rank_table(cluster: Cluster, d: Degrees,
                       "node_group": group.name, "gpus": group.gpus_per_node,
                       "first_rank": first_rank[node]})
     coords = rank_coords(d)
-    rows = [[r, node_rank_of[node], local, *(int(coords[Axis(a)][r]) for a in RANK_COLUMNS[3:])]
-            for r, (_, node, local) in enumerate(located)]
+    columns = zip(*(coords[Axis(a)].tolist() for a in RANK_COLUMNS[3:]))  # per rank, in order
+    rows = [[r, node_rank_of[node], local, *axes]
+            for r, ((_, node, local), axes) in enumerate(zip(located, columns))]
     return nodes, {"columns": list(RANK_COLUMNS), "rows": rows}
 
 

@@ -43,6 +43,7 @@ def plan_problems(plan: Plan) -> list[str]:
         problems.append("inputs_hash does not match the inputs")
     for pool in plan.pools:
         problems += pool_problems(pool, model, cluster)
+    problems += _node_problems(plan.pools, cluster.num_nodes)
     if sum(p.num_gpus for p in plan.pools) > cluster.num_gpus:
         problems.append(f"pools use {plan.num_gpus} GPUs, the cluster has {cluster.num_gpus}")
     if plan.kind == "training" and plan.training is None:
@@ -52,6 +53,16 @@ def plan_problems(plan: Plan) -> list[str]:
     if plan.experts is not None:
         problems += plan_expert_problems(plan.experts, model, Degrees(**plan.pool().degrees))
     return problems
+
+
+def _node_problems(pools: list[Pool], num_nodes: int) -> list[str]:
+    """One pool runs on every node of the cluster; several pools on disjoint sets of nodes."""
+    if len(pools) == 1:
+        if sorted(pools[0].node_order) != list(range(num_nodes)):
+            return [f"node_order is not a permutation of the cluster's {num_nodes} nodes"]
+        return []
+    nodes = [n for pool in pools for n in pool.node_order]
+    return [] if len(set(nodes)) == len(nodes) else ["two pools share a node"]
 
 
 def pool_problems(pool: Pool, model, cluster) -> list[str]:
@@ -76,9 +87,10 @@ def _rank_problems(pool: Pool, cluster, d: Degrees) -> list[str]:
     rows = pool.rank_rows()
     if sorted(r["rank"] for r in rows) != list(range(d.num_gpus)):
         problems.append(f"ranks are not exactly 0..{d.num_gpus - 1}")
-    if sorted(pool.node_order) != list(range(cluster.num_nodes)):
-        problems.append(f"node_order is not a permutation of the cluster's {cluster.num_nodes} "
-                        "nodes")
+    order = pool.node_order
+    if len(set(order)) != len(order) or not all(0 <= n < cluster.num_nodes for n in order):
+        problems.append(f"node_order is not a list of distinct nodes of the cluster's "
+                        f"{cluster.num_nodes}")
         return problems
     slots = Counter((r["node_rank"], r["local"]) for r in rows)
     if any(n > 1 for n in slots.values()):
@@ -96,12 +108,13 @@ def _rank_problems(pool: Pool, cluster, d: Degrees) -> list[str]:
     if any(r["local"] >= gpus_of.get(r["node_rank"], 0) for r in rows):
         problems.append("a rank uses a GPU index its node does not have")
     coords = rank_coords(d)
-    for r in rows:
-        if not 0 <= r["rank"] < d.num_gpus:
-            continue
-        wrong = [a for a in COORD_AXES if r[a] != coords[a][r["rank"]]]
-        if wrong:
-            problems.append(f"rank {r['rank']}: coordinates {'/'.join(wrong)} are not the rank "
+    ranks = np.asarray([r["rank"] for r in rows], dtype=np.int64)
+    valid = (ranks >= 0) & (ranks < d.num_gpus)
+    for axis in COORD_AXES:
+        given = np.asarray([r[axis] for r in rows], dtype=np.int64)
+        bad = np.flatnonzero(valid & (given != coords[axis][np.where(valid, ranks, 0)]))
+        if bad.size:
+            problems.append(f"rank {int(ranks[bad[0]])}: coordinate {axis} is not the rank "
                             "order's")
             break
     return problems
