@@ -59,8 +59,9 @@ def estimate_to_dict(est: Estimate) -> dict[str, Any]:
       ``headroom_bytes_per_gpu`` (negative when it does not fit), ``weights_bytes``,
       ``grads_bytes``, ``optimizer_bytes``, ``activations_bytes``, ``logits_bytes``,
       ``other_bytes``, ``stage`` (its pipeline stage, from 0).
-    * ``config``: every field of ``cost_models.parallel.TrainingConfig`` (``tp``, ``pp``,
-      ``dp``, ``cp``, ``ep``, ``etp`` (null: equal to tp), ``vpp``, ``micro_batch``,
+    * ``config``: the degrees and every training option of
+      ``cost_models.training.config.TrainingConfig``, flat (``TrainingConfig.flat_dict``:
+      ``tp``, ``pp``, ``dp``, ``cp``, ``ep``, ``etp`` (null: equal to tp), ``vpp``, ``micro_batch``,
       ``recompute``, ``recompute_layers``, ``sequence_parallel``, ``zero``, ...) plus
       ``expert_tp``, ``expert_dp``, ``micro_batches`` (per step) and ``schedule``.
     * ``workload``: ``seq_len``, ``global_batch`` (sequences), ``precision``, ``optimizer``,
