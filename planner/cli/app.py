@@ -20,13 +20,14 @@ from typing import Annotated, Any, Optional
 import typer
 from typer.core import TyperGroup
 
-from planner.cli.common import (fail, plain_help_width, OutputFormat, help_markup_mode, print_report, progress_bar,
-                                 set_help_markup_mode)
+from planner.cli.common import (OutputFormat, fail, help_markup_mode, plain_help_width,
+                                 print_report, progress_bar, set_help_markup_mode)
 from planner.errors import PlannerError, SpecError
 from planner.training.estimate_json import estimate_to_dict
 from planner.files import write_atomic
-from planner.training.estimation import (DEFAULT_GPU, ClusterChoice, ParallelChoice, checked_estimate,
-                                load_profile, make_config, make_workload, resolve_cluster)
+from planner.training.estimation import (DEFAULT_GPU, ClusterChoice, ParallelChoice,
+                                         checked_estimate, load_profile, make_config,
+                                         make_workload, resolve_cluster)
 from planner.inputs.clusters import OPTIONS_SOURCE
 from planner.inputs.models import load_model, model_presets
 from planner.report.presets import render_gpu_catalog, render_model_presets

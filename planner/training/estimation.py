@@ -90,7 +90,13 @@ def make_config(choice: ParallelChoice, num_gpus: int) -> TrainingConfig:
     sequence_parallel = (choice.tp > 1 if choice.sequence_parallel is None
                          else choice.sequence_parallel)
     try:
-        return TrainingConfig(degrees=Degrees(tp=choice.tp, pp=choice.pp, dp=default_dp(choice, num_gpus), cp=choice.cp, ep=choice.ep, etp=choice.etp), vpp=choice.vpp, micro_batch=choice.micro_batch, recompute=choice.recompute, recompute_layers=choice.recompute_layers, sequence_parallel=sequence_parallel, zero=choice.zero, zero_bubble=choice.zero_bubble, seq_slices=choice.seq_slices)
+        degrees = Degrees(tp=choice.tp, pp=choice.pp, dp=default_dp(choice, num_gpus),
+                          cp=choice.cp, ep=choice.ep, etp=choice.etp)
+        return TrainingConfig(
+            degrees=degrees, vpp=choice.vpp, micro_batch=choice.micro_batch,
+            recompute=choice.recompute, recompute_layers=choice.recompute_layers,
+            sequence_parallel=sequence_parallel, zero=choice.zero,
+            zero_bubble=choice.zero_bubble, seq_slices=choice.seq_slices)
     except ValueError as err:
         raise _options_error(err) from None
 

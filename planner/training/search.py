@@ -38,7 +38,8 @@ from cost_models.model_spec import ModelSpec
 from cost_models.parallel import Degrees
 from cost_models.training.config import TrainingConfig, Workload
 from cost_models.profile import Profile
-from cost_models.training.step import Estimate, compute_floor_s, estimate, estimate_memory, memory_fits
+from cost_models.training.step import (Estimate, compute_floor_s, estimate, estimate_memory,
+                                       memory_fits)
 from planner.errors import InfeasibleError
 from cost_models.space import (SpaceLimits, degree_tuples, micro_batch_sizes,
                                   vpp_sizes)
@@ -279,10 +280,10 @@ def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, pro
 
 def rank_key(e: Estimate) -> tuple:
     """Fastest first; ties go to the simpler plan (less parallelism, less recompute)."""
-    c = e.config
-    return (round(e.step_time_s, 9), c.degrees.tp * c.degrees.cp * c.degrees.pp, c.vpp, c.zero_bubble, c.seq_slices,
-            ("none", "selective", "full").index(c.recompute), c.zero, c.degrees.tp, c.degrees.pp, c.degrees.cp, c.degrees.ep,
-            c.degrees.expert_tp, c.micro_batch)
+    c, d = e.config, e.config.degrees
+    return (round(e.step_time_s, 9), d.tp * d.cp * d.pp, c.vpp, c.zero_bubble, c.seq_slices,
+            ("none", "selective", "full").index(c.recompute), c.zero, d.tp, d.pp, d.cp, d.ep,
+            d.expert_tp, c.micro_batch)
 
 
 def infeasible_reason(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
