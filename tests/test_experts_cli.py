@@ -392,6 +392,29 @@ def test_robust_plan(shape, tmp_path, skewed):
     assert doc["summary"]["mean_ratio_after"] >= 1 - 1e-9
 
 
+SHARED_TRACES = sorted((ROOT / "benchmarks" / "data" / "moe_traces" / "sglang").glob("*.json"))
+
+
+@pytest.mark.parametrize("dispatch", ["auto", "static"])
+@pytest.mark.parametrize("trace", SHARED_TRACES, ids=lambda p: p.stem)
+def test_robust_plan_of_every_shared_trace_loads_in_eval(trace, dispatch, tmp_path):
+    """The real DeepSeek-V3 traces (non-integer mean loads in robust mode) plan with --robust
+    at the default shape under the default rule (the even split) and under planned ratios, and
+    the written placement is valid and loads in ``experts eval``."""
+    assert len(SHARED_TRACES) == 6
+    out = tmp_path / "p.json"
+    ok("experts", "plan", trace, "--robust", "--dispatch", dispatch, "--out", out, "--format", "json")
+    doc = read_json(out)
+    assert doc["mode"] == "robust" and doc["dispatch"] == ("even" if dispatch == "auto" else "static")
+    assert len(doc["moe_layers"]) == 58
+    sums = [np.bincount(p, weights=s) for p, s in zip(doc["physical_to_logical"], doc["split"])]
+    assert max(float(np.abs(x - 1).max()) for x in sums) < 1e-8
+    result = json.loads(ok("experts", "eval", out, trace, "--format", "json").stdout)
+    assert result["dispatch"] == doc["dispatch"] and len(result["layers"]) == 58
+    rule = "static" if dispatch == "static" else "even"
+    assert result["mean"][rule] == pytest.approx(doc["summary"]["mean_ratio_after"], rel=1e-6)
+
+
 # --- 7. migration from a current placement ------------------------------------------------
 
 
@@ -450,7 +473,7 @@ def test_eval_json_per_layer(planned, other_loads):
     assert [r["layer"] for r in result["layers"]] == doc["moe_layers"]
     series_ = np.load(other_loads)
     for i, row in enumerate(result["layers"]):
-        for key in ("static", "even", "realtime_mean_step", "realtime_worst_step"):
+        for key in ("static", "even", "sglang", "realtime_mean_step", "realtime_worst_step"):
             assert row[key] >= 1 - 1e-9, (key, row)
         assert row["realtime_worst_step"] >= row["realtime_mean_step"] - 1e-9
         # Real-time quotas are optimal for each step (to one token: flows are integral), so on
@@ -466,7 +489,8 @@ def test_eval_json_per_layer(planned, other_loads):
             tolerance = max(tolerance, GPUS / step.sum())  # one token over the mean GPU load
         assert row["realtime_mean_step"] <= np.mean(bounds) + tolerance + 1e-9
         assert row["realtime_worst_step"] <= max(bounds) + tolerance + 1e-9
-    assert set(result["mean"]) == {"static", "even", "realtime_mean_step", "realtime_worst_step"}
+    assert set(result["mean"]) == {"static", "even", "sglang", "realtime_mean_step", "realtime_worst_step"}
+    assert result["dispatch"] == doc["dispatch"] == "even"  # planned for both engines: the even split
 
 
 def test_eval_on_the_planning_loads_reproduces_the_plan(planned):

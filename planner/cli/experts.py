@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -24,6 +25,36 @@ LoadsArg = Annotated[Optional[Path], typer.Argument(
 class Quotas(str, Enum):
     realtime = "realtime"
     static = "static"
+
+
+class Dispatch(str, Enum):
+    auto = "auto"
+    even = "even"
+    sglang = "sglang"
+    static = "static"
+    realtime = "realtime"
+
+
+# Dispatch rules each engine export can run under (solvers.experts.dispatch): SGLang's static
+# per-rank dispatch or its 'dynamic' one (even); vLLM spreads tokens evenly.
+_ENGINE_RULES = {"--sglang": ("sglang", "even"), "--vllm": ("even",)}
+
+
+def resolve_dispatch(dispatch: Dispatch, sglang: bool, vllm: bool) -> str:
+    """The dispatch rule to plan for. ``auto``: the first rule every requested export can run
+    (SGLang alone: its static dispatch; vLLM, or both: the even split), else the even split.
+    An explicit rule an export cannot run is an error."""
+    engines = [flag for flag, given in (("--sglang", sglang), ("--vllm", vllm)) if given]
+    if dispatch is Dispatch.auto:
+        if not engines:
+            return "even"
+        common = [r for r in _ENGINE_RULES["--sglang"] if all(r in _ENGINE_RULES[f] for f in engines)]
+        return common[0]
+    for flag in engines:
+        if dispatch.value not in _ENGINE_RULES[flag]:
+            raise SpecError("--dispatch", "", f"a rule {flag[2:]} applies with {flag} "
+                            f"({' or '.join(_ENGINE_RULES[flag])})", dispatch.value)
+    return dispatch.value
 
 
 def _loads(path: Optional[Path]):
@@ -65,15 +96,19 @@ def plan(
     slots_per_gpu: Annotated[Optional[int], typer.Option(
         min=1, help="Expert slots per GPU (default experts/gpus + --redundant-per-gpu).")] = None,
     redundant_per_gpu: Annotated[int, typer.Option(min=0, help="Redundant slots per GPU.")] = 1,
+    dispatch: Annotated[Dispatch, typer.Option(
+        help="How the runtime splits an expert's tokens over its replicas: 'even' (vLLM, SGLang "
+             "--ep-dispatch-algorithm dynamic), 'sglang' (SGLang's static per-rank dispatch), "
+             "'static' (this plan's split ratios; planner's runtime), 'realtime' (quotas "
+             "re-planned every step). 'auto': the --sglang/--vllm engine's rule, else even.")] = Dispatch.auto,
     robust: Annotated[bool, typer.Option(help="Minimise the worst case over workloads: the "
                                               "file's steps, or drifted copies of its loads.")] = False,
     drift: Annotated[float, typer.Option(min=0, help="Robust mode, one-step file: log-normal "
                                                      "sigma of per-expert drift.")] = 0.15,
     scenarios: Annotated[int, typer.Option(min=2, help="Robust mode: drifted scenarios.")] = 16,
     quotas: Annotated[Quotas, typer.Option(
-        help="Robust mode: 'realtime' if the runtime re-plans token quotas every step "
-             "(planner.experts.plan.realtime_quotas), 'static' if it keeps the plan's split ratios."
-    )] = Quotas.realtime,
+        help="Robust mode with --dispatch static/realtime: 'realtime' scores per-scenario quotas, "
+             "'static' the plan's split ratios.")] = Quotas.realtime,
     locality_slack: Annotated[Optional[float], typer.Option(
         min=0, help="Trade balance for locality: accept busiest/mean up to (1+slack) x the "
                     "best to cut cross-node dispatch.")] = None,
@@ -96,19 +131,24 @@ def plan(
     output_format: Annotated[OutputFormat, typer.Option(
         "--format", help="table or json.")] = OutputFormat.table,
 ) -> None:
-    """Plan replica counts, placement and token split ratios for every MoE layer.
+    """Plan replica counts, placement and token split for every MoE layer, under the dispatch
+    rule the runtime applies.
 
-    Prints busiest/mean GPU load before, for an EPLB-style baseline and after, the worst
-    layers and a GPU-load heatmap. Without LOADS: a synthetic 64-expert demo."""
+    Prints busiest/mean GPU load before, for an EPLB-style baseline and after (all under that
+    rule), the worst layers and a GPU-load heatmap. Without LOADS: a synthetic 64-expert demo."""
     from planner.experts.plan import (ExpertOptions, placement_document, plan_experts,
                                  sglang_location, vllm_eplb_config)
     from planner.report.experts import render_experts, write_heatmap_png
     from planner.plan.validate import validate_expert_placement
 
+    rule = resolve_dispatch(dispatch, sglang is not None, vllm is not None)
+    if locality_slack is not None and rule in ("even", "sglang"):
+        raise SpecError("--locality-slack", "", "--dispatch static or realtime (the even and "
+                        "SGLang rules fix the split, so there is no balance to trade)", rule)
     data = _loads(loads)
     options = ExpertOptions(gpus, gpus_per_node,
                             _slots(data.num_experts, gpus, slots_per_gpu, redundant_per_gpu),
-                            robust, drift, scenarios, quotas.value, locality_slack,
+                            robust, rule, drift, scenarios, quotas.value, locality_slack,
                             migration_weight, expert_mb * 1e6, groups=expert_groups)
     cur = _read_current(current) if current is not None else None
     with progress_bar("planning layers", output_format is OutputFormat.table,
@@ -126,6 +166,12 @@ def plan(
         typer.echo(text, nl=False)
     else:
         Console().print(render_experts(result))
+        if sglang is not None:  # the flags that make SGLang apply what was planned
+            algorithm = "static" if rule == "sglang" else "dynamic"
+            redundant = result.layout.num_slots - result.layout.num_experts
+            Console().print(f"SGLang flags: --init-expert-location {shlex.quote(str(sglang))} "
+                            f"--ep-num-redundant-experts {redundant} --ep-dispatch-algorithm {algorithm}",
+                            soft_wrap=True, markup=False, highlight=False)
 
 
 @experts_app.command("eval")

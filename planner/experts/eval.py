@@ -1,8 +1,10 @@
 """``planner experts eval``: a placement document measured on (other) loads.
 
-Three ways a runtime can split an expert's tokens over its replicas are measured per layer:
-the plan's static split ratios, the even split (what EPLB assumes), and real-time quotas
-re-planned for every step's exact loads (:func:`planner.experts.plan.realtime_quotas`).
+Four ways a runtime can split an expert's tokens over its replicas are measured per layer
+(:mod:`solvers.experts.dispatch`): the plan's static split ratios, the even split (vLLM, what
+EPLB assumes), SGLang's static per-rank dispatch, and real-time quotas re-planned for every
+step's exact loads (:func:`planner.experts.plan.realtime_quotas`). The plan's own rule (its
+``dispatch``) is marked.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from rich.table import Table
 
 from planner.errors import SpecError
 from planner.inputs.expert_loads import ExpertLoads
-from solvers.experts import ExpertLayout, even_split, solve_quotas, static_gpu_loads
+from solvers.experts import ExpertLayout, even_split, sglang_split, solve_quotas, static_gpu_loads
 
 __all__ = ["evaluate_document", "render_evaluation"]
 
@@ -49,25 +51,32 @@ def evaluate_document(doc: dict[str, Any], loads: ExpertLoads, source: str) -> d
             "layer": layer,
             "static": _ratio(static_gpu_loads(w, phy, split, layout.num_gpus)),
             "even": _ratio(static_gpu_loads(w, phy, even_split(phy, layout.num_experts), layout.num_gpus)),
+            "sglang": _ratio(static_gpu_loads(w, phy, sglang_split(phy, layout), layout.num_gpus)),
             "realtime_worst_step": max(realtime) if realtime else 1.0,
             "realtime_mean_step": float(np.mean(realtime)) if realtime else 1.0,
         })
     mean = {k: float(np.mean([r[k] for r in rows])) for k in rows[0] if k != "layer"}
     return {"placement": source, "loads": loads.source, "steps": int(loads.series.shape[0]),
+            "dispatch": doc.get("dispatch", "static"),
             "layers": rows, "mean": mean,
             "realtime_median_ms_per_layer": float(np.median(times) * 1e3) if times else 0.0}
 
 
+_COLUMNS = (("static", "static split", "static"), ("even", "even split", "even"),
+            ("sglang", "SGLang static", "sglang"), ("realtime_mean_step", "real-time (mean step)", "realtime"),
+            ("realtime_worst_step", "real-time (worst step)", None))
+
+
 def render_evaluation(result: dict[str, Any]) -> Table:
+    """Per-layer busiest/mean under every rule; the plan's own rule is starred."""
     table = Table(title=f"{result['placement']} on {result['loads']} ({result['steps']} steps); "
-                        f"real-time quotas: median {result['realtime_median_ms_per_layer']:.3f} ms "
-                        "per layer", title_justify="left")
-    for col in ("layer", "static split", "even split", "real-time (mean step)", "real-time (worst step)"):
-        table.add_column(col, justify="right")
+                        f"planned for {result['dispatch']} dispatch (*); real-time quotas: median "
+                        f"{result['realtime_median_ms_per_layer']:.3f} ms per layer", title_justify="left")
+    table.add_column("layer", justify="right")
+    for _, name, rule in _COLUMNS:
+        table.add_column(name + (" *" if rule == result["dispatch"] else ""), justify="right")
     for r in result["layers"]:
-        table.add_row(str(r["layer"]), f"{r['static']:.4f}", f"{r['even']:.4f}",
-                      f"{r['realtime_mean_step']:.4f}", f"{r['realtime_worst_step']:.4f}")
+        table.add_row(str(r["layer"]), *(f"{r[key]:.4f}" for key, _, _ in _COLUMNS))
     m = result["mean"]
-    table.add_row("mean", f"{m['static']:.4f}", f"{m['even']:.4f}", f"{m['realtime_mean_step']:.4f}",
-                  f"{m['realtime_worst_step']:.4f}", style="bold")
+    table.add_row("mean", *(f"{m[key]:.4f}" for key, _, _ in _COLUMNS), style="bold")
     return table

@@ -1,9 +1,15 @@
-"""Expert placement: loads -> ``solvers.experts.plan_layer`` -> a validated placement document.
+"""Expert placement: loads -> ``solvers.experts`` -> a validated placement document.
 
-``plan_experts`` plans every MoE layer of a loads file for one expert-parallel group and
-measures each layer before (the current placement, or one replica per expert with no
-redundancy), for the EPLB-style baseline (``solvers.experts.eplb_baseline``; with ``groups > 1``
-hierarchical when the groups divide over the nodes, as EPLB itself chooses, else global)
+``plan_experts`` plans every MoE layer of a loads file for one expert-parallel group *under the
+dispatch rule the runtime applies* (``ExpertOptions.dispatch``, :mod:`solvers.experts.dispatch`):
+``even`` (vLLM; SGLang ``--ep-dispatch-algorithm dynamic``) and ``sglang`` (SGLang's static
+per-rank dispatch) are planned by :func:`solvers.experts.plan_even`, which never returns worse
+than the EPLB-style baseline's placement under the same rule; ``static`` (planned split ratios)
+and ``realtime`` (quotas re-planned every step, :func:`realtime_quotas`) by
+:func:`solvers.experts.plan_layer`. Every layer is measured under that same rule before (the
+current placement, or one replica per expert with no redundancy), for the EPLB-style baseline
+(``solvers.experts.eplb_baseline``; with ``groups > 1`` hierarchical when the groups divide over
+the nodes, as EPLB itself chooses, else global; under ``static`` it keeps EPLB's even split)
 and after. The document
 (``placement_document``) is what ``planner experts plan --out`` writes and what a Plan's
 ``experts`` section holds; ``sglang_location`` and ``vllm_eplb_config`` export it.
@@ -22,15 +28,20 @@ import numpy as np
 
 from planner.errors import InfeasibleError, SpecError
 from planner.inputs.expert_loads import ExpertLoads
-from solvers.experts import (ExpertLayout, LayerPlacement, QuotaSolution, cross_node_tokens, drift_scenarios,
-                             even_split, plan_layer, rebalance_experts, relabel_to_current, solve_quotas,
-                             static_gpu_loads)
+from solvers.experts import (DISPATCH_MODES, ExpertLayout, LayerPlacement, QuotaSolution, cross_node_tokens,
+                             dispatch_split, drift_scenarios, even_split, lp_lower_bound, plan_even, plan_layer,
+                             rebalance_experts, relabel_to_current, solve_quotas, static_gpu_loads)
 
 __all__ = ["SCHEMA", "ExpertOptions", "ExpertPlacement", "LayerReport", "current_from_document",
            "logical_to_physical", "placement_document", "plan_experts", "realtime_quotas", "sglang_location",
            "trivial_placement", "vllm_eplb_config", "with_expert_placement"]
 
 SCHEMA = "planner.expert-placement/v1"
+# How cross-node tokens are counted (cross_node_fraction_*; solvers.experts.cross_node_tokens).
+LOCALITY_MODEL = ("tokens of every expert originate evenly on every node (data-parallel attention, "
+                  "no co-routing statistics); a (token, expert) pair stays on its node while the "
+                  "node's replicas have quota left; pairs are counted once per expert, not "
+                  "deduplicated per destination node")
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,7 @@ class ExpertOptions:
     gpus_per_node: int
     slots_per_gpu: int
     robust: bool = False
+    dispatch: str = "even"  # how the runtime splits tokens: one of solvers.experts.DISPATCH_MODES
     drift_sigma: float = 0.15
     scenarios: int = 16
     robust_quotas: str = "realtime"
@@ -49,6 +61,10 @@ class ExpertOptions:
     expert_bytes: float = 0.0
     migration_gbps: float = 400.0
     groups: int = 1  # expert groups of the baseline's hierarchical mode (DeepSeek-V3: 8)
+
+    def __post_init__(self) -> None:
+        if self.dispatch not in DISPATCH_MODES:
+            raise ValueError(f"dispatch must be one of {DISPATCH_MODES}, got {self.dispatch!r}")
 
     def layout(self, num_experts: int) -> ExpertLayout:
         try:
@@ -88,6 +104,11 @@ class ExpertPlacement:
     source: str
     elapsed_s: float
 
+    @property
+    def locality_model(self) -> str:
+        """How the cross-node figures count tokens (:data:`LOCALITY_MODEL`)."""
+        return LOCALITY_MODEL
+
 
 def trivial_placement(layout: ExpertLayout) -> np.ndarray:
     """SGLang's "trivial" location: physical slot ``p`` holds logical expert ``p % E``."""
@@ -104,20 +125,22 @@ def plan_experts(loads: ExpertLoads, options: ExpertOptions, current: np.ndarray
     if current is not None:
         _check_current(current, layout, layers, total.shape[0], current_source)
     start = time.perf_counter()
+    eplb = _eplb(total[list(layers)], layout, options.groups)
+    starts = eplb if options.groups == 1 else np.stack([eplb, _eplb(total[list(layers)], layout, 1)], 1)
     planned = []
-    for layer in layers:
-        planned.append(_plan_one(loads, layer, layout, options, current))
+    for i, layer in enumerate(layers):
+        seeds = (starts[i],) if starts.ndim == 2 else tuple(starts[i])
+        planned.append(_plan_one(loads, layer, layout, options, current, seeds))
         if progress is not None:
             progress()
     elapsed = time.perf_counter() - start
     phy2log = np.stack([p.phy2log for p, _ in planned])
     split = np.stack([p.split for p, _ in planned])
-    before = np.stack([_before(total[layer], layout, current, layer) for layer in layers])
+    before = np.stack([_before(total[layer], layout, current, layer, options.dispatch) for layer in layers])
     after = np.stack([static_gpu_loads(total[layer], phy2log[i], split[i], layout.num_gpus)
                       for i, layer in enumerate(layers)])
-    eplb = _eplb(total[list(layers)], layout, options)
-    reports = tuple(_report(total[layer], layer, layout, before[i], after[i], eplb[i], planned[i])
-                    for i, layer in enumerate(layers))
+    reports = tuple(_report(total[layer], layer, layout, before[i], after[i], eplb[i], planned[i],
+                            options.dispatch) for i, layer in enumerate(layers))
     return ExpertPlacement(options, layout, total.shape[0], layers, phy2log, split, reports,
                            before, after, loads.source, elapsed)
 
@@ -137,16 +160,36 @@ def _check_current(current: np.ndarray, layout: ExpertLayout, layers, num_layers
                             "a replica of every expert", f"no replica of {missing[:5].tolist()}")
 
 
+def _engine_split(w: np.ndarray, phy: np.ndarray, layout: ExpertLayout, dispatch: str) -> np.ndarray:
+    """The split a placement gets at run time: the dispatch rule's, EPLB's even split under
+    ``static`` (a placement not planned with ratios), the exact quotas under ``realtime``."""
+    if dispatch == "static":
+        return even_split(phy, layout.num_experts)
+    return dispatch_split(phy, layout, dispatch, loads=w)
+
+
+def _ratio_of(w: np.ndarray, phy: np.ndarray, split: np.ndarray, layout: ExpertLayout) -> float:
+    mean = w.sum() / layout.num_gpus
+    return float(static_gpu_loads(w, phy, split, layout.num_gpus).max() / mean) if mean > 0 else 1.0
+
+
 def _plan_one(loads: ExpertLoads, layer: int, layout: ExpertLayout, options: ExpertOptions,
-              current: np.ndarray | None) -> tuple[LayerPlacement, int]:
+              current: np.ndarray | None, starts: tuple[np.ndarray, ...]) -> tuple[LayerPlacement, int]:
     w = loads.total[layer]
+    scen = w[None]
     if options.robust:
         series = loads.series[:, layer]
         scen = series if series.shape[0] > 1 else drift_scenarios(w, options.drift_sigma,
                                                                    options.scenarios, seed=layer)
+    if options.dispatch in ("even", "sglang"):
+        phy, score = plan_even(scen, layout, dispatch=options.dispatch, starts=starts)
+        mean = max(w.sum() / layout.num_gpus, 1e-300)
+        bound = lp_lower_bound(w, layout) / mean if w.sum() > 0 else 1.0
+        placed = LayerPlacement(phy, dispatch_split(phy, layout, options.dispatch), score, min(bound, score))
+    elif options.robust:
         placed = plan_layer(scen, layout, robust_quotas=options.robust_quotas)
     else:
-        placed = plan_layer(w[None], layout, locality_slack=options.locality_slack)
+        placed = plan_layer(scen, layout, locality_slack=options.locality_slack)
     if current is None:
         return placed, 0
     return _with_migration(w, layout, options, placed, current[layer])
@@ -154,18 +197,29 @@ def _plan_one(loads: ExpertLoads, layer: int, layout: ExpertLayout, options: Exp
 
 def _with_migration(w, layout: ExpertLayout, options: ExpertOptions, placed: LayerPlacement,
                     current: np.ndarray) -> tuple[LayerPlacement, int]:
-    """Relabel GPUs to keep current replicas; keep the current placement (new quotas only)
-    when the gain is below ``migration_weight`` per fraction of slots moved."""
+    """Relabel GPUs to keep current replicas; keep the current placement (its run-time split
+    only) when the gain is below ``migration_weight`` per fraction of slots moved. Under
+    ``sglang`` dispatch GPU labels change the split, so the relabelled placement is scored
+    again and kept only when no worse."""
     relabelled, moved = relabel_to_current(placed.phy2log, current, layout.num_gpus)
-    split = _relabel_split(placed, relabelled, layout)
-    mean = w.sum() / layout.num_gpus
-    keep = solve_quotas(w, current, layout.gpu_of_slot, layout.num_gpus)
-    keep_ratio = keep.max_load / mean if mean > 0 else 1.0
-    if keep_ratio <= placed.ratio + options.migration_weight * moved / layout.num_slots:
-        keep_split = np.where(w[current] > 0, keep.quota / np.maximum(w[current], 1e-300),
-                              even_split(current, w.shape[0]))
+    if options.dispatch in ("even", "sglang"):
+        split = dispatch_split(relabelled, layout, options.dispatch)
+        if _ratio_of(w, relabelled, split, layout) > _ratio_of(w, placed.phy2log, placed.split, layout) * (1 + 1e-12):
+            relabelled, split = placed.phy2log, placed.split  # SGLang: the labels were part of the plan
+            moved = int(np.sum(relabelled != current))
+    else:
+        split = _relabel_split(placed, relabelled, layout)
+    ratio = placed.ratio
+    keep_split = (_quota_split(w, current, layout) if options.dispatch in ("static", "realtime")
+                  else dispatch_split(current, layout, options.dispatch))
+    keep_ratio = _ratio_of(w, current, keep_split, layout)
+    if keep_ratio <= ratio + options.migration_weight * moved / layout.num_slots:
         return LayerPlacement(current.copy(), keep_split, keep_ratio, placed.lower_bound_ratio), 0
-    return LayerPlacement(relabelled, split, placed.ratio, placed.lower_bound_ratio), moved
+    return LayerPlacement(relabelled, split, ratio, placed.lower_bound_ratio), moved
+
+
+def _quota_split(w: np.ndarray, phy: np.ndarray, layout: ExpertLayout) -> np.ndarray:
+    return dispatch_split(phy, layout, "realtime", loads=w)
 
 
 def _relabel_split(placed: LayerPlacement, relabelled: np.ndarray, layout: ExpertLayout) -> np.ndarray:
@@ -185,23 +239,23 @@ def _relabel_split(placed: LayerPlacement, relabelled: np.ndarray, layout: Exper
     return split
 
 
-def _before(w, layout: ExpertLayout, current: np.ndarray | None, layer: int) -> np.ndarray:
+def _before(w, layout: ExpertLayout, current: np.ndarray | None, layer: int, dispatch: str) -> np.ndarray:
     phy = trivial_placement(layout) if current is None else current[layer]
-    return static_gpu_loads(w, phy, even_split(phy, w.shape[0]), layout.num_gpus)
+    return static_gpu_loads(w, phy, _engine_split(w, phy, layout, dispatch), layout.num_gpus)
 
 
-def _eplb(total: np.ndarray, layout: ExpertLayout, options: ExpertOptions):
+def _eplb(total: np.ndarray, layout: ExpertLayout, groups: int) -> np.ndarray:
     nodes = max(1, layout.num_gpus // layout.gpus_per_node)
-    groups = options.groups if layout.num_experts % options.groups == 0 else 1
+    groups = groups if layout.num_experts % groups == 0 else 1
     result = rebalance_experts(total, layout.num_slots, groups, nodes, layout.num_gpus)
     return result.phy2log
 
 
 def _report(w, layer: int, layout: ExpertLayout, before: np.ndarray, after: np.ndarray,
-            eplb_phy: np.ndarray, planned: tuple[LayerPlacement, int]) -> LayerReport:
+            eplb_phy: np.ndarray, planned: tuple[LayerPlacement, int], dispatch: str) -> LayerReport:
     placed, moved = planned
     mean = w.sum() / layout.num_gpus
-    eplb_split = even_split(eplb_phy, w.shape[0])
+    eplb_split = _engine_split(w, eplb_phy, layout, dispatch)
     eplb_load = static_gpu_loads(w, eplb_phy, eplb_split, layout.num_gpus)
     node_of_slot = layout.node_of_gpu[layout.gpu_of_slot]
     nodes = int(layout.node_of_gpu.max()) + 1
@@ -247,6 +301,8 @@ def placement_document(result: ExpertPlacement) -> dict[str, Any]:
         "num_layers": result.num_layers,
         "moe_layers": list(result.moe_layers),
         "mode": "robust" if result.options.robust else "nominal",
+        "dispatch": result.options.dispatch,
+        "locality_model": LOCALITY_MODEL,
         "physical_to_logical": result.phy2log.tolist(),
         "logical_to_physical": [logical_to_physical(p, lay.num_experts) for p in result.phy2log],
         "replica_counts": [np.bincount(p, minlength=lay.num_experts).tolist() for p in result.phy2log],

@@ -7,6 +7,12 @@ from typing import Any
 import numpy as np
 
 from planner.errors import InvalidPlanError
+from solvers.experts import DISPATCH_MODES, ExpertLayout, dispatch_split
+
+# Split fractions are written rounded to 9 decimals (planner.experts.plan.placement_document) and
+# normalised per expert before that (solvers.experts.scoring.split_from_quota), so an expert's
+# fractions sum to 1 within a few 1e-9; 1e-6 leaves room for files written by other tools.
+_SPLIT_TOL = 1e-6
 
 
 def plan_expert_problems(doc: dict[str, Any], model, d) -> list[str]:
@@ -29,7 +35,8 @@ def expert_placement_problems(doc: dict[str, Any]) -> list[str]:
     """Every broken invariant of an expert-placement document (``planner.experts.plan``).
 
     Each MoE layer fills every slot of every GPU with a valid expert, every expert has at
-    least one replica, split fractions are non-negative and sum to 1 per expert, and the
+    least one replica, split fractions are non-negative and sum to 1 per expert (and are the
+    dispatch rule's own under ``even`` or ``sglang`` dispatch), and the
     derived maps (``logical_to_physical``, ``replica_counts``) agree with
     ``physical_to_logical``.
     """
@@ -43,6 +50,10 @@ def expert_placement_problems(doc: dict[str, Any]) -> list[str]:
     if phy.ndim != 2 or phy.shape != (len(layers), G * S) or split.shape != phy.shape:
         return [f"expert placement: expected {len(layers)} layers x {G}*{S} slots, got "
                 f"physical_to_logical {list(phy.shape)} and split {list(split.shape)}"]
+    dispatch = doc.get("dispatch", "static")  # documents before dispatch modes: static ratios
+    if dispatch not in DISPATCH_MODES:
+        return [f"expert placement: dispatch must be one of {', '.join(DISPATCH_MODES)}, got {dispatch!r}"]
+    layout = ExpertLayout(E, G, S, max(1, min(int(doc.get("gpus_per_node", G)), G)))
     problems: list[str] = []
     if np.any((phy < 0) | (phy >= E)):
         problems.append(f"expert placement: expert ids outside 0..{E - 1}")
@@ -53,8 +64,13 @@ def expert_placement_problems(doc: dict[str, Any]) -> list[str]:
             problems.append(f"layer {layer}: experts {np.flatnonzero(counts == 0)[:5].tolist()} "
                             "have no replica")
         sums = np.bincount(phy[i], weights=split[i], minlength=E)
-        if np.any(split[i] < -1e-9) or np.any(np.abs(sums[counts > 0] - 1) > 1e-6):
+        if np.any(split[i] < -_SPLIT_TOL) or np.any(np.abs(sums[counts > 0] - 1) > _SPLIT_TOL):
             problems.append(f"layer {layer}: split fractions must be >= 0 and sum to 1 per expert")
+        if dispatch in ("even", "sglang") and not problems:
+            rule = dispatch_split(phy[i], layout, dispatch)
+            if np.max(np.abs(rule - split[i])) > _SPLIT_TOL:
+                problems.append(f"layer {layer}: split is not what {dispatch} dispatch gives this "
+                                "placement (an engine cannot apply other ratios)")
         if doc.get("replica_counts") is not None and list(doc["replica_counts"][i]) != counts.tolist():
             problems.append(f"layer {layer}: replica_counts disagree with physical_to_logical")
         l2p = doc.get("logical_to_physical")

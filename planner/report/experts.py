@@ -13,6 +13,13 @@ from rich.text import Text
 if TYPE_CHECKING:  # annotations only: the result is handed in by the CLI
     from planner.experts.plan import ExpertPlacement
 
+# The dispatch rule in words (solvers.experts.dispatch), for report titles.
+DISPATCH_WORDS = {
+    "even": "even split (vLLM; SGLang dynamic dispatch)",
+    "sglang": "SGLang static dispatch",
+    "static": "planned split ratios",
+    "realtime": "real-time quotas",
+}
 _SHADES = ("grey23", "blue", "cyan", "green", "yellow", "dark_orange", "red", "magenta")
 _EDGES = (0.5, 0.8, 0.95, 1.02, 1.1, 1.3, 2.0)
 
@@ -30,9 +37,11 @@ def _summary(result: ExpertPlacement) -> Table:
                         f"{lay.num_gpus} GPUs x {lay.slots_per_gpu} slots "
                         f"({lay.num_slots - lay.num_experts} redundant), "
                         f"{'robust' if result.options.robust else 'nominal'} mode, "
+                        f"{DISPATCH_WORDS[result.options.dispatch]}, "
                         f"planned in {result.elapsed_s:.2f} s", title_justify="left")
     for col in ("", "busiest/mean (mean over layers)", "worst layer", "cross-node tokens"):
         table.add_column(col, justify="right" if col else "left")
+    table.caption = f"cross-node tokens: {result.locality_model}"
     rows = (("before", [r.before for r in reps], None),
             ("EPLB-style", [r.eplb for r in reps], [r.cross_node_eplb for r in reps]),
             ("planner", [r.after for r in reps], [r.cross_node_after for r in reps]),
@@ -44,7 +53,7 @@ def _summary(result: ExpertPlacement) -> Table:
     if moved:
         mb = moved * result.options.expert_bytes / 1e6
         seconds = moved * result.options.expert_bytes * 8 / (result.options.migration_gbps * 1e9)
-        table.caption = (f"migration: {moved} replicas moved ({mb:,.0f} MB, about {seconds:.2f} s "
+        table.caption += (f"\nmigration: {moved} replicas moved ({mb:,.0f} MB, about {seconds:.2f} s "
                          f"at {result.options.migration_gbps:g} Gb/s)")
     return table
 

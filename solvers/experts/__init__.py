@@ -7,6 +7,9 @@ modules (tests of a module's private helpers are the exception). Where each name
 * :mod:`~solvers.experts.layout`: the problem and answer types (``ExpertLayout``,
   ``LayerPlacement``) and layout helpers.
 * :mod:`~solvers.experts.placement`: ``plan_layer`` / ``plan_layers``, the main entry.
+* :mod:`~solvers.experts.dispatch`: the runtime's dispatch rules (even, SGLang static,
+  static ratios, real-time quotas) and the split each gives a placement.
+* :mod:`~solvers.experts.even`: ``plan_even``, placements for the even split and SGLang's rule.
 * :mod:`~solvers.experts.construction`: greedy builders (heavy chain, groups, replication).
 * :mod:`~solvers.experts.local_search`: swap and replica-count local searches.
 * :mod:`~solvers.experts.scoring`: static loads, even split, worst ratio, drift scenarios,
@@ -18,6 +21,9 @@ modules (tests of a module's private helpers are the exception). Where each name
 * :mod:`~solvers.experts.eplb_baseline`: DeepSeek's EPLB as published (comparison only).
 """
 
+from solvers.experts.dispatch import (DISPATCH_MODES, ENGINE_DISPATCH, dispatch_gpu_loads, dispatch_split,
+                                      sglang_split)
+from solvers.experts.even import plan_even, spread_over_nodes
 from solvers.experts.construction import chain_placement, greedy_counts, group_placement, replication_placement
 from solvers.experts.eplb_baseline import (EplbResult, balanced_packing, rebalance_experts, rebalance_hierarchical,
                                            replicate_experts)
@@ -37,6 +43,9 @@ __all__ = [
     "ExpertLayout", "LayerPlacement", "interleaved_gpu_order", "layout_quotas",
     # placement: the main entry
     "plan_layer", "plan_layers",
+    # dispatch rules and planning for an engine's own dispatch
+    "DISPATCH_MODES", "ENGINE_DISPATCH", "dispatch_gpu_loads", "dispatch_split", "sglang_split",
+    "plan_even", "spread_over_nodes",
     # construction and local search
     "chain_placement", "greedy_counts", "group_placement", "replication_placement",
     "improve_by_swaps", "improve_counts",

@@ -58,11 +58,16 @@ def worst_ratio(scenarios: np.ndarray, phy2log: np.ndarray, split: np.ndarray, n
 
 
 def split_from_quota(w: np.ndarray, phy2log: np.ndarray, quota: np.ndarray) -> np.ndarray:
-    """Split fractions ``[P]`` of token quotas ``[P]``: ``quota / w[expert]``; an expert with
-    no load gets the even split (its fractions must still sum to 1)."""
+    """Split fractions ``[P]`` of token quotas ``[P]``: ``quota / w[expert]``, normalised so an
+    expert's fractions sum to 1; an expert with no load gets the even split."""
     share = w[phy2log]
     fallback = even_split(phy2log, w.shape[0])
-    return np.where(share > 0, quota / np.where(share > 0, share, 1.0), fallback)
+    split = np.where(share > 0, quota / np.where(share > 0, share, 1.0), fallback)
+    # Quotas of non-integer loads are rounded to 2**-30 of the total inside the flow, so the
+    # fractions of an expert sum to 1 only within that; normalise them so they sum to 1 to
+    # float precision (what every consumer checks).
+    sums = np.bincount(phy2log, weights=split, minlength=w.shape[0])
+    return split / np.where(sums > 0, sums, 1.0)[phy2log]
 
 
 def lp_lower_bound(w: np.ndarray, layout: ExpertLayout) -> float:
