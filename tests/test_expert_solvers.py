@@ -56,7 +56,7 @@ from solvers.experts import (
     tree_gpus,
     worst_ratio,
 )
-from solvers.experts.groups import _cheapest_cover  # a private helper, tested on its own
+from solvers.experts.covering import _cheapest_cover  # a private helper, tested on its own
 
 # PuLP 3.x deprecation notices (LpVariable construction, PULP_CBC_CMD) are noise here.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:pulp")

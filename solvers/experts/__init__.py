@@ -16,7 +16,8 @@ modules (tests of a module's private helpers are the exception). Where each name
   the lower bound.
 * :mod:`~solvers.experts.exact`: the CP-SAT model and brute force for small instances.
 * :mod:`~solvers.experts.migration`: GPU relabelling towards a current placement.
-* :mod:`~solvers.experts.groups`: the two-slot partition model, its search and LP bound.
+* :mod:`~solvers.experts.groups`: the two-slot partition model and its search.
+* :mod:`~solvers.experts.covering`: the two-slot model's covering-LP lower bound.
 * :mod:`~solvers.experts.quota`: min-max and locality token quotas (flows).
 * :mod:`~solvers.experts.eplb_baseline`: DeepSeek's EPLB as published (comparison only).
 """
@@ -28,7 +29,8 @@ from solvers.experts.construction import chain_placement, greedy_counts, group_p
 from solvers.experts.eplb_baseline import (EplbResult, balanced_packing, rebalance_experts, rebalance_hierarchical,
                                            replicate_experts)
 from solvers.experts.exact import MilpResult, brute_force_layer, solve_layer_milp
-from solvers.experts.groups import covering_lp_bound, group_ratio, groups_of_placement, search_groups, tree_gpus
+from solvers.experts.covering import covering_lp_bound
+from solvers.experts.groups import group_ratio, groups_of_placement, search_groups, tree_gpus
 from solvers.experts.layout import ExpertLayout, LayerPlacement, interleaved_gpu_order, layout_quotas
 from solvers.experts.local_search import improve_by_swaps, improve_counts
 from solvers.experts.migration import relabel_to_current

@@ -107,22 +107,28 @@ def chain_placement(w: np.ndarray, layout: ExpertLayout, heavy_count: int, gpu_o
 
 
 def group_placement(w: np.ndarray, layout: ExpertLayout, gpu_order: np.ndarray,
-                    iters: int = 300, start: np.ndarray | None = None) -> np.ndarray | None:
+                    iters: int | None = None, start: np.ndarray | None = None) -> np.ndarray | None:
     """Two slots per GPU: the experts partitioned into ``E - G`` groups by
-    :func:`solvers.experts.groups.search_groups` (``iters`` tabu steps per target; from the
-    components of the placement ``start`` when given, which it then never does worse than),
-    each laid out as a tree (:func:`solvers.experts.groups.tree_gpus`) at its own load per
-    GPU; spare slots as in :func:`_fill_spare`. None when ``S != 2`` or ``E <= G`` (the model
-    needs both)."""
+    :func:`solvers.experts.groups.search_groups` (``iters`` tabu steps per start, default its
+    own; from the components of the placement ``start`` when given, which it then never does
+    worse than), each laid out as a tree (:func:`solvers.experts.groups.tree_gpus`) at its own
+    load per GPU; spare slots as in :func:`_fill_spare`. None when ``S != 2`` or ``E <= G``
+    (the model needs both)."""
     G, S, E = layout.num_gpus, layout.slots_per_gpu, layout.num_experts
     groups = E - G
     if S != 2 or groups < 1 or w.sum() <= 0:
         return None
     first = None if start is None else groups_of_placement(w, start, groups)
-    labels = search_groups(w, groups, iters=iters, start=first)
+    labels = (search_groups(w, groups, start=first) if iters is None
+              else search_groups(w, groups, iters=iters, start=first))
     per_gpu: list[list[int]] = []
+    members = np.argsort(labels, kind="stable")  # each group's experts in increasing order
+    ends = np.cumsum(np.bincount(labels, minlength=groups)).tolist()
     for g in range(groups):
-        items = np.flatnonzero(labels == g)
+        items = members[(ends[g - 1] if g else 0):ends[g]]
+        if items.size == 2:  # a pair is one GPU (what tree_gpus returns for it)
+            per_gpu.append(items.tolist())
+            continue
         # The group's own load per GPU; the 1e-12 keeps tree_gpus' precondition
         # sum <= (n - 1) * cap true after rounding.
         cap = w[items].sum() / max(items.size - 1, 1) * (1 + 1e-12)
