@@ -101,8 +101,10 @@ def plan(
              "--ep-dispatch-algorithm dynamic), 'sglang' (SGLang's static per-rank dispatch), "
              "'static' (this plan's split ratios; planner's runtime), 'realtime' (quotas "
              "re-planned every step). 'auto': the --sglang/--vllm engine's rule, else even.")] = Dispatch.auto,
-    robust: Annotated[bool, typer.Option(help="Minimise the worst case over workloads: the "
-                                              "file's steps, or drifted copies of its loads.")] = False,
+    robust: Annotated[bool, typer.Option(help="Static/realtime rules: minimise the worst case "
+                                              "over workloads (the file's steps, or drifted copies "
+                                              "of its loads). Even/SGLang rules: keep the nominal "
+                                              "placement and report its worst scenario.")] = False,
     drift: Annotated[float, typer.Option(min=0, help="Robust mode, one-step file: log-normal "
                                                      "sigma of per-expert drift.")] = 0.15,
     scenarios: Annotated[int, typer.Option(min=2, help="Robust mode: drifted scenarios.")] = 16,

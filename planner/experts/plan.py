@@ -182,12 +182,12 @@ def _plan_one(loads: ExpertLoads, layer: int, layout: ExpertLayout, options: Exp
         scen = series if series.shape[0] > 1 else drift_scenarios(w, options.drift_sigma,
                                                                    options.scenarios, seed=layer)
     if options.dispatch in ("even", "sglang"):
-        phy, score = plan_even(scen, layout, dispatch=options.dispatch, starts=starts)
+        phy, score = plan_even(scen, layout, dispatch=options.dispatch, starts=starts, nominal=w)
         mean = max(w.sum() / layout.num_gpus, 1e-300)
         bound = lp_lower_bound(w, layout) / mean if w.sum() > 0 else 1.0
         placed = LayerPlacement(phy, dispatch_split(phy, layout, options.dispatch), score, min(bound, score))
     elif options.robust:
-        placed = plan_layer(scen, layout, robust_quotas=options.robust_quotas)
+        placed = plan_layer(scen, layout, robust_quotas=options.robust_quotas, nominal=w)
     else:
         placed = plan_layer(scen, layout, locality_slack=options.locality_slack)
     if current is None:
@@ -366,7 +366,8 @@ def with_expert_placement(plan, loads: ExpertLoads, redundant_per_gpu: int = 1,
     """``plan`` with an ``experts`` section for its pool's EP group (MoE plans, ``ep > 1``).
 
     The loads' MoE layers map in order onto the model's MoE layers; the EP group is ``ep``
-    GPUs with ``experts / ep + redundant_per_gpu`` slots each. Plans without expert
+    GPUs with ``experts / ep + redundant_per_gpu`` slots each, planned for real-time quotas
+    (what planner's runtime applies). Plans without expert
     parallelism come back unchanged. ``cache`` shares placements between plans of one EP size.
     """
     from dataclasses import replace
@@ -385,7 +386,9 @@ def with_expert_placement(plan, loads: ExpertLoads, redundant_per_gpu: int = 1,
     cache = {} if cache is None else cache
     if ep not in cache:
         gpn = min(ep, min(g.gpus_per_node for g in plan.cluster().node_groups))
-        options = ExpertOptions(ep, gpn, model.moe.num_experts // ep + redundant_per_gpu)
+        # planner's runtime re-plans real-time quotas every step (planner/run/kernels.py).
+        options = ExpertOptions(ep, gpn, model.moe.num_experts // ep + redundant_per_gpu,
+                                dispatch="realtime")
         doc = placement_document(plan_experts(loads, options))
         doc["ep_size"] = ep
         cache[ep] = doc

@@ -31,12 +31,20 @@ def render_experts(result: ExpertPlacement, max_rows: int = 12) -> Group:
                  _heatmap("GPU load / mean, after", result.after_gpu_load, result), _legend())
 
 
+def _mode(result: ExpertPlacement) -> str:
+    if not result.options.robust:
+        return "nominal mode"
+    if result.options.dispatch in ("even", "sglang"):  # solvers.experts.plan_even says why
+        return "robust mode (engine rule: the nominal placement is kept)"
+    return "robust mode"
+
+
 def _summary(result: ExpertPlacement) -> Table:
     lay, reps = result.layout, result.reports
     table = Table(title=f"Expert placement: {len(reps)} MoE layers, {lay.num_experts} experts on "
                         f"{lay.num_gpus} GPUs x {lay.slots_per_gpu} slots "
                         f"({lay.num_slots - lay.num_experts} redundant), "
-                        f"{'robust' if result.options.robust else 'nominal'} mode, "
+                        f"{_mode(result)}, "
                         f"{DISPATCH_WORDS[result.options.dispatch]}, "
                         f"planned in {result.elapsed_s:.2f} s", title_justify="left")
     for col in ("", "busiest/mean (mean over layers)", "worst layer", "cross-node tokens"):
