@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from doc_tables import update_section  # noqa: E402
-from expert_placement import eplb, eval_even, load_traces  # noqa: E402
+from expert_placement import eplb, load_traces, score  # noqa: E402
 from solvers.experts import (ExpertLayout, covering_lp_bound, lp_lower_bound, plan_layer,  # noqa: E402
                              static_gpu_loads)
 
@@ -42,7 +42,7 @@ def layer_row(w: np.ndarray) -> dict:
     mean = w.sum() / LAYOUT.num_gpus
     plan = plan_layer(w[None], LAYOUT)
     planner = float(static_gpu_loads(w, plan.phy2log, plan.split, LAYOUT.num_gpus).max() / mean)
-    base = eval_even(w[None], eplb(w[None], LAYOUT, "global"), LAYOUT)
+    base = score(w[None], eplb(w[None], LAYOUT, "global"), LAYOUT, "even")[0]
     replica = lp_lower_bound(w, LAYOUT) / mean
     started = time.perf_counter()
     cover = covering_lp_bound(w, LAYOUT.num_experts - LAYOUT.num_gpus, replica * mean, planner * mean,

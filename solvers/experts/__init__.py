@@ -22,8 +22,7 @@ modules (tests of a module's private helpers are the exception). Where each name
 * :mod:`~solvers.experts.eplb_baseline`: DeepSeek's EPLB as published (comparison only).
 """
 
-from solvers.experts.dispatch import (DISPATCH_MODES, ENGINE_DISPATCH, dispatch_gpu_loads, dispatch_split,
-                                      sglang_split)
+from solvers.experts.dispatch import DISPATCH_MODES, dispatch_gpu_loads, dispatch_split, sglang_split
 from solvers.experts.even import plan_even, spread_over_nodes
 from solvers.experts.construction import chain_placement, greedy_counts, group_placement, replication_placement
 from solvers.experts.eplb_baseline import (EplbResult, balanced_packing, rebalance_experts, rebalance_hierarchical,
@@ -46,7 +45,7 @@ __all__ = [
     # placement: the main entry
     "plan_layer", "plan_layers",
     # dispatch rules and planning for an engine's own dispatch
-    "DISPATCH_MODES", "ENGINE_DISPATCH", "dispatch_gpu_loads", "dispatch_split", "sglang_split",
+    "DISPATCH_MODES", "dispatch_gpu_loads", "dispatch_split", "sglang_split",
     "plan_even", "spread_over_nodes",
     # construction and local search
     "chain_placement", "greedy_counts", "group_placement", "replication_placement",

@@ -38,11 +38,9 @@ from solvers.experts.layout import ExpertLayout
 from solvers.experts.quota import solve_quotas
 from solvers.experts.scoring import even_split, split_from_quota
 
-__all__ = ["DISPATCH_MODES", "ENGINE_DISPATCH", "dispatch_gpu_loads", "dispatch_split", "sglang_split"]
+__all__ = ["DISPATCH_MODES", "dispatch_gpu_loads", "dispatch_split", "sglang_split"]
 
 DISPATCH_MODES = ("even", "sglang", "static", "realtime")
-# What each engine export applies (see the module docstring).
-ENGINE_DISPATCH = {"sglang": "sglang", "vllm": "even"}
 
 
 def sglang_split(phy2log: np.ndarray, layout: ExpertLayout) -> np.ndarray:
@@ -80,7 +78,8 @@ def _first_of(keys: np.ndarray) -> np.ndarray:
 
 
 def dispatch_split(phy2log: np.ndarray, layout: ExpertLayout, mode: str,
-                   loads: np.ndarray | None = None, planned: np.ndarray | None = None) -> np.ndarray:
+                   loads: np.ndarray | None = None,
+                   planned: np.ndarray | None = None) -> np.ndarray:
     """Split fractions ``[P]`` under ``mode``: ``even`` and ``sglang`` depend on the placement
     only; ``static`` is the ``planned`` split; ``realtime`` the exact quotas of ``loads``."""
     if mode == "even":

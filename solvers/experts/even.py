@@ -65,8 +65,10 @@ _EXHAUSTIVE_COUNTS = 2000
 _SEED_SLACK = 0.05
 # Swap-search steps of the packing polish (each step: the busiest GPU's best swap).
 _SWAP_STEPS = 200
-# SGLang polish: slot swaps tried, each scored by a full SGLang split (about 0.1 ms).
+# SGLang polish: slot swaps tried (each scored by a full SGLang split, about 0.1 ms), partners
+# on the _SGLANG_PARTNERS lightest GPUs. Not tuned (the values were set once and kept).
 _SGLANG_SWAPS = 48
+_SGLANG_PARTNERS = 4
 
 
 def _ratio(gpu_load: np.ndarray) -> float:
@@ -103,7 +105,8 @@ def _polish_swaps(W: np.ndarray, phy2log: np.ndarray, layout: ExpertLayout,
         slots_a = np.arange(g * S, (g + 1) * S)
         # new loads of g and of each other slot's GPU, every scenario: [S, P, K]
         d = norm[:, slots_a].T[:, None, :] - norm.T[None, :, :]
-        worst = np.maximum((load[:, g][None, None, :] - d).max(2), (load[:, gpu].T[None, :, :] + d).max(2))
+        worst = np.maximum((load[:, g][None, None, :] - d).max(2),
+                           (load[:, gpu].T[None, :, :] + d).max(2))
         ok = (gpu[None, :] != g) & (holds[gpu[None, :], phy[slots_a][:, None]] == 0)
         ok &= holds[g, phy][None, :] == 0
         worst = np.where(ok, worst, np.inf)
@@ -178,7 +181,8 @@ def _pair_counts_search(W: np.ndarray, counts: np.ndarray, num_gpus: int) -> np.
         binding = np.argsort(-pairs, kind="stable")[:_BINDING_PAIRS]
         takers = np.unique(np.concatenate([reps[order][binding], reps[order][::-1][binding]]))
         givers = np.flatnonzero(counts > 1)
-        givers = givers[np.argsort(w[givers] / (counts[givers] - 1), kind="stable")][:_COUNT_MOVES_PER_ROUND]
+        givers = givers[np.argsort(w[givers] / (counts[givers] - 1), kind="stable")]
+        givers = givers[:_COUNT_MOVES_PER_ROUND]
         moves = [(int(y), int(x)) for y in takers for x in givers if x != y]
         if not moves:
             break
@@ -201,7 +205,8 @@ def _compositions(total: int, parts: int):
         yield np.diff(np.array(edges, dtype=np.int64))
 
 
-def _improve_counts(W: np.ndarray, phy2log: np.ndarray, layout: ExpertLayout) -> tuple[np.ndarray, float]:
+def _improve_counts(W: np.ndarray, phy2log: np.ndarray,
+                    layout: ExpertLayout) -> tuple[np.ndarray, float]:
     """Step 2 (module docstring) from ``phy2log``'s counts; ``(phy2log, score)``."""
     G, S, E = layout.num_gpus, layout.slots_per_gpu, layout.num_experts
     best, counts = phy2log, np.bincount(phy2log, minlength=E)
@@ -277,7 +282,8 @@ def spread_over_nodes(phy2log: np.ndarray, layout: ExpertLayout) -> np.ndarray:
     return out.ravel()
 
 
-def _polish_sglang(W: np.ndarray, phy2log: np.ndarray, layout: ExpertLayout) -> tuple[np.ndarray, float]:
+def _polish_sglang(W: np.ndarray, phy2log: np.ndarray,
+                   layout: ExpertLayout) -> tuple[np.ndarray, float]:
     """Slot swaps out of the busiest GPU scored by the exact SGLang split (module docstring)."""
     G, S = layout.num_gpus, layout.slots_per_gpu
     best = phy2log.copy()
@@ -285,12 +291,12 @@ def _polish_sglang(W: np.ndarray, phy2log: np.ndarray, layout: ExpertLayout) -> 
     score = _ratio(load)
     evals = 0
     while evals < _SGLANG_SWAPS:
-        k, g = np.unravel_index(int(np.argmax(load / np.maximum(load.mean(1, keepdims=True), 1e-300))),
-                                load.shape)
+        norm = load / np.maximum(load.mean(1, keepdims=True), 1e-300)
+        k, g = np.unravel_index(int(np.argmax(norm)), load.shape)
         order = np.argsort(load[k], kind="stable")  # lightest GPUs first
         improved = False
         for a in range(g * S, (g + 1) * S):
-            for h in order[:4]:
+            for h in order[:_SGLANG_PARTNERS]:
                 if h == g:
                     continue
                 for b in range(h * S, (h + 1) * S):
@@ -316,7 +322,8 @@ def _polish_sglang(W: np.ndarray, phy2log: np.ndarray, layout: ExpertLayout) -> 
 
 
 def plan_even(scenarios: np.ndarray, layout: ExpertLayout, *, dispatch: str = "even",
-              starts: tuple[np.ndarray, ...] = (), nominal: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+              starts: tuple[np.ndarray, ...] = (),
+              nominal: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """``(phy2log, score)``: the best placement found for ``dispatch`` (``"even"`` or
     ``"sglang"``) on the ``nominal`` loads ``[E]`` (default: the mean of ``scenarios [K, E]``);
     never worse there than any of ``starts`` (e.g. EPLB's placements). ``score`` is the
@@ -347,7 +354,8 @@ def plan_even(scenarios: np.ndarray, layout: ExpertLayout, *, dispatch: str = "e
         if start_score > first * (1 + _SEED_SLACK) or (layout.slots_per_gpu > 2 and s is not own):
             continue  # more than two slots: EPLB's packing is the same greedy as ours
         # Two slots: the search depends on the counts only (the packing is the sorted pairing).
-        key = (np.bincount(s, minlength=layout.num_experts) if layout.slots_per_gpu == 2 else s).tobytes()
+        counts = np.bincount(s, minlength=layout.num_experts)
+        key = (counts if layout.slots_per_gpu == 2 else s).tobytes()
         if key in searched:
             continue
         searched.add(key)
