@@ -126,7 +126,8 @@ def plan_experts(loads: ExpertLoads, options: ExpertOptions, current: np.ndarray
         _check_current(current, layout, layers, total.shape[0], current_source)
     start = time.perf_counter()
     eplb = _eplb(total[list(layers)], layout, options.groups)
-    starts = eplb if options.groups == 1 else np.stack([eplb, _eplb(total[list(layers)], layout, 1)], 1)
+    hierarchical = _eplb_groups(layout, options.groups) > 1  # else EPLB picks its global policy
+    starts = np.stack([eplb, _eplb(total[list(layers)], layout, 1)], 1) if hierarchical else eplb
     planned = []
     for i, layer in enumerate(layers):
         seeds = (starts[i],) if starts.ndim == 2 else tuple(starts[i])
@@ -244,10 +245,17 @@ def _before(w, layout: ExpertLayout, current: np.ndarray | None, layer: int, dis
     return static_gpu_loads(w, phy, _engine_split(w, phy, layout, dispatch), layout.num_gpus)
 
 
+def _eplb_groups(layout: ExpertLayout, groups: int) -> int:
+    """The expert groups EPLB's hierarchical policy would use, or 1 when it picks the global
+    policy (the groups must divide the experts and spread evenly over the nodes)."""
+    nodes = max(1, layout.num_gpus // layout.gpus_per_node)
+    return groups if layout.num_experts % groups == 0 and groups % nodes == 0 else 1
+
+
 def _eplb(total: np.ndarray, layout: ExpertLayout, groups: int) -> np.ndarray:
     nodes = max(1, layout.num_gpus // layout.gpus_per_node)
-    groups = groups if layout.num_experts % groups == 0 else 1
-    result = rebalance_experts(total, layout.num_slots, groups, nodes, layout.num_gpus)
+    groups = _eplb_groups(layout, groups)
+    result = rebalance_experts(total, layout.num_slots, groups, nodes if groups > 1 else 1, layout.num_gpus)
     return result.phy2log
 
 
