@@ -15,41 +15,18 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from solvers.experts import ExpertLayout, group_ratio, plan_layers, search_groups
+from test_expert_solvers import _partition_optimum  # the brute-force reference, shared
 from solvers.experts.groups import (_cover_groups, _covering_start, _paired_replicas,
                                     _regroup_pairs, _tabu)
 
 TRACE = (Path(__file__).resolve().parents[1]
          / "benchmarks/data/moe_traces/sglang/decode_in1000out1000.json")
-
-
-def _set_partitions(items: list[int], k: int):
-    """Every partition of ``items`` into exactly ``k`` non-empty blocks."""
-    if k == 1:
-        yield [items]
-        return
-    if len(items) < k:
-        return
-    first, rest = items[0], items[1:]
-    for part in _set_partitions(rest, k - 1):
-        yield [[first]] + part
-    for part in _set_partitions(rest, k):
-        for i in range(len(part)):
-            yield part[:i] + [[first] + part[i]] + part[i + 1:]
-
-
-def _partition_optimum(w: np.ndarray, groups: int) -> float:
-    best = math.inf
-    for part in _set_partitions(list(range(w.shape[0])), groups):
-        if min(len(b) for b in part) >= 2:
-            best = min(best, max(w[b].sum() / (len(b) - 1) for b in part))
-    return best
 
 
 def _valid(labels: np.ndarray, num_experts: int, num_groups: int) -> bool:
