@@ -205,22 +205,20 @@ def _with_migration(w, layout: ExpertLayout, options: ExpertOptions, placed: Lay
     relabelled, moved = relabel_to_current(placed.phy2log, current, layout.num_gpus)
     if options.dispatch in ("even", "sglang"):
         split = dispatch_split(relabelled, layout, options.dispatch)
-        if _ratio_of(w, relabelled, split, layout) > _ratio_of(w, placed.phy2log, placed.split, layout) * (1 + 1e-12):
+        planned_ratio = _ratio_of(w, placed.phy2log, placed.split, layout)
+        if _ratio_of(w, relabelled, split, layout) > planned_ratio * (1 + 1e-12):
             relabelled, split = placed.phy2log, placed.split  # SGLang: the labels were part of the plan
             moved = int(np.sum(relabelled != current))
     else:
         split = _relabel_split(placed, relabelled, layout)
     ratio = placed.ratio
-    keep_split = (_quota_split(w, current, layout) if options.dispatch in ("static", "realtime")
-                  else dispatch_split(current, layout, options.dispatch))
+    # Kept as it is, the current placement gets fresh quotas under the planner's own runtime.
+    keep_rule = "realtime" if options.dispatch in ("static", "realtime") else options.dispatch
+    keep_split = dispatch_split(current, layout, keep_rule, loads=w)
     keep_ratio = _ratio_of(w, current, keep_split, layout)
     if keep_ratio <= ratio + options.migration_weight * moved / layout.num_slots:
         return LayerPlacement(current.copy(), keep_split, keep_ratio, placed.lower_bound_ratio), 0
     return LayerPlacement(relabelled, split, ratio, placed.lower_bound_ratio), moved
-
-
-def _quota_split(w: np.ndarray, phy: np.ndarray, layout: ExpertLayout) -> np.ndarray:
-    return dispatch_split(phy, layout, "realtime", loads=w)
 
 
 def _relabel_split(placed: LayerPlacement, relabelled: np.ndarray, layout: ExpertLayout) -> np.ndarray:
