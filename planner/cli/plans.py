@@ -56,7 +56,8 @@ def compare(plans: Annotated[list[Path], typer.Argument(help="Two or more plan f
 
 def emit(
     fmt: Annotated[str, typer.Argument(
-        metavar="FORMAT", help="torchrun, slurm, kubeflow, megatron, deepspeed or torchtitan.")],
+        metavar="FORMAT", help="torchrun, slurm, kubeflow, megatron, deepspeed or torchtitan; "
+                               "vllm or sglang for serving plans.")],
     plan: PlanArg,
     out_dir: Annotated[Path, typer.Option(help="Folder to write the files to.")] = Path("launch"),
     script: Annotated[str, typer.Option(help="Training script each rank runs.")] = "train.py",
@@ -68,13 +69,14 @@ def emit(
         "nvcr.io/nvidia/pytorch:24.12-py3"),
 ) -> None:
     """Write launch configs for a plan: per-node torchrun commands, a Slurm script, a Kubeflow
-    PyTorchJob, Megatron-LM arguments, a DeepSpeed config or a torchtitan TOML."""
-    from planner.emit import FORMATS, EmitOptions
+    PyTorchJob, Megatron-LM arguments, a DeepSpeed config or a torchtitan TOML; for a serving
+    plan, per-host vLLM or SGLang launch scripts (and the SGLang router)."""
+    from planner.emit import FORMATS, SERVING_FORMATS, EmitOptions
     from planner.emit import emit as run_emit
     from planner.plan.file import load_plan
 
-    if fmt not in FORMATS:
-        raise SpecError("FORMAT", "", f"one of {', '.join(FORMATS)}", fmt)
+    if fmt not in FORMATS + SERVING_FORMATS:
+        raise SpecError("FORMAT", "", f"one of {', '.join(FORMATS + SERVING_FORMATS)}", fmt)
     loaded = load_plan(plan)
     options = EmitOptions(script=script, script_args=tuple(script_arg or ()),
                           master_port=master_port, job_name=job_name, image=image,

@@ -1,4 +1,5 @@
-"""Launch configs of a plan: torchrun, Slurm, Kubeflow, Megatron-LM, DeepSpeed, torchtitan.
+"""Launch configs of a plan: torchrun, Slurm, Kubeflow, Megatron-LM, DeepSpeed, torchtitan
+for training plans; vLLM and SGLang for serving plans.
 
 ``emit(fmt, plan, options)`` returns ``{file name: text}``; the same inputs give the same
 bytes. ``emission(...)`` also returns the notes (limitations and approximations of the
@@ -18,6 +19,8 @@ Formats and files:
 * ``megatron``: ``megatron_args.sh``, ``megatron_args.json``
 * ``deepspeed``: ``ds_config.json``, ``deepspeed_notes.txt``
 * ``torchtitan``: ``torchtitan.toml``
+* ``vllm``, ``sglang`` (serving plans, ``SERVING_FORMATS``): ``launch_<host>.sh`` per host,
+  ``serving_commands.txt``
 """
 from __future__ import annotations
 
@@ -27,13 +30,15 @@ from planner.emit.deepspeed import render_deepspeed
 from planner.emit.kubeflow import render_kubeflow
 from planner.emit.launch import render_slurm, render_torchrun
 from planner.emit.megatron import render_megatron
+from planner.emit.serving_engines import render_sglang, render_vllm
 from planner.emit.torchtitan import render_torchtitan
 from planner.emit.types import Emission
 from planner.plan.document import Plan
 
 FORMATS = ("torchrun", "slurm", "kubeflow", "megatron", "deepspeed", "torchtitan")
+SERVING_FORMATS = ("vllm", "sglang")  # formats of serving plans
 
-__all__ = ["FORMATS", "EmitOptions", "Emission", "emit", "emission"]
+__all__ = ["FORMATS", "SERVING_FORMATS", "EmitOptions", "Emission", "emit", "emission"]
 
 
 def _render(fmt: str, f: Facts, o: EmitOptions) -> Emission:
@@ -53,9 +58,16 @@ def _render(fmt: str, f: Facts, o: EmitOptions) -> Emission:
 def emission(fmt: str, plan: Plan, options: EmitOptions = EmitOptions()) -> Emission:
     """The files and notes of ``fmt`` for ``plan``; ValueError for an unknown format, a plan
     or option that fails validation, or a plan the format cannot express."""
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    return _render(fmt, facts_of(plan), check_options(options))
+    if fmt not in FORMATS + SERVING_FORMATS:
+        raise ValueError(f"unknown format {fmt!r}: expected one of "
+                         f"{', '.join(FORMATS + SERVING_FORMATS)}")
+    options = check_options(options)
+    if fmt in SERVING_FORMATS:
+        return (render_vllm if fmt == "vllm" else render_sglang)(plan, options)
+    if isinstance(plan, Plan) and plan.kind == "serving":
+        raise ValueError(f"{fmt}: a serving plan is launched with the "
+                         f"{' or '.join(SERVING_FORMATS)} format, not {fmt}")
+    return _render(fmt, facts_of(plan), options)
 
 
 def emit(fmt: str, plan: Plan, options: EmitOptions = EmitOptions()) -> dict[str, str]:

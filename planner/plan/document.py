@@ -19,7 +19,9 @@ A plan file is one JSON object (keys sorted, so the same inputs give the same by
   flags, per-stage layer counts), ``schedule``, ``micro_batches`` and ``stages`` (per pipeline
   stage its layer indices and model chunks [first layer, count]);
   ``experts``: the expert-placement document of :mod:`planner.experts.plan` for one EP group
-  of the plan, plus ``ep_size`` (``planner solve --expert-loads``).
+  of the plan, plus ``ep_size`` (``planner solve --expert-loads``);
+  ``serving``: mode, engine, workload, per-pool layouts, engine instances and the router
+  (``docs/serving.md``).
 * ``prediction``: ``planner estimate --format json``'s object for this plan, plus
   ``stage_memory``, ``why`` (one line on why it won) and ``search`` (rank among the
   candidates, counts); ``notes``.
@@ -44,8 +46,8 @@ from topologies.spec import cluster_from_dict
 
 SCHEMA_VERSION = 2
 KINDS_OF_PLAN = ("training", "serving", "experts")
-ROLES = ("train", "prefill", "decode", "attention", "ffn")
-SECTIONS = ("training", "experts")  # family sections a plan may carry
+ROLES = ("train", "colocated", "prefill", "decode", "attention", "ffn")
+SECTIONS = ("training", "experts", "serving")  # family sections a plan may carry
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class Plan:
     prediction: dict[str, Any]
     training: dict[str, Any] | None = None
     experts: dict[str, Any] | None = None
+    serving: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
     def pool(self, role: str | None = None) -> Pool:
