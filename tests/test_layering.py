@@ -35,6 +35,7 @@ ROOM_ALLOWED = {
     "plan": SHARED | {"cost_models"},
     "training": SHARED | {"planner.training", "cost_models", "solvers"},
     "experts": SHARED | {"planner.experts", "cost_models", "solvers"},
+    "serving": SHARED | {"planner.serving", "cost_models", "solvers"},
     "report": SHARED | {"planner.report"},
     "emit": SHARED | {"planner.emit"},
     "run": SHARED | {"planner.run"},

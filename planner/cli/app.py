@@ -78,6 +78,9 @@ from planner.cli.experts import experts_app  # noqa: E402  (a sub-app of this gr
 app.add_typer(experts_app, name="experts")
 
 from planner.cli.run import calibrate_command, check_run_command  # noqa: E402
+from planner.cli.serving import serve_app  # noqa: E402
+
+app.add_typer(serve_app, name="serve")
 
 app.command("calibrate")(calibrate_command)
 app.command("check-run")(check_run_command)

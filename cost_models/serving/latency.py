@@ -1,0 +1,307 @@
+"""Time of one prefill and of one decode step on a serving instance, split into named parts.
+
+Sources, per term:
+* GEMMs: 2*M*N*K FLOPs; time = max(FLOPs / (peak * eff(M)), bytes / (HBM * eff)), the roofline
+  (Williams et al. 2009). At decode M is the batch, so weight reads dominate (the "memory-bound
+  decode" of Pope et al., "Efficiently Scaling Transformer Inference", MLSys 2023, sec. 2);
+  eff(M) = gemm_efficiency * M / (M + gemm_half_dim) is the training model's tile term
+  (``cost_models/compute.py``).
+* Attention core: prefill computes the causal triangle, 2*new*(cached + (new+1)/2)*heads*(dqk+dv)
+  FLOPs per layer (FlashAttention-2 convention); decode reads every cached KV byte once per step
+  (PagedAttention, Kwon et al. SOSP 2023) and computes 2*keys*heads*(dqk+dv) per query token;
+  MLA decode runs absorbed, over the latent: dqk = kv_lora + rope, dv = kv_lora (DeepSeek-V2
+  sec. 2.1.3, the weight-absorption remark). Sliding-window layers see at most the window.
+* MoE: T tokens choosing top_k of E experts touch E*(1-(1-k/E)^T) distinct experts in
+  expectation (each expert is missed by a token with probability 1-k/E); only touched experts'
+  weights are read. The busiest EP rank gets ``moe_imbalance`` times the mean tokens.
+* Communication: TP all-reduce of the hidden state after attention and after the MLP
+  (Megatron-LM, Shoeybi et al. 2019, sec. 3); with attention data parallelism the MoE layer
+  dispatches and combines tokens by all-to-all over the EP group (DeepEP: fp8 dispatch, bf16
+  combine, DeepSeek-V3 report sec. 3.4); pipeline stages pass the hidden state by send/recv.
+  Collective times are ``cost_models/communication.py``'s alpha-beta model.
+* Overheads: one fixed cost per engine iteration (scheduling, sampling; fitted), plus a launch
+  gap per kernel when CUDA graphs are off.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from cost_models.communication import (
+    all_gather_s, all_reduce_s, all_to_all_s, reduce_scatter_s, send_recv_s)
+from cost_models.model_spec import ModelSpec, attention_params, count_params, mlp_params
+from cost_models.profile import Profile
+from cost_models.serving.config import KV_BYTES, WEIGHT_BYTES, PoolLayout
+from cost_models.serving.memory import BF16, _kv_values_per_layer
+from cost_models.serving.profile import ServingProfile
+from topologies.cluster import GroupView
+
+KERNELS_PER_LAYER = 14  # launches of one decoder layer (norms, projections, attention, MLP)
+
+
+@dataclass(frozen=True)
+class InstanceHardware:
+    """What one engine instance runs on: one GPU's rates and the views its groups see."""
+
+    peak_flops: float  # dense bf16 peak
+    hbm_bytes_per_s: float
+    hbm_bytes: float
+    tp_view: GroupView
+    ep_view: GroupView  # the instance's tp*dp GPUs of one pipeline stage
+    pp_view: GroupView | None
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One iteration's time by part (seconds); ``total_s`` is their sum."""
+
+    gemm_s: float
+    attention_s: float
+    moe_s: float
+    comm_s: float
+    overhead_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.gemm_s + self.attention_s + self.moe_s + self.comm_s + self.overhead_s
+
+    def as_dict(self) -> dict[str, float]:
+        return {"gemm_s": self.gemm_s, "attention_s": self.attention_s, "moe_s": self.moe_s,
+                "comm_s": self.comm_s, "overhead_s": self.overhead_s, "total_s": self.total_s}
+
+
+@dataclass(frozen=True)
+class Costing:
+    """Everything a step time needs besides the batch: model, layout, hardware, calibration."""
+
+    model: ModelSpec
+    layout: PoolLayout
+    hw: InstanceHardware
+    prof: Profile
+    sprof: ServingProfile
+    precision: str = "bf16"
+    kv_dtype: str = "bf16"
+    moe_imbalance: float = 1.0
+    cuda_graphs: bool = True
+    overlap_comm: bool = False  # two-batch overlap hides EP all-to-all behind compute
+    #                             (SGLang --enable-two-batch-overlap; DeepSeek's dual micro-batch)
+
+
+def _speedup(c: Costing) -> float:
+    """GEMM speed over bf16: fp8 and fp4 run fp8 tensor cores (fp4 counted as fp8, which
+    undercounts Blackwell's fp4 rate); int4 is weight-only, computed in bf16."""
+    return c.prof.fp8_speedup if c.precision in ("fp8", "fp4") else 1.0
+
+
+def gemm_s(c: Costing, flops: float, weight_params: float, m: float, act_bytes: float) -> float:
+    """One weight GEMM (or a group of them) with ``m`` rows: roofline of compute and reads."""
+    if flops <= 0 and weight_params <= 0:
+        return 0.0
+    eff = c.prof.gemm_efficiency * m / (m + c.prof.gemm_half_dim)
+    compute = flops / (c.hw.peak_flops * eff * _speedup(c)) if m > 0 else 0.0
+    memory = (weight_params * WEIGHT_BYTES[c.precision] + act_bytes) / (
+        c.hw.hbm_bytes_per_s * c.prof.hbm_efficiency)
+    return max(compute, memory)
+
+
+def _attention_dims(model: ModelSpec, decode: bool) -> tuple[float, float]:
+    """(query-key dim, value dim) the attention kernel multiplies per head."""
+    if model.mla is None:
+        return float(model.head_dim), float(model.head_dim)
+    m = model.mla
+    if decode:  # absorbed: attend over the latent (module docstring)
+        return float(m.kv_lora_rank + m.qk_rope_head_dim), float(m.kv_lora_rank)
+    return float(m.qk_head_dim), float(m.v_head_dim)
+
+
+def _layers_of_stage(model: ModelSpec, pp: int) -> range:
+    """Layers of the first pipeline stage (stages are even; the first carries the remainder)."""
+    return range(-(-model.num_layers // pp))
+
+
+@lru_cache(maxsize=64)
+def _expert_params(model: ModelSpec) -> tuple[float, float]:
+    """(one routed expert's parameters, all shared experts' parameters) of one MoE layer."""
+    moe = model.moe
+    one = mlp_params(model.hidden_size, moe.expert_ffn_hidden, model.glu, moe.expert_bias)
+    counts = count_params(model)
+    return float(one), counts.shared_experts / max(1, model.num_moe_layers)
+
+
+def _moe_layer_s(c: Costing, tokens_rank: float, all_pairs_touch: bool) -> float:
+    """Routed experts of one MoE layer on the busiest GPU; ``tokens_rank`` tokens per attention
+    rank, ``dp`` ranks feed the EP group."""
+    model, lay = c.model, c.layout
+    moe = model.moe
+    one, shared = _expert_params(model)
+    etp = lay.expert_tp
+    tokens = tokens_rank * lay.dp  # tokens entering the EP group (TP ranks share theirs)
+    local = (moe.num_experts + lay.redundant) / lay.ep
+    # a redundant replica takes part of its expert's tokens: slots touched as for E experts
+    touched = local if all_pairs_touch else local * (1.0 - (1.0 - moe.top_k / moe.num_experts)
+                                                     ** tokens)
+    pairs = tokens * moe.top_k / lay.ep * c.moe_imbalance
+    per_expert = pairs / max(touched, 1e-9)
+    routed = gemm_s(c, 2.0 * pairs * one / etp, touched * one / etp, per_expert,
+                    2 * pairs * model.hidden_size * BF16)
+    shared_s = gemm_s(c, 2.0 * tokens_rank * shared / lay.tp, shared / lay.tp, tokens_rank, 0.0)
+    router = gemm_s(c, 2.0 * tokens_rank * model.hidden_size * moe.num_experts,
+                    0.0, tokens_rank, model.hidden_size * moe.num_experts * BF16)
+    return routed + shared_s + router
+
+
+def _comm_layer_s(c: Costing, tokens_rank: float, moe_layer: bool) -> float:
+    """TP all-reduces, or attention all-reduce + EP all-to-all (dp > 1 with MoE)."""
+    lay, h = c.layout, c.model.hidden_size
+    act = tokens_rank * h * BF16
+    attn = all_reduce_s(c.hw.tp_view, act, c.prof) if lay.tp > 1 else 0.0
+    if moe_layer and lay.dp > 1 and lay.ep > 1:
+        k = c.model.moe.top_k
+        send = tokens_rank / lay.tp * k * h  # each TP rank dispatches its share of the tokens
+        return attn + all_to_all_s(c.hw.ep_view, send * 1.0, c.prof) + all_to_all_s(
+            c.hw.ep_view, send * BF16, c.prof)
+    if moe_layer and lay.dp > 1:  # expert TP over the DP ranks: gather tokens, scatter sums
+        everyone = tokens_rank * lay.dp * h * BF16
+        return attn + all_gather_s(c.hw.ep_view, everyone, c.prof) + reduce_scatter_s(
+            c.hw.ep_view, everyone, c.prof)
+    return 2 * attn  # TP attention, TP (or EP over the same GPUs) MLP: one all-reduce each
+
+
+def _attention_core_s(c: Costing, queries: float, keys_of, kv_tokens: float,
+                      decode: bool) -> float:
+    """Attention core over the first stage's layers: FLOPs on ``queries`` query tokens, each
+    seeing ``keys_of(window)`` keys; KV reads of ``kv_tokens`` cached tokens (decode)."""
+    model, lay = c.model, c.layout
+    dqk, dv = _attention_dims(model, decode)
+    heads = model.num_heads / lay.tp
+    kv_values = _kv_values_per_layer(model, lay.tp) * KV_BYTES[c.kv_dtype]
+    flops = kv_bytes = 0.0
+    for _, window, n in _layer_kinds(model, lay.pp):
+        flops += n * 2.0 * queries * keys_of(window) * heads * (dqk + dv)
+        kv_bytes += n * kv_values * min(kv_tokens, window or kv_tokens)
+    compute = flops / (c.hw.peak_flops * c.prof.attention_efficiency)
+    if decode:
+        compute = flops / (c.hw.peak_flops * c.sprof.decode_attention_efficiency)
+    reads = kv_bytes / (c.hw.hbm_bytes_per_s * c.sprof.kv_read_efficiency) if decode else 0.0
+    return max(compute, reads)
+
+
+@lru_cache(maxsize=256)
+def _layer_kinds(model: ModelSpec, pp: int) -> tuple[tuple[bool, int | None, int], ...]:
+    """(is MoE, attention window, count) of the first stage's layers, grouped: layers of one
+    kind cost the same, so each kind is priced once."""
+    kinds: dict[tuple[bool, int | None], int] = {}
+    for i in _layers_of_stage(model, pp):
+        key = (model.is_moe_layer(i), model.window(i))
+        kinds[key] = kinds.get(key, 0) + 1
+    return tuple((moe, window, n) for (moe, window), n in sorted(
+        kinds.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)))
+
+
+def _layer_stack(c: Costing, tokens_rank: float, decode: bool) -> tuple[float, float, float]:
+    """(GEMM, MoE, comm) seconds of one pipeline stage's layers for ``tokens_rank`` tokens."""
+    model, lay = c.model, c.layout
+    attn_p = attention_params(model) / lay.tp
+    dense_p = mlp_params(model.hidden_size, model.ffn_hidden_size, model.glu,
+                         model.mlp_bias) / lay.tp
+    act = tokens_rank * model.hidden_size * BF16 * 4
+    attn_g = gemm_s(c, 2.0 * tokens_rank * attn_p, attn_p, tokens_rank, act)
+    g = moe = comm = 0.0
+    for is_moe, _, n in _layer_kinds(model, lay.pp):
+        g += n * attn_g
+        if is_moe:
+            moe += n * _moe_layer_s(c, tokens_rank, all_pairs_touch=not decode)
+        else:
+            g += n * gemm_s(c, 2.0 * tokens_rank * dense_p, dense_p, tokens_rank, act)
+        comm += n * _comm_layer_s(c, tokens_rank, is_moe)
+    return g, moe, comm
+
+
+def _head_s(c: Costing, tokens: float) -> float:
+    """LM head on the last stage for ``tokens`` positions (bf16, vocab-parallel over TP)."""
+    p = c.model.vocab_size * c.model.hidden_size / c.layout.tp
+    eff = c.prof.gemm_efficiency * tokens / (tokens + c.prof.gemm_half_dim)
+    return max(2.0 * tokens * p / (c.hw.peak_flops * eff),
+               p * BF16 / (c.hw.hbm_bytes_per_s * c.prof.hbm_efficiency))
+
+
+def _stage_hops_s(c: Costing, tokens_rank: float) -> float:
+    if c.layout.pp <= 1 or c.hw.pp_view is None:
+        return 0.0
+    return (c.layout.pp - 1) * send_recv_s(c.hw.pp_view, tokens_rank * c.model.hidden_size
+                                           * BF16, c.prof)
+
+
+def _launch_s(c: Costing) -> float:
+    if c.cuda_graphs:
+        return 0.0
+    return c.model.num_layers * KERNELS_PER_LAYER * c.sprof.eager_kernel_overhead_s
+
+
+def _exposed_comm(c: Costing, comm_s: float, compute_s: float) -> float:
+    """Communication left on the critical path: all of it, or with two-batch overlap (two
+    micro-batches, one computing while the other communicates) what exceeds the compute."""
+    if c.overlap_comm and c.layout.dp > 1 and c.layout.ep > 1:
+        return max(0.0, comm_s - compute_s)
+    return comm_s
+
+
+def decode_step(c: Costing, batch: float, context: float, tokens_per_request: float = 1.0
+                ) -> StepTime:
+    """One decode iteration for ``batch`` requests per attention rank, each holding ``context``
+    tokens of KV and verifying ``tokens_per_request`` positions (1 + MTP depth). With pipeline
+    parallelism the batch runs as ``pp`` micro-batches; one request's step crosses every stage,
+    so the step time is ``pp`` stage times at batch/pp."""
+    pp = c.layout.pp
+    micro = batch / pp
+    q = micro * tokens_per_request
+    g, moe, comm = _layer_stack(c, q, decode=True)
+    attn = _attention_core_s(c, q, lambda w: min(context, w or context), micro * context,
+                             decode=True)
+    head = _head_s(c, q)
+    overhead = c.sprof.decode_step_overhead_s + _launch_s(c)
+    comm = _exposed_comm(c, comm, g + attn + moe)
+    return StepTime(gemm_s=pp * g + head, attention_s=pp * attn, moe_s=pp * moe,
+                    comm_s=pp * comm + _stage_hops_s(c, q), overhead_s=overhead)
+
+
+def prefill_step(c: Costing, new_tokens: tuple[float, ...], cached_tokens: float = 0.0
+                 ) -> StepTime:
+    """One prefill iteration on one attention rank: prompts of ``new_tokens`` uncached tokens,
+    each after ``cached_tokens`` prefix-cache hits; every prompt's first token is sampled.
+    Pipeline stages run one after another for this batch (its latency)."""
+    n = float(sum(new_tokens))
+    pp = c.layout.pp
+    g, moe, comm = _layer_stack(c, n, decode=False)
+
+    def flops_keys(window):  # mean keys per query, summed over prompts, weighted by length
+        total = 0.0
+        for new in new_tokens:
+            keys = cached_tokens + (new + 1) / 2.0
+            total += new * (min(keys, window) if window else keys)
+        return total / max(n, 1e-9)
+
+    attn = _attention_core_s(c, n, flops_keys, 0.0, decode=False)
+    head = _head_s(c, float(len(new_tokens)))
+    comm = _exposed_comm(c, comm, g + attn + moe)
+    return StepTime(gemm_s=pp * g + head, attention_s=pp * attn, moe_s=pp * moe,
+                    comm_s=pp * comm + _stage_hops_s(c, n),
+                    overhead_s=c.sprof.prefill_step_overhead_s + _launch_s(c))
+
+
+def prefill_request_s(c: Costing, new_tokens: float, cached: float, chunk_tokens: int
+                      ) -> float:
+    """Latency of one request's prefill alone, in chunks of at most ``chunk_tokens``."""
+    total, done = 0.0, 0.0
+    while done < new_tokens - 1e-9:
+        step = min(float(chunk_tokens), new_tokens - done)
+        total += prefill_step(c, (step,), cached + done).total_s
+        done += step
+    return total
+
+
+def kv_transfer_s(kv_bytes: float, link_bytes_per_s: float, latency_s: float,
+                  efficiency: float) -> float:
+    """Moving one request's KV from its prefill to its decode instance over one link
+    (alpha-beta; NIXL/Mooncake move layer blocks GPU to GPU by RDMA)."""
+    return latency_s + kv_bytes / (link_bytes_per_s * efficiency)

@@ -1,0 +1,253 @@
+"""``planner serve``: search serving deployments; ``serve estimate``: one deployment;
+``serve simulate``: a serving plan through the request-level simulator."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cost_models.parallel import ConfigError
+from cost_models.serving.config import ServingWorkload, parse_pool
+from cost_models.serving.profile import serving_overrides
+from planner.cli.common import OutputFormat, print_report
+from planner.errors import SpecError
+from planner.files import write_atomic
+from planner.inputs.clusters import OPTIONS_SOURCE
+from planner.inputs.models import load_model
+from planner.report.serving import render_serve, render_serve_estimate
+from planner.serving.build import build_serving_plan
+from planner.serving.estimate import Calibration, Deployment, PoolSpec, estimate
+from planner.serving.search import search
+from planner.serving.why import why
+from planner.training.estimation import ClusterChoice, load_profile, resolve_cluster
+
+DEFAULT_SERVE_GPU = "H100-SXM5-80GB"
+
+
+class Engine(str, Enum):
+    sglang = "sglang"
+    vllm = "vllm"
+    trtllm = "trtllm"
+
+
+class WeightPrecision(str, Enum):
+    bf16 = "bf16"
+    fp8 = "fp8"
+    fp4 = "fp4"
+    int4 = "int4"
+
+
+class KvDtype(str, Enum):
+    bf16 = "bf16"
+    fp8 = "fp8"
+
+
+ModelOpt = Annotated[str, typer.Option(
+    help="Model preset (see 'planner presets models'), model YAML/JSON or HF config.json.")]
+ClusterOpt = Annotated[Optional[str], typer.Option(
+    "--cluster", help="Cluster preset name or YAML/JSON file.")]
+GpuOpt = Annotated[Optional[str], typer.Option(help="GPU type of a standard cluster.")]
+NodesOpt = Annotated[Optional[int], typer.Option(min=1, help="Nodes of --gpu (default 1).")]
+PerNodeOpt = Annotated[Optional[int], typer.Option(min=1, help="GPUs per node.")]
+IslOpt = Annotated[int, typer.Option(min=1, help="Input tokens per request.")]
+OslOpt = Annotated[int, typer.Option(min=1, help="Output tokens per request.")]
+TtftOpt = Annotated[Optional[float], typer.Option(help="Target mean time to first token, ms.")]
+TpotOpt = Annotated[Optional[float], typer.Option(help="Target time per output token, ms.")]
+RateOpt = Annotated[Optional[float], typer.Option(help="Request arrival rate, requests/s.")]
+ConcOpt = Annotated[Optional[int], typer.Option(min=1, help="Requests in flight (closed loop).")]
+PrecOpt = Annotated[WeightPrecision, typer.Option(help="Weight precision.")]
+KvOpt = Annotated[KvDtype, typer.Option(help="KV cache precision.")]
+EngineOpt = Annotated[Engine, typer.Option(help="Serving engine the plan is for.")]
+PrefixOpt = Annotated[float, typer.Option(min=0.0, max=0.99, help="Prefix-cache hit rate.")]
+MtpOpt = Annotated[int, typer.Option(min=0, help="MTP / speculative draft depth.")]
+AccOpt = Annotated[float, typer.Option(min=0.0, max=1.0, help="Draft acceptance rate.")]
+CalOpt = Annotated[Optional[Path], typer.Option(help="Calibration JSON (see docs/serving.md).")]
+FormatOpt = Annotated[OutputFormat, typer.Option("--format", help="table or json.")]
+
+serve_app = typer.Typer(help="Plan LLM serving deployments: colocated or prefill/decode "
+                             "disaggregated, for SGLang and vLLM.")
+
+
+def _workload(isl, osl, rate, concurrency, ttft_ms, tpot_ms, precision, kv_dtype, prefix_hit,
+              mtp, acceptance) -> ServingWorkload:
+    if rate is not None and concurrency is not None:
+        raise SpecError(OPTIONS_SOURCE, "--rate", "either --rate or --concurrency, not both",
+                        rate)
+    try:
+        return ServingWorkload(isl=isl, osl=osl, rate_per_s=rate, concurrency=concurrency,
+                               ttft_ms=ttft_ms, tpot_ms=tpot_ms, prefix_hit=prefix_hit,
+                               mtp_depth=mtp, mtp_acceptance=acceptance,
+                               precision=precision.value, kv_dtype=kv_dtype.value)
+    except ConfigError as err:
+        raise SpecError(OPTIONS_SOURCE, f"--{err.quantity.replace('_', '-')}", err.expected,
+                        err.got) from None
+
+
+def _calibration(gpu_name: str, path: Path | None) -> Calibration:
+    cal = Calibration.defaults((gpu_name,))
+    if path is None:
+        return cal
+    prof = load_profile(gpu_name, path)
+    try:
+        sprof = serving_overrides(cal.serving[gpu_name], path)
+    except (ValueError, TypeError) as err:
+        raise SpecError(str(path), "serving", f"serving profile fields ({err})") from None
+    return Calibration({gpu_name: prof}, {gpu_name: sprof})
+
+
+def _hardware(cluster, gpu, nodes, gpus_per_node):
+    hw = resolve_cluster(ClusterChoice(cluster, gpu, 1 if nodes is None and cluster is None
+                                       else nodes, gpus_per_node), DEFAULT_SERVE_GPU)
+    if not hw.homogeneous:
+        raise SpecError(cluster or OPTIONS_SOURCE, "node_groups",
+                        "one GPU type for now (mixed GPU types per pool: not yet)")
+    return hw, hw.slowest_gpu
+
+
+def _plan_summary(c, wl: ServingWorkload) -> dict:
+    d = c.estimate.as_dict(wl)
+    d["pools"] = [{**p.as_dict(), "gpu": p.gpu} for p in c.estimate.pools]
+    d["engine"] = c.deployment.engine
+    return d
+
+
+@serve_app.callback(invoke_without_command=True)
+def serve(
+    ctx: typer.Context,
+    model: ModelOpt = "llama-3.1-70b",
+    cluster: ClusterOpt = None, gpu: GpuOpt = None, nodes: NodesOpt = None,
+    gpus_per_node: PerNodeOpt = None,
+    isl: IslOpt = 4096, osl: OslOpt = 512,
+    ttft_ms: TtftOpt = 2000.0, tpot_ms: TpotOpt = 50.0,
+    rate: RateOpt = None, concurrency: ConcOpt = None,
+    precision: PrecOpt = WeightPrecision.bf16, kv_dtype: KvOpt = KvDtype.bf16,
+    engine: EngineOpt = Engine.sglang, prefix_hit: PrefixOpt = 0.0,
+    mtp: MtpOpt = 0, mtp_acceptance: AccOpt = 0.0,
+    mode: Annotated[Optional[str], typer.Option(
+        help="colocated or disagg (default: both, side by side).")] = None,
+    top_k: Annotated[int, typer.Option(min=1, help="Plans shown per mode.")] = 3,
+    calibration: CalOpt = None,
+    model_path: Annotated[Optional[str], typer.Option(
+        help="What the engine loads (HF id or path; default: the model name).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Write the best plan here.")] = None,
+    output_format: FormatOpt = OutputFormat.table,
+) -> None:
+    """Search colocated and disaggregated deployments for the highest output tokens/s per GPU
+    that meets the TTFT and TPOT targets. Without --cluster or --gpu: one node of H100."""
+    if ctx.invoked_subcommand is not None:
+        return
+    spec = load_model(model)
+    hw, g = _hardware(cluster, gpu, nodes, gpus_per_node)
+    wl = _workload(isl, osl, rate, concurrency, ttft_ms, tpot_ms, precision, kv_dtype,
+                   prefix_hit, mtp, mtp_acceptance)
+    if mode not in (None, "colocated", "disagg"):
+        raise SpecError(OPTIONS_SOURCE, "--mode", "colocated or disagg", mode)
+    modes = (mode,) if mode else ("colocated", "disagg")
+    cal = _calibration(g.name, calibration)
+    start = time.perf_counter()
+    result = search(spec, wl, hw, g, cal, engine.value, top_k, modes)
+    elapsed = time.perf_counter() - start
+    best_co = result.colocated[0] if result.colocated else None
+    best_dis = result.disagg[0] if result.disagg else None
+    ranked = sorted(result.colocated + result.disagg,
+                    key=lambda c: (c.meets_slo, c.estimate.output_tokens_per_s_per_gpu),
+                    reverse=True)
+    best = ranked[0] if ranked else None
+    if best is None:
+        raise SpecError(OPTIONS_SOURCE, "--model", f"a model whose weights fit "
+                        f"{hw.num_gpus} x {g.name} in some layout (none does)", model)
+    if not best.meets_slo:
+        e = best.estimate
+        binding = ("TTFT" if wl.ttft_ms and e.ttft_s * 1e3 > wl.ttft_ms else "TPOT")
+        raise SpecError(OPTIONS_SOURCE, "--ttft-ms/--tpot-ms",
+                        f"targets some plan meets; the best plan ({best.deployment.mode}) "
+                        f"reaches TTFT {e.ttft_s * 1e3:.0f} ms and TPOT {e.tpot_s * 1e3:.1f} ms"
+                        f" ({binding} binds)", f"{ttft_ms} ms / {tpot_ms} ms")
+    reason = why(best_co, best_dis, wl)
+    data = {"model": spec.name, "gpu": g.name, "gpus": hw.num_gpus, "isl": isl, "osl": osl,
+            "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "search_s": elapsed,
+            "layouts": result.layouts_evaluated, "why": reason,
+            "plans": [_plan_summary(c, wl) for c in ranked[:top_k]],
+            "best_colocated": _plan_summary(best_co, wl) if best_co else None,
+            "best_disagg": _plan_summary(best_dis, wl) if best_dis else None,
+            "pareto": list(result.pareto)}
+    if out is not None:
+        from planner.plan.document import plan_to_json
+        from planner.plan.validate import validate_plan
+        plan = build_serving_plan(spec, hw, best.deployment, wl, best.estimate, cal,
+                                  why=reason, model_path=model_path)
+        write_atomic(out, plan_to_json(validate_plan(plan, str(out))))
+    if output_format is OutputFormat.json:
+        data.pop("search_s")  # same inputs, same bytes
+        typer.echo(json.dumps(data, sort_keys=True, indent=1))
+    else:
+        print_report(render_serve(data))
+        if out is not None:
+            typer.echo(f"wrote {out}")
+
+
+def _pool(text: str | None, option: str, role: str, gpu: str):
+    if text is None:
+        return None
+    try:
+        return PoolSpec(role, gpu, parse_pool(text))
+    except (ValueError, ConfigError) as err:
+        raise SpecError(OPTIONS_SOURCE, option, f"POOL as tp=..,pp=..,dp=..,ep=..,etp=..,"
+                        f"batch=..,workers=.. ({err})", text) from None
+
+
+@serve_app.command("estimate")
+def serve_estimate(
+    model: ModelOpt = "llama-3.1-70b",
+    cluster: ClusterOpt = None, gpu: GpuOpt = None, nodes: NodesOpt = None,
+    gpus_per_node: PerNodeOpt = None,
+    isl: IslOpt = 4096, osl: OslOpt = 512,
+    rate: RateOpt = None, concurrency: ConcOpt = None,
+    ttft_ms: TtftOpt = None, tpot_ms: TpotOpt = None,
+    precision: PrecOpt = WeightPrecision.bf16, kv_dtype: KvOpt = KvDtype.bf16,
+    engine: EngineOpt = Engine.sglang, prefix_hit: PrefixOpt = 0.0,
+    mtp: MtpOpt = 0, mtp_acceptance: AccOpt = 0.0,
+    colocated: Annotated[Optional[str], typer.Option(help="POOL of a colocated deployment.")]
+    = None,
+    prefill: Annotated[Optional[str], typer.Option(help="POOL of the prefill instances.")] = None,
+    decode: Annotated[Optional[str], typer.Option(help="POOL of the decode instances.")] = None,
+    two_batch_overlap: Annotated[bool, typer.Option(
+        help="Hide EP all-to-all behind compute (SGLang --enable-two-batch-overlap).")] = False,
+    calibration: CalOpt = None,
+    output_format: FormatOpt = OutputFormat.table,
+) -> None:
+    """Predict TTFT, TPOT, throughput and memory of one deployment. POOL is
+    tp=..,pp=..,dp=..,ep=..,etp=..,batch=..,workers=.. (dp: attention-DP ranks per instance,
+    batch: requests per attention rank)."""
+    spec = load_model(model)
+    hw, g = _hardware(cluster, gpu, nodes, gpus_per_node)
+    wl = _workload(isl, osl, rate, concurrency, ttft_ms, tpot_ms, precision, kv_dtype,
+                   prefix_hit, mtp, mtp_acceptance)
+    co = _pool(colocated, "--colocated", "colocated", g.name)
+    pre, dec = _pool(prefill, "--prefill", "prefill", g.name), _pool(decode, "--decode",
+                                                                     "decode", g.name)
+    if (co is None) == (pre is None and dec is None) or (co is None and (pre is None
+                                                                         or dec is None)):
+        raise SpecError(OPTIONS_SOURCE, "--colocated", "either --colocated POOL or both "
+                        "--prefill POOL and --decode POOL")
+    dep = Deployment("colocated", (co,), engine.value) if co else Deployment(
+        "disagg", (pre, dec), engine.value)
+    if dep.gpus > hw.num_gpus:
+        raise SpecError(OPTIONS_SOURCE, "--colocated/--prefill/--decode",
+                        f"pools within the cluster's {hw.num_gpus} GPUs",
+                        f"{dep.gpus} GPUs (tp*pp*dp*workers summed over pools)")
+    cal = _calibration(g.name, calibration)
+    try:
+        est = estimate(spec, dep, wl, hw, {g.name: g}, cal, overlap_comm=two_batch_overlap)
+    except ConfigError as err:
+        raise SpecError(OPTIONS_SOURCE, f"POOL {err.quantity}", err.expected, err.got) from None
+    data = est.as_dict(wl)
+    if output_format is OutputFormat.json:
+        typer.echo(json.dumps(data, sort_keys=True, indent=1))
+    else:
+        print_report(render_serve_estimate(data))

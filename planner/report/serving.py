@@ -1,0 +1,90 @@
+"""Serving reports: the search's best colocated and disaggregated deployments side by side, the
+top plans per mode, a Pareto picture, and one estimate. They format what they are handed."""
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+
+def _layout(pool: dict) -> str:
+    parts = [f"tp{pool['tp']}"]
+    for key in ("pp", "dp", "ep"):
+        if pool.get(key, 1) > 1:
+            parts.append(f"{key}{pool[key]}")
+    return "·".join(parts) + f" b{pool['batch']} x{pool['workers']}"
+
+
+def layout_text(plan: dict) -> str:
+    return " | ".join(f"{p['role'][:3]} {_layout(p)}" for p in plan["pools"])
+
+
+def plans_table(plans: list[dict], title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    for name, just in (("#", "right"), ("mode", "left"), ("layout", "left"),
+                       ("GPUs", "right"), ("tok/s/GPU", "right"), ("tok/s/user", "right"),
+                       ("TTFT ms", "right"), ("TPOT ms", "right"), ("SLO", "left")):
+        t.add_column(name, justify=just, overflow="fold")
+    for i, p in enumerate(plans, 1):
+        t.add_row(str(i), p["mode"], layout_text(p), str(p["gpus"]),
+                  f"{p['output_tokens_per_s_per_gpu']:.0f}",
+                  f"{p['output_tokens_per_s_per_user']:.1f}", f"{p['ttft_s'] * 1e3:.0f}",
+                  f"{p['tpot_s'] * 1e3:.1f}", "met" if p["meets_slo"] else "missed")
+    return t
+
+
+def pareto_plot(points: list[dict], width: int = 56, height: int = 12) -> Text:
+    """Tokens/s/GPU (up) against tokens/s/user (right): c colocated, d disaggregated decode."""
+    if not points:
+        return Text("")
+    xs = [p["tokens_per_s_per_user"] for p in points]
+    ys = [p["tokens_per_s_per_gpu"] for p in points]
+    x0, x1, y1 = min(xs), max(xs), max(ys)
+    grid = [[" "] * width for _ in range(height)]
+    for p in points:
+        col = int((p["tokens_per_s_per_user"] - x0) / max(x1 - x0, 1e-9) * (width - 1))
+        row = height - 1 - int(p["tokens_per_s_per_gpu"] / max(y1, 1e-9) * (height - 1))
+        grid[row][col] = "c" if p["mode"] == "colocated" else "d"
+    lines = [f"{y1:8.0f} ┤" + "".join(grid[0])]
+    lines += ["         │" + "".join(r) for r in grid[1:]]
+    lines.append("       0 └" + "─" * width)
+    lines.append(f"          {x0:<10.1f}tokens/s/user (c colocated, d disaggregated decode)"
+                 f"{x1:>8.1f}"[: width + 10])
+    return Text("Pareto front: tokens/s/GPU vs tokens/s/user\n" + "\n".join(lines))
+
+
+def render_serve(result: dict) -> Group:
+    best = result["plans"]
+    head = Text(f"{result['model']} on {result['gpus']} x {result['gpu']}, ISL {result['isl']} "
+                f"OSL {result['osl']}, TTFT <= {result['ttft_ms']} ms, "
+                f"TPOT <= {result['tpot_ms']} ms; {result['layouts']} layouts in "
+                f"{result['search_s']:.2f} s")
+    side = [p for p in (result.get("best_colocated"), result.get("best_disagg")) if p]
+    parts = [head, plans_table(side, "Best colocated vs best disaggregated"),
+             Text(f"Why: {result['why']}")]
+    if best:
+        parts.append(plans_table(best, "Top plans"))
+    parts.append(pareto_plot(result["pareto"]))
+    return Group(*parts)
+
+
+def render_serve_estimate(est: dict) -> Group:
+    t = Table(title=f"{est['mode']} deployment, {est['gpus']} GPUs", title_justify="left")
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    for key, fmt in (("ttft_s", "{:.1f} ms"), ("tpot_s", "{:.2f} ms")):
+        t.add_row(key[:-2].upper(), fmt.format(est[key] * 1e3))
+    for key in ("output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user",
+                "request_rate_per_s", "kv_transfer_s"):
+        t.add_row(key.replace("_", " "), f"{est[key]:.3g}")
+    t.add_row("bound by", est["bound"])
+    t.add_row("fits", "yes" if est["fits"] else "NO")
+    pools = Table(title="Pools (memory per GPU, GB)", title_justify="left")
+    for col in ("role", "layout", "weights", "KV", "act.", "capacity", "step ms"):
+        pools.add_column(col, justify="left" if col in ("role", "layout") else "right")
+    for p in est["pools"]:
+        m = p["memory"]
+        pools.add_row(p["role"], _layout(p), f"{m['weights_gb']:.1f}", f"{m['kv_gb']:.1f}",
+                      f"{m['activations_gb']:.1f}", f"{m['capacity_gb']:.1f}",
+                      f"{p['step']['total_s'] * 1e3:.1f}")
+    return Group(t, pools)

@@ -1,0 +1,101 @@
+"""The serving Plan of one deployment: a pool per role on disjoint nodes, the engine instances
+and the router (the ``serving`` section of ``docs/serving.md``).
+
+Each pool is a mesh of ``tp * pp * (dp * workers)`` ranks in the one rank order
+(:func:`cost_models.parallel.rank_grid`): attention-DP ranks of all instances form the data
+axis, and instance ``i`` owns data ranks ``i*dp .. (i+1)*dp - 1``. Pools take whole nodes,
+prefill first.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from cost_models.parallel import Degrees
+from cost_models.serving.config import ServingWorkload
+from planner import __version__
+from planner.plan.document import SCHEMA_VERSION, Plan, inputs_hash, model_to_plain, cluster_to_plain
+from planner.plan.ranks import make_pool
+from planner.serving.estimate import Calibration, Deployment, ServingEstimate
+from cost_models.model_spec import ModelSpec
+from cost_models.profile import profile_to_dict
+from topologies.cluster import Cluster
+
+FIRST_PORT = 30000
+ROUTER_PORT = 8000
+ROLE_ORDER = ("prefill", "colocated", "decode")
+
+
+def pool_degrees(dep_pool) -> Degrees:
+    lay = dep_pool.layout
+    return Degrees(tp=lay.tp, pp=lay.pp, dp=lay.dp * lay.workers, cp=1, ep=lay.ep,
+                   etp=lay.expert_tp)
+
+
+def _instances(pool, role: str, lay) -> list[dict[str, Any]]:
+    """Per instance the hosts and local GPUs of its ranks, in rank order."""
+    rows = pool.rank_rows()
+    nodes = {n["node_rank"]: n for n in pool.nodes}
+    out = []
+    for i in range(lay.workers):
+        mine = [r for r in rows if r["dp"] // lay.dp == i]
+        per_node: dict[int, list[int]] = {}
+        for r in sorted(mine, key=lambda r: r["rank"]):
+            per_node.setdefault(r["node_rank"], []).append(r["local"])
+        out.append({"role": role, "index": i, "nodes": [
+            {"host": nodes[nr]["host"], "cluster_node": nodes[nr]["node"], "gpus": sorted(g)}
+            for nr, g in per_node.items()]})
+    return out
+
+
+def _ports(instances: list[dict[str, Any]]) -> None:
+    """Ports count up from FIRST_PORT per instance on the host of its first node."""
+    next_port: dict[str, int] = {}
+    for inst in instances:
+        host = inst["nodes"][0]["host"]
+        inst["port"] = next_port.get(host, FIRST_PORT)
+        next_port[host] = inst["port"] + 1
+
+
+def build_serving_plan(model: ModelSpec, cluster: Cluster, dep: Deployment,
+                       wl: ServingWorkload, est: ServingEstimate, cal: Calibration,
+                       objective: str = "goodput", why: str = "",
+                       model_path: str | None = None, notes: list[str] | None = None) -> Plan:
+    """The Plan of ``dep`` (the caller validates it before writing)."""
+    per_node = cluster.gpus_per_node
+    pools, instances, next_node = [], [], 0
+    ordered = sorted(dep.pools, key=lambda p: ROLE_ORDER.index(p.role))
+    for spec in ordered:
+        d = pool_degrees(spec)
+        if d.num_gpus % per_node:
+            raise ValueError(f"pool {spec.role}: {d.num_gpus} GPUs is not whole nodes of "
+                             f"{per_node}")
+        count = d.num_gpus // per_node
+        order = list(range(next_node, next_node + count))
+        next_node += count
+        pool = make_pool(spec.role, spec.role, cluster, d, order)
+        pools.append(pool)
+        instances += _instances(pool, spec.role, spec.layout)
+    _ports(instances)
+    gpu0 = dep.pools[0].gpu
+    inputs = {"model": model_to_plain(model), "cluster": cluster_to_plain(cluster),
+              "workload": asdict(wl), "profile": profile_to_dict(cal.profiles[gpu0]),
+              "serving_profile": asdict(cal.serving[gpu0]), "objective": objective}
+    serving = {
+        "mode": dep.mode, "engine": dep.engine,
+        "model_path": model_path or model.name,
+        "precision": wl.precision, "kv_dtype": wl.kv_dtype,
+        "max_model_len": wl.isl + wl.osl,
+        "workload": {"isl": wl.isl, "osl": wl.osl, "rate_per_s": wl.rate_per_s,
+                     "concurrency": wl.concurrency, "ttft_ms": wl.ttft_ms,
+                     "tpot_ms": wl.tpot_ms, "prefix_hit": wl.prefix_hit},
+        "pools": [{"role": p.role, "gpu": p.gpu, **p.layout.as_dict(),
+                   "gpus_per_instance": p.layout.gpus_per_instance} for p in ordered],
+        "instances": instances,
+        "router": {"host": instances[0]["nodes"][0]["host"], "port": ROUTER_PORT},
+    }
+    prediction = est.as_dict(wl)
+    prediction["why"] = why
+    return Plan(schema_version=SCHEMA_VERSION, kind="serving", planner_version=__version__,
+                inputs_hash=inputs_hash(inputs), inputs=inputs, pools=pools,
+                prediction=prediction, serving=serving, notes=list(notes or []))

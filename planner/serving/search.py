@@ -1,0 +1,249 @@
+"""Search serving deployments: colocated and prefill/decode disaggregated, side by side.
+
+For every layout an instance can take (TP within a node, attention-DP and EP for MoE, PP when
+the weights need it) the search evaluates, once, the parts every deployment is made of: the
+largest batch whose KV fits, one request's prefill latency and the instance time per request,
+and the decode step time at each batch of a geometric grid. Deployments are then priced from
+those parts by the closed forms of :mod:`planner.serving.estimate`:
+
+* colocated: per layout and batch, the request rate an instance sustains, lowered until the
+  mean TTFT meets its target (M/D/1 prefill queue); kept when TPOT meets its target;
+* disaggregated: prefill layouts ranked by the rate per GPU at which TTFT meets its target,
+  decode layouts by the rate per GPU at the largest batch whose TPOT meets its target; the
+  best few of each are paired and the instance counts split the cluster's GPUs
+  (``solvers.serving.ratio``).
+
+Every kept deployment is re-estimated in full (:func:`estimate`) at the rate the search chose,
+so what the search ranks is what ``planner serve estimate`` prints for that layout.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from cost_models.model_spec import ModelSpec
+from cost_models.parallel import ConfigError
+from cost_models.serving.config import PoolLayout, ServingWorkload, check_layout
+from cost_models.serving.memory import max_batch_by_memory
+from planner.serving.estimate import (
+    MAX_UTILISATION, Calibration, Deployment, PoolSpec, ServingEstimate, _transfer_s, costing,
+    estimate, md1_wait_s, prefill_per_request_s, _decode)
+from solvers.serving.ratio import best_split
+from topologies.catalog import GpuSpec
+from topologies.cluster import Cluster
+
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+TOP_PAIRS = 4  # best prefill and decode layouts paired for disaggregation
+
+
+@dataclass(frozen=True)
+class LayoutParts:
+    layout: PoolLayout  # batch 1, workers 1
+    max_batch: int
+    prefill_alone_s: float
+    prefill_per_request_s: float
+    decode_s: dict[int, float]  # batch per attention rank -> decode step seconds
+
+
+@dataclass(frozen=True)
+class Candidate:
+    deployment: Deployment
+    estimate: ServingEstimate
+    meets_slo: bool
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    colocated: tuple[Candidate, ...]  # best first
+    disagg: tuple[Candidate, ...]
+    pareto: tuple[dict, ...]  # {"mode", "tokens_per_s_per_gpu", "tokens_per_s_per_user", ...}
+    layouts_evaluated: int
+    total_gpus: int
+
+    def best(self) -> Candidate | None:
+        both = [c for c in (self.colocated[:1] + self.disagg[:1])]
+        if not both:
+            return None
+        return max(both, key=_rank_key)
+
+
+def _rank_key(c: Candidate) -> tuple:
+    e = c.estimate
+    return (c.meets_slo, round(e.output_tokens_per_s_per_gpu, 6), -e.gpus,
+            c.deployment.mode == "colocated")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def layouts(model: ModelSpec, gpus_per_node: int, total_gpus: int) -> list[PoolLayout]:
+    """Instance layouts worth pricing: TP a divisor of the node (and of the heads), attention
+    DP for MoE models (power-of-two multiples up to the cluster), EP over the whole
+    instance or pure TP experts, PP up to 8 stages."""
+    out = []
+    tps = [t for t in _divisors(gpus_per_node) if model.num_heads % t == 0]
+    dps = [1] + ([2 ** i for i in range(1, 12) if 2 ** i <= total_gpus] if model.is_moe else [])
+    for pp in (1, 2, 4, 8):
+        for tp in tps:
+            for dp in dps:
+                g = tp * pp * dp
+                if g > total_gpus:
+                    continue
+                eps = [1] if not model.is_moe else sorted({1, tp * dp})
+                for ep in eps:
+                    lay = PoolLayout(tp=tp, pp=pp, dp=dp, ep=ep)
+                    try:
+                        check_layout(model, lay)
+                    except ConfigError:
+                        continue
+                    out.append(lay)
+    return out
+
+
+def layout_parts(model, lay, wl, cluster, cal, gpu: GpuSpec) -> LayoutParts | None:
+    c = costing(model, PoolSpec("decode", gpu.name, lay), wl, cluster, cal, gpu)
+    cap = max_batch_by_memory(model, lay, wl, gpu.hbm_bytes, c.sprof, c.prof.reserved_bytes)
+    if cap < 1:
+        return None
+    alone, per_req = prefill_per_request_s(c, wl)
+    grid = [b for b in BATCHES if b <= cap] + ([cap] if cap not in BATCHES and cap < 1025
+                                                else [])
+    steps = {b: _decode(c, wl, float(b)).total_s for b in sorted(set(grid))}
+    return LayoutParts(lay, cap, alone, per_req, steps)
+
+
+def _rho_for_ttft(target_s: float | None, alone: float, p: float, extra: float) -> float:
+    """Highest prefill utilisation whose mean TTFT alone + extra + W_MD1 meets ``target_s``."""
+    if target_s is None:
+        return MAX_UTILISATION
+    slack = target_s - alone - extra
+    if slack <= 0:
+        return 0.0
+    # W = rho p / (2 (1 - rho)) <= slack  <=>  rho <= 2 slack / (2 slack + p)
+    return min(MAX_UTILISATION, 2 * slack / (2 * slack + p))
+
+
+def _colocated_points(parts: LayoutParts, wl: ServingWorkload):
+    """(rate per instance, tpot, ttft, batch) for each batch of the grid."""
+    s, out = wl.tokens_per_step, max(wl.osl - 1, 1)
+    lay = parts.layout
+    tt = wl.ttft_ms / 1e3 if wl.ttft_ms else None
+    p = parts.prefill_per_request_s
+    for b, d in parts.decode_s.items():
+        n = b * lay.dp
+        lam = n * s / (d * out + n * s * p)
+        rho_t = _rho_for_ttft(tt, parts.prefill_alone_s + d / 2, p, 0.0)
+        lam = min(lam, rho_t / p)
+        if lam <= 0:
+            continue
+        rho = lam * p
+        tpot = d / (s * (1 - rho))
+        yield lam, tpot, parts.prefill_alone_s + d / 2 + md1_wait_s(rho, p), b
+
+
+def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, gpu: GpuSpec,
+           cal: Calibration, engine: str = "sglang", top_k: int = 3,
+           modes: tuple[str, ...] = ("colocated", "disagg")) -> SearchResult:
+    """Best deployments of ``model`` on ``cluster`` (one GPU type) per mode, best first."""
+    total = cluster.num_gpus
+    per_node = cluster.gpus_per_node
+    all_parts = [p for lay in layouts(model, per_node, total)
+                 if (p := layout_parts(model, lay, wl, cluster, cal, gpu)) is not None]
+    tpot_t = wl.tpot_ms / 1e3 if wl.tpot_ms else math.inf
+    pareto: list[dict] = []
+    colocated: list[tuple[float, PoolLayout, float]] = []
+    if "colocated" in modes:
+        for parts in all_parts:
+            if total % parts.layout.gpus_per_instance:
+                continue  # one pool on every node: instances must fill the cluster
+            inst = total // parts.layout.gpus_per_instance
+            for lam, tpot, ttft, b in _colocated_points(parts, wl):
+                per_gpu = lam * wl.osl / parts.layout.gpus_per_instance
+                pareto.append({"mode": "colocated", "tokens_per_s_per_gpu": per_gpu,
+                               "tokens_per_s_per_user": 1 / tpot, "layout": parts.layout,
+                               "batch": b})
+                if tpot <= tpot_t + 1e-12:
+                    colocated.append((per_gpu, replace(parts.layout, batch=b, workers=inst),
+                                      lam * inst))
+    disagg: list[tuple[float, Deployment, float]] = []
+    if "disagg" in modes and total >= 2:
+        disagg = _disagg_candidates(model, wl, cluster, cal, gpu, all_parts, tpot_t, pareto)
+    colocated.sort(key=lambda x: (-x[0], x[1].gpus_per_instance, x[1].tp, x[1].dp, x[1].batch))
+    co = _finalise(model, wl, cluster, cal, gpu, engine,
+                   [(Deployment("colocated", (PoolSpec("colocated", gpu.name, lay),), engine),
+                     rate) for _, lay, rate in colocated[:top_k * 4]], top_k)
+    dis = _finalise(model, wl, cluster, cal, gpu, engine,
+                    [(dep, rate) for _, dep, rate in disagg[:top_k * 4]], top_k)
+    return SearchResult(co, dis, tuple(_pareto_front(pareto)), len(all_parts), total)
+
+
+def _disagg_candidates(model, wl, cluster, cal, gpu, all_parts, tpot_t, pareto):
+    tt = wl.ttft_ms / 1e3 if wl.ttft_ms else None
+    s, out = wl.tokens_per_step, max(wl.osl - 1, 1)
+    prefill = []  # (requests/s per GPU, parts, requests/s per instance)
+    decode = []
+    for parts in all_parts:
+        lay = parts.layout
+        spec = PoolSpec("prefill", gpu.name, lay)
+        transfer = _transfer_s(model, wl, cluster, cal, spec, spec, gpu.name)
+        rho = _rho_for_ttft(tt, parts.prefill_alone_s, parts.prefill_per_request_s, transfer)
+        if rho > 0:
+            rate = rho / parts.prefill_per_request_s
+            prefill.append((rate / lay.gpus_per_instance, parts, rate))
+        best = None
+        for b, d in parts.decode_s.items():
+            rate = b * lay.dp * s / (d * out)
+            per_gpu = rate * wl.osl / lay.gpus_per_instance
+            pareto.append({"mode": "disagg-decode", "tokens_per_s_per_gpu": per_gpu,
+                           "tokens_per_s_per_user": s / d, "layout": lay, "batch": b})
+            if d / s <= tpot_t + 1e-12 and (best is None or rate > best[2]):
+                best = (rate / lay.gpus_per_instance, b, rate)
+        if best is not None:
+            decode.append((best[0], parts, best[2], best[1]))
+    key = lambda x: (-x[0], x[1].layout.gpus_per_instance, x[1].layout.tp, x[1].layout.dp)
+    prefill.sort(key=key)
+    decode.sort(key=key)
+    found = []
+    total = cluster.num_gpus
+    for _, pp_, rp in prefill[:TOP_PAIRS]:
+        for _, dp_, rd, b in decode[:TOP_PAIRS]:
+            split = best_split(total, pp_.layout.gpus_per_instance, rp,
+                               dp_.layout.gpus_per_instance, rd, cluster.gpus_per_node)
+            if split is None:
+                continue
+            n_p, n_d, rate = split
+            gpus = n_p * pp_.layout.gpus_per_instance + n_d * dp_.layout.gpus_per_instance
+            dep = Deployment("disagg", (
+                PoolSpec("prefill", gpu.name, replace(pp_.layout, workers=n_p)),
+                PoolSpec("decode", gpu.name, replace(dp_.layout, batch=b, workers=n_d))))
+            found.append((rate * wl.osl / gpus, dep, rate))
+    found.sort(key=lambda x: (-x[0], x[1].gpus))
+    return found
+
+
+def _finalise(model, wl, cluster, cal, gpu, engine, deps, top_k) -> tuple[Candidate, ...]:
+    out = []
+    for dep, rate in deps:
+        dep = replace(dep, engine=engine)
+        est = estimate(model, dep, replace(wl, rate_per_s=rate, concurrency=None), cluster,
+                       {gpu.name: gpu}, cal)
+        out.append(Candidate(dep, est, est.meets(wl)))
+    out.sort(key=_rank_key, reverse=True)
+    return tuple(out[:top_k])
+
+
+def _pareto_front(points: list[dict]) -> list[dict]:
+    """Points no other point beats on both tokens/s/GPU and tokens/s/user, per mode."""
+    front = []
+    for mode in sorted({p["mode"] for p in points}):
+        pts = sorted((p for p in points if p["mode"] == mode),
+                     key=lambda p: (-p["tokens_per_s_per_user"], -p["tokens_per_s_per_gpu"]))
+        best = -1.0
+        for p in pts:
+            if p["tokens_per_s_per_gpu"] > best + 1e-12:
+                front.append({"mode": mode, "tokens_per_s_per_gpu": p["tokens_per_s_per_gpu"],
+                              "tokens_per_s_per_user": p["tokens_per_s_per_user"],
+                              **p["layout"].as_dict(), "batch": p["batch"]})
+                best = p["tokens_per_s_per_gpu"]
+    return front

@@ -1,0 +1,66 @@
+"""How many prefill and decode instances to run on a fixed number of GPUs.
+
+Instances of ``gp`` GPUs serve prefills at ``rp`` requests/s each; decode instances of ``gd``
+GPUs serve ``rd`` each. The deployment's rate is ``min(np*rp, nd*rd)`` (DistServe, Zhong et al.
+OSDI 2024, sec. 4: the two phases are a pipeline whose slower pool bounds goodput). We want the
+highest rate per GPU used, ``min(np*rp, nd*rd) / (np*gp + nd*gd)``, with
+``np*gp + nd*gd <= total``, ``np, nd >= 1``; ties go to the higher rate, then fewer GPUs. For
+each ``np`` the best ``nd`` is one of the two integers around ``np*rp/rd`` (below it the rate
+grows with ``nd``; above it extra decode instances only add GPUs), so the exact optimum is
+found in O(total/gp). Pools take whole nodes: each pool's GPU count is a multiple of ``unit``.
+"""
+from __future__ import annotations
+
+import math
+
+
+def _value(n_p: int, n_d: int, gp: int, rp: float, gd: int, rd: float) -> tuple[float, float, int]:
+    rate = min(n_p * rp, n_d * rd)
+    gpus = n_p * gp + n_d * gd
+    return rate / gpus, rate, -gpus
+
+
+def _step(g: int, unit: int) -> int:
+    """Fewest instances of ``g`` GPUs that fill whole units of ``unit`` GPUs."""
+    return unit // math.gcd(unit, g)
+
+
+def best_split(total: int, gp: int, rp: float, gd: int, rd: float, unit: int = 1
+               ) -> tuple[int, int, float] | None:
+    """(prefill instances, decode instances, request rate), or None when one of each does not
+    fit in ``total`` GPUs. Each pool's GPUs are a multiple of ``unit`` (whole nodes)."""
+    if rp <= 0 or rd <= 0:
+        return None
+    sp, sd = _step(gp, unit), _step(gd, unit)
+    best = None
+    for n_p in range(sp, total // gp + 1, sp):
+        room = (total - n_p * gp) // gd // sd * sd
+        if room < sd:
+            break
+        balance = n_p * rp / rd
+        low = max(sd, min(room, math.floor(balance / sd) * sd))
+        for n_d in {low, min(room, low + sd)}:
+            cand = (_value(n_p, n_d, gp, rp, gd, rd), n_p, n_d)
+            if best is None or cand[0] > best[0]:
+                best = cand
+    if best is None:
+        return None
+    (_, rate, _), n_p, n_d = best
+    return n_p, n_d, rate
+
+
+def best_split_brute(total: int, gp: int, rp: float, gd: int, rd: float, unit: int = 1
+                     ) -> tuple[int, int, float] | None:
+    """Every (np, nd) pair: the reference :func:`best_split` is tested against."""
+    best = None
+    for n_p in range(1, total // gp + 1):
+        for n_d in range(1, (total - n_p * gp) // gd + 1):
+            if (n_p * gp) % unit or (n_d * gd) % unit:
+                continue
+            cand = (_value(n_p, n_d, gp, rp, gd, rd), n_p, n_d)
+            if best is None or cand[0] > best[0]:
+                best = cand
+    if best is None:
+        return None
+    (_, rate, _), n_p, n_d = best
+    return n_p, n_d, rate

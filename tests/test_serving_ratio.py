@@ -1,0 +1,27 @@
+"""The prefill/decode instance split against brute force over every pair."""
+import itertools
+
+import pytest
+
+from solvers.serving.ratio import best_split, best_split_brute
+
+
+@pytest.mark.parametrize("total,gp,gd,unit", [
+    (8, 1, 1, 1), (8, 2, 4, 1), (16, 1, 8, 8), (32, 4, 8, 8), (64, 8, 16, 8), (24, 2, 3, 1),
+    (48, 16, 8, 8), (16, 4, 2, 8)])
+def test_split_matches_brute_force(total, gp, gd, unit):
+    for rp, rd in itertools.product((0.3, 1.0, 2.7, 11.0), (0.2, 1.0, 4.5)):
+        got, ref = best_split(total, gp, rp, gd, rd, unit), best_split_brute(total, gp, rp, gd,
+                                                                             rd, unit)
+        if ref is None:
+            assert got is None
+            continue
+        value = lambda s: min(s[0] * rp, s[1] * rd) / (s[0] * gp + s[1] * gd)  # noqa: E731
+        assert value(got) == pytest.approx(value(ref), rel=1e-12)
+        assert (got[0] * gp) % unit == 0 and (got[1] * gd) % unit == 0
+        assert got[0] * gp + got[1] * gd <= total
+
+
+def test_no_room_for_both_pools():
+    assert best_split(8, 8, 1.0, 8, 1.0, 8) is None
+    assert best_split(16, 8, 1.0, 8, 1.0, 8) == (1, 1, 1.0)
