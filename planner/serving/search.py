@@ -134,9 +134,7 @@ def _colocated_points(parts: LayoutParts, wl: ServingWorkload):
         n = b * lay.dp
         lam = n * s / (d * out + n * s * p)
         rho_t = _rho_for_ttft(tt, parts.prefill_alone_s + d / 2, p, 0.0)
-        lam = min(lam, rho_t / p)
-        if lam <= 0:
-            continue
+        lam = min(lam, max(rho_t, 0.05) / p)  # TTFT target out of reach: a light load
         rho = lam * p
         tpot = d / (s * (1 - rho))
         yield lam, tpot, parts.prefill_alone_s + d / 2 + md1_wait_s(rho, p), b
@@ -163,22 +161,30 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, gpu: GpuSpec
                 pareto.append({"mode": "colocated", "tokens_per_s_per_gpu": per_gpu,
                                "tokens_per_s_per_user": 1 / tpot, "layout": parts.layout,
                                "batch": b})
-                if tpot <= tpot_t + 1e-12:
-                    colocated.append((per_gpu, replace(parts.layout, batch=b, workers=inst),
-                                      lam * inst))
+                colocated.append((tpot <= tpot_t + 1e-12, per_gpu,
+                                  replace(parts.layout, batch=b, workers=inst), lam * inst))
     disagg: list[tuple[float, Deployment, float]] = []
     if "disagg" in modes and total >= 2:
-        disagg = _disagg_candidates(model, wl, cluster, cal, gpu, all_parts, tpot_t, pareto)
-    colocated.sort(key=lambda x: (-x[0], x[1].gpus_per_instance, x[1].tp, x[1].dp, x[1].batch))
+        disagg = _disagg_candidates(model, wl, cluster, cal, gpu, all_parts, tpot_t, pareto,
+                                    same_tp=same_tp_required(model, engine))
+    colocated.sort(key=lambda x: (not x[0], -x[1], x[2].gpus_per_instance, x[2].tp, x[2].dp,
+                                  x[2].batch))
     co = _finalise(model, wl, cluster, cal, gpu, engine,
                    [(Deployment("colocated", (PoolSpec("colocated", gpu.name, lay),), engine),
-                     rate) for _, lay, rate in colocated[:top_k * 4]], top_k)
+                     rate) for _, _, lay, rate in colocated[:top_k * 4]], top_k)
     dis = _finalise(model, wl, cluster, cal, gpu, engine,
                     [(dep, rate) for _, dep, rate in disagg[:top_k * 4]], top_k)
     return SearchResult(co, dis, tuple(_pareto_front(pareto)), len(all_parts), total)
 
 
-def _disagg_candidates(model, wl, cluster, cal, gpu, all_parts, tpot_t, pareto):
+def same_tp_required(model: ModelSpec, engine: str) -> bool:
+    """Engines' rule for the KV transfer: vLLM wants equal TP on both sides; SGLang fails when
+    prefill and decode TP differ on non-MLA models (sgl-project/sglang#15674)."""
+    return engine == "vllm" or (engine == "sglang" and model.mla is None)
+
+
+def _disagg_candidates(model, wl, cluster, cal, gpu, all_parts, tpot_t, pareto,
+                       same_tp: bool = False):
     tt = wl.ttft_ms / 1e3 if wl.ttft_ms else None
     s, out = wl.tokens_per_step, max(wl.osl - 1, 1)
     prefill = []  # (requests/s per GPU, parts, requests/s per instance)
@@ -187,11 +193,11 @@ def _disagg_candidates(model, wl, cluster, cal, gpu, all_parts, tpot_t, pareto):
         lay = parts.layout
         spec = PoolSpec("prefill", gpu.name, lay)
         transfer = _transfer_s(model, wl, cluster, cal, spec, spec, gpu.name)
-        rho = _rho_for_ttft(tt, parts.prefill_alone_s, parts.prefill_per_request_s, transfer)
-        if rho > 0:
-            rate = rho / parts.prefill_per_request_s
-            prefill.append((rate / lay.gpus_per_instance, parts, rate))
-        best = None
+        rho = max(0.05, _rho_for_ttft(tt, parts.prefill_alone_s, parts.prefill_per_request_s,
+                                      transfer))  # out of reach: a light load
+        rate = rho / parts.prefill_per_request_s
+        prefill.append((rate / lay.gpus_per_instance, parts, rate))
+        best, smallest = None, None
         for b, d in parts.decode_s.items():
             rate = b * lay.dp * s / (d * out)
             per_gpu = rate * wl.osl / lay.gpus_per_instance
@@ -199,15 +205,18 @@ def _disagg_candidates(model, wl, cluster, cal, gpu, all_parts, tpot_t, pareto):
                            "tokens_per_s_per_user": s / d, "layout": lay, "batch": b})
             if d / s <= tpot_t + 1e-12 and (best is None or rate > best[2]):
                 best = (rate / lay.gpus_per_instance, b, rate)
-        if best is not None:
-            decode.append((best[0], parts, best[2], best[1]))
+            if smallest is None:
+                smallest = (rate / lay.gpus_per_instance, b, rate)
+        best = best or smallest  # TPOT target out of reach: the fastest batch
+        decode.append((best[0], parts, best[2], best[1]))
     key = lambda x: (-x[0], x[1].layout.gpus_per_instance, x[1].layout.tp, x[1].layout.dp)
     prefill.sort(key=key)
     decode.sort(key=key)
     found = []
     total = cluster.num_gpus
-    for _, pp_, rp in prefill[:TOP_PAIRS]:
-        for _, dp_, rd, b in decode[:TOP_PAIRS]:
+    for _, pp_, rp in prefill[:TOP_PAIRS * 2]:
+        fitting = [x for x in decode if not same_tp or x[1].layout.tp == pp_.layout.tp]
+        for _, dp_, rd, b in fitting[:TOP_PAIRS]:
             split = best_split(total, pp_.layout.gpus_per_instance, rp,
                                dp_.layout.gpus_per_instance, rd, cluster.gpus_per_node)
             if split is None:

@@ -1,0 +1,157 @@
+"""Serving cost model, search and the `planner serve` commands."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from cost_models.serving.config import PoolLayout, ServingWorkload, parse_pool
+from cost_models.serving.latency import decode_step
+from cost_models.serving.memory import kv_bytes_per_token, weight_bytes_per_gpu
+from planner.cli.app import app
+from planner.inputs.models import load_model
+from planner.serving.estimate import Calibration, Deployment, PoolSpec, costing, estimate
+from topologies.catalog import get_gpu
+from topologies.standard import homogeneous_cluster
+
+runner = CliRunner()
+H100 = "H100-SXM5-80GB"
+
+
+def _run(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def test_kv_bytes_per_token_match_published_sizes():
+    # Llama-3.1-70B: 80 layers x 8 KV heads x 128 x (K,V) x 2 B = 327,680 B (320 KiB) a token;
+    # DeepSeek-V3 MLA: 61 layers x (512 latent + 64 rope) x 2 B = 70,272 B (DeepSeek-V2 sec. 2.1.3)
+    assert kv_bytes_per_token(load_model("llama-3.1-70b"), "bf16") == 327_680
+    assert kv_bytes_per_token(load_model("deepseek-v3"), "bf16") == 70_272
+    assert kv_bytes_per_token(load_model("deepseek-v3"), "fp8") == 35_136
+
+
+def test_weights_shard_over_tp_and_shrink_with_precision():
+    m = load_model("llama-3.1-70b")
+    full = weight_bytes_per_gpu(m, PoolLayout(tp=1), "bf16")
+    assert 139e9 < full < 143e9  # 70.6B parameters at 2 bytes
+    assert weight_bytes_per_gpu(m, PoolLayout(tp=8), "bf16") == pytest.approx(full / 8, rel=1e-9)
+    assert weight_bytes_per_gpu(m, PoolLayout(tp=1), "fp8") < 0.52 * full
+
+
+def _costing(model_name: str, layout: PoolLayout, nodes: int = 1):
+    m, g = load_model(model_name), get_gpu(H100)
+    cal = Calibration.defaults((g.name,))
+    return costing(m, PoolSpec("decode", g.name, layout), ServingWorkload(),
+                   homogeneous_cluster(g.name, nodes), cal, g)
+
+
+def test_decode_is_weight_bound_at_small_batch_and_grows_with_batch_and_context():
+    c = _costing("llama-3.1-70b", PoolLayout(tp=8))
+    t1, t8, t64 = (decode_step(c, b, 1024).total_s for b in (1, 8, 64))
+    assert t1 < t8 < t64
+    assert t8 < 1.2 * t1  # reading the weights dominates a small batch
+    # 17.6 GB of weights per GPU at 3.35 TB/s: at least 5.3 ms a step
+    assert decode_step(c, 1, 128).gemm_s > 17.6e9 / 3.35e12
+    assert decode_step(c, 32, 8192).total_s > decode_step(c, 32, 1024).total_s
+
+
+def test_moe_decode_reads_only_touched_experts():
+    c = _costing("qwen3-30b-a3b", PoolLayout(tp=1, dp=8, ep=8), nodes=1)
+    small, large = decode_step(c, 1, 1024).moe_s, decode_step(c, 256, 1024).moe_s
+    # 8 tokens (one per attention rank) choosing 8 of 128 experts touch 1 - (1 - 8/128)^8 = 40%
+    # of the experts in expectation; 2048 tokens touch them all
+    assert 0.3 * large < small < 0.5 * large
+
+
+def test_parse_pool_and_errors():
+    lay = parse_pool("tp=2, dp=4, ep=8, batch=64, workers=2")
+    assert (lay.tp, lay.dp, lay.ep, lay.expert_tp, lay.batch, lay.gpus) == (2, 4, 8, 1, 64, 16)
+    for bad in ("tp=two", "xx=1", "tp", "", "tp=1,tp=2", "batch=0"):
+        with pytest.raises(ValueError):
+            parse_pool(bad)
+
+
+def test_disaggregation_removes_the_prefill_stall_from_tpot():
+    m, g = load_model("llama-3.1-70b"), get_gpu(H100)
+    cl, cal = homogeneous_cluster(g.name, 2), Calibration.defaults((g.name,))
+    wl = ServingWorkload(isl=4096, osl=512)
+    co = estimate(m, Deployment("colocated", (PoolSpec("colocated", g.name,
+                                                       PoolLayout(tp=8, batch=64, workers=2)),)),
+                  wl, cl, {g.name: g}, cal)
+    dis = estimate(m, Deployment("disagg", (
+        PoolSpec("prefill", g.name, PoolLayout(tp=8, workers=1)),
+        PoolSpec("decode", g.name, PoolLayout(tp=8, batch=64, workers=1)))), wl, cl,
+        {g.name: g}, cal)
+    assert dis.tpot_s < co.tpot_s
+    assert co.tpot_s == pytest.approx(co.pools[0].step.total_s / (1 - co.pools[0].utilisation))
+    assert dis.kv_transfer_s > 0
+
+
+def test_serve_json_is_deterministic_and_meets_targets():
+    args = ("serve", "--model", "llama-3.1-8b", "--nodes", "2", "--format", "json")
+    first, second = _run(*args), _run(*args)
+    assert first.exit_code == 0, first.output
+    assert first.output == second.output
+    data = json.loads(first.output)
+    best = data["plans"][0]
+    assert best["meets_slo"] and best["ttft_s"] <= 2.0 and best["tpot_s"] <= 0.05
+    assert {"ttft_s", "tpot_s", "output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user",
+            "request_rate_per_s", "fits", "memory", "pools"} <= set(best)
+    assert {p["role"] for p in data["best_disagg"]["pools"]} == {"prefill", "decode"}
+    assert data["best_colocated"]["pools"][0]["role"] == "colocated"
+    gpus = sum(p["gpus"] for p in best["pools"])
+    assert gpus <= 16 and best["gpus"] == gpus
+
+
+@pytest.mark.parametrize("args,winner", [
+    (("--model", "llama-3.1-8b", "--nodes", "2"), "colocated"),
+    (("--model", "llama-3.1-70b", "--nodes", "2"), "disagg"),
+])
+def test_each_mode_wins_somewhere_and_the_report_says_why(args, winner):
+    result = _run("serve", *args, "--format", "json")
+    data = json.loads(result.output)
+    assert data["plans"][0]["mode"] == winner
+    assert data["why"].startswith("stay colocated" if winner == "colocated" else "disaggregate")
+    table = _run("serve", *args)
+    assert "Why:" in table.output and "Pareto" in table.output
+
+
+def test_serve_estimate_json_keys_and_memory():
+    result = _run("serve", "estimate", "--model", "llama-3.1-70b", "--gpu", H100, "--nodes",
+                  "2", "--isl", "2048", "--osl", "256", "--prefill", "tp=8,workers=1",
+                  "--decode", "tp=8,batch=32,workers=1", "--format", "json")
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.output)
+    assert d["mode"] == "disagg" and d["gpus"] == 16 and d["fits"]
+    assert set(d["memory"]) == {"prefill", "decode"}
+    assert d["memory"]["decode"]["weights_gb"] == pytest.approx(141.1 / 8, rel=0.02)
+
+
+def test_serve_writes_a_valid_plan_that_emits(tmp_path):
+    out = tmp_path / "plan.json"
+    result = _run("serve", "--model", "llama-3.1-70b", "--nodes", "2", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    plan = json.loads(out.read_text())
+    assert plan["kind"] == "serving" and plan["serving"]["mode"] == "disagg"
+    emitted = _run("emit", "sglang", str(out), "--out-dir", str(tmp_path / "launch"))
+    assert emitted.exit_code == 0, emitted.output
+    assert "--disaggregation-mode" in (tmp_path / "launch" / "serving_commands.txt").read_text()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("serve", "--engine", "tgi"), "--engine"),
+    (("serve", "estimate", "--colocated", "tp=eight"), "--colocated"),
+    (("serve", "estimate", "--colocated", "tp=8,workers=4"), "GPUs"),
+    (("serve", "estimate", "--colocated", "tp=3"), "tp"),
+    (("serve", "estimate"), "--colocated"),
+    (("serve", "--ttft-ms", "1", "--tpot-ms", "1"), "TTFT"),
+    (("serve", "--rate", "1", "--concurrency", "2"), "--rate"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
+    result = runner.invoke(app, list(args) + ["--out", str(tmp_path / "p.json")]
+                           if args[:2] == ("serve", "--ttft-ms") else list(args))
+    assert result.exit_code == 2, result.output
+    assert needle in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "p.json").exists()
