@@ -100,9 +100,26 @@ def _calibration(gpu_name: str, path: Path | None) -> Calibration:
     return Calibration({gpu_name: prof}, {gpu_name: sprof})
 
 
-def _hardware(cluster, gpu, nodes, gpus_per_node):
-    hw = resolve_cluster(ClusterChoice(cluster, gpu, 1 if nodes is None and cluster is None
-                                       else nodes, gpus_per_node), DEFAULT_SERVE_GPU)
+def _weights_bytes(spec, precision: str) -> float:
+    from cost_models.serving.config import PoolLayout
+    from cost_models.serving.memory import weight_bytes_per_gpu
+    return weight_bytes_per_gpu(spec, PoolLayout(), precision)
+
+
+def _default_nodes(spec, gpu: str | None, gpus_per_node, precision: str) -> int:
+    """Fewest nodes (1, 2, 4, ...) whose HBM holds the weights with half of it left for KV."""
+    probe = resolve_cluster(ClusterChoice(None, gpu, 1, gpus_per_node), DEFAULT_SERVE_GPU)
+    per_node = probe.num_gpus * probe.slowest_gpu.hbm_bytes
+    nodes = 1
+    while nodes < 64 and _weights_bytes(spec, precision) > 0.5 * nodes * per_node:
+        nodes *= 2
+    return nodes
+
+
+def _hardware(cluster, gpu, nodes, gpus_per_node, spec=None, precision: str = "bf16"):
+    if nodes is None and cluster is None:
+        nodes = _default_nodes(spec, gpu, gpus_per_node, precision) if spec else 1
+    hw = resolve_cluster(ClusterChoice(cluster, gpu, nodes, gpus_per_node), DEFAULT_SERVE_GPU)
     if not hw.homogeneous:
         raise SpecError(cluster or OPTIONS_SOURCE, "node_groups",
                         "one GPU type for now (mixed GPU types per pool: not yet)")
@@ -138,11 +155,12 @@ def serve(
     output_format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Search colocated and disaggregated deployments for the highest output tokens/s per GPU
-    that meets the TTFT and TPOT targets. Without --cluster or --gpu: one node of H100."""
+    that meets the TTFT and TPOT targets. Without --cluster or --nodes: the fewest nodes of
+    --gpu (default H100) whose memory holds the weights twice over."""
     if ctx.invoked_subcommand is not None:
         return
     spec = load_model(model)
-    hw, g = _hardware(cluster, gpu, nodes, gpus_per_node)
+    hw, g = _hardware(cluster, gpu, nodes, gpus_per_node, spec, precision.value)
     wl = _workload(isl, osl, rate, concurrency, ttft_ms, tpot_ms, precision, kv_dtype,
                    prefix_hit, mtp, mtp_acceptance)
     if mode not in (None, "colocated", "disagg"):
@@ -159,8 +177,12 @@ def serve(
                     reverse=True)
     best = ranked[0] if ranked else None
     if best is None:
-        raise SpecError(OPTIONS_SOURCE, "--model", f"a model whose weights fit "
-                        f"{hw.num_gpus} x {g.name} in some layout (none does)", model)
+        need = _weights_bytes(spec, precision.value) / 1e9
+        have = hw.num_gpus * g.hbm_bytes / 1e9
+        raise SpecError(OPTIONS_SOURCE, "--model", f"a model whose weights and KV fit: "
+                        f"{model} needs {need:.0f} GB of {precision.value} weights plus KV, the "
+                        f"cluster has {have:.0f} GB in {hw.num_gpus} x {g.name} and no layout "
+                        f"fits", model)
     if not best.meets_slo:
         e = best.estimate
         binding = ("TTFT" if wl.ttft_ms and e.ttft_s * 1e3 > wl.ttft_ms else "TPOT")
@@ -251,3 +273,56 @@ def serve_estimate(
         typer.echo(json.dumps(data, sort_keys=True, indent=1))
     else:
         print_report(render_serve_estimate(data))
+
+
+@serve_app.command("simulate")
+def serve_simulate(
+    plan: Annotated[Path, typer.Argument(help="Serving plan JSON written by 'planner serve "
+                                              "--out'.")],
+    requests: Annotated[int, typer.Option(min=1, help="Requests to simulate (at least 5 "
+                                          "times the deployment's in-flight room).")] = 4000,
+    seed: Annotated[int, typer.Option(help="Seed of the Poisson arrivals.")] = 0,
+    output_format: FormatOpt = OutputFormat.table,
+) -> None:
+    """Run a serving plan through the request-level simulator (step times from the same cost
+    model) and compare TTFT, TPOT and throughput with the plan's closed-form prediction."""
+    from planner.plan.file import load_plan
+    from planner.serving.simulate import simulate_plan
+    doc = load_plan(plan)
+    if doc.kind != "serving" or doc.serving is None:
+        raise SpecError(str(plan), "kind", "a serving plan", doc.kind)
+    try:
+        data = simulate_plan(doc, requests=requests, seed=seed)
+    except (ValueError, ConfigError) as err:
+        raise SpecError(str(plan), "serving", f"a plan the simulator can run ({err})") from None
+    if output_format is OutputFormat.json:
+        typer.echo(json.dumps(data, sort_keys=True, indent=1))
+        return
+    from rich.table import Table
+    sim, pred, rel = data["simulated"], data["predicted"], data["relative_difference"]
+    load = data["load"]
+    title = (f"{data['mode']} on {data['gpus']} GPUs, {data['requests']} requests, "
+             + (f"Poisson {load['rate_per_s']:.2f} req/s" if load["kind"] == "rate"
+                else f"closed loop of {load['concurrency']}"))
+    table = Table(title=title)
+    for col in ("metric", "simulated", "closed form", "difference"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+
+    def pct(x):
+        return "-" if x is None else f"{x * 100:+.1f}%"
+
+    def ms(x):
+        return "-" if x is None else f"{x * 1e3:.1f}"
+    table.add_row("TTFT mean, ms", ms(sim["ttft_s"]["mean"]), ms(pred["ttft_s"]),
+                  pct(rel["ttft_s"]))
+    table.add_row("TTFT p99, ms", ms(sim["ttft_s"]["p99"]), "", "")
+    table.add_row("TPOT mean, ms", ms(sim["tpot_s"]["mean"]), ms(pred["tpot_s"]),
+                  pct(rel["tpot_s"]))
+    table.add_row("TPOT p99, ms", ms(sim["tpot_s"]["p99"]), "", "")
+    table.add_row("output tok/s/GPU", f"{sim['output_tokens_per_s_per_gpu']:.0f}",
+                  "-" if pred["output_tokens_per_s_per_gpu"] is None
+                  else f"{pred['output_tokens_per_s_per_gpu']:.0f}",
+                  pct(rel["output_tokens_per_s_per_gpu"]))
+    table.add_row("SLO attainment", f"{sim['slo_attainment'] * 100:.1f}%", "", "")
+    table.add_row("preemptions", str(sim["preemptions"]), "", "")
+    print_report(table)
