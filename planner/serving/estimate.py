@@ -32,7 +32,7 @@ from cost_models.serving.latency import (
 from cost_models.serving.memory import (
     PREFILL_CHUNK_TOKENS, PoolMemory, kv_bytes_per_token, pool_memory)
 from cost_models.serving.profile import ServingProfile, default_serving_profile
-from solvers.serving.queueing import md1_mean_wait_s
+from solvers.serving.queueing import md1_mean_wait_s, mgc_mean_wait_s
 from topologies.catalog import GpuSpec
 from topologies.cluster import Cluster, group_view
 
@@ -138,6 +138,13 @@ def md1_wait_s(rho: float, service_s: float) -> float:
     return md1_mean_wait_s(rho / service_s, service_s) if service_s > 0 and rho > 0 else 0.0
 
 
+def slot_wait_s(lam: float, alone_s: float, tpot_s: float, out_tokens: int, slots: int) -> float:
+    """Mean wait for a free decode slot of an instance: each request holds one of ``slots``
+    for its prefill and its decode (``alone + (L-1)*TPOT``); fixed lengths make the holding
+    time nearly deterministic (scv 0)."""
+    return mgc_mean_wait_s(lam, alone_s + out_tokens * tpot_s, slots, service_scv=0.0)
+
+
 def instance_hardware(cluster: Cluster, gpu: GpuSpec, layout: PoolLayout,
                       first_rank: int = 0) -> InstanceHardware:
     """Rates of ``gpu`` and the group views of an instance on ranks from ``first_rank``."""
@@ -214,7 +221,8 @@ def _colocated(model, pool, wl, cluster, cal, gpu, dep: Deployment) -> ServingEs
             d = step.total_s
     rho = min(lam * p, MAX_UTILISATION)
     tpot = d / (s * (1.0 - rho)) if out else 0.0
-    ttft = alone + (d / 2.0 if out else 0.0) + md1_wait_s(rho, p)
+    ttft = alone + (d / 2.0 if out else 0.0) + md1_wait_s(rho, p) + slot_wait_s(
+        lam, alone, tpot, out, lay.requests_per_instance)
     pe = PoolEstimate("colocated", gpu.name, lay, mem, step, lam * lay.workers,
                       capacity * lay.workers, rho)
     return ServingEstimate("colocated", lay.gpus, ttft, tpot, lam * lay.workers,

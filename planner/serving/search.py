@@ -27,7 +27,7 @@ from cost_models.serving.config import PoolLayout, ServingWorkload, check_layout
 from cost_models.serving.memory import max_batch_by_memory
 from planner.serving.estimate import (
     MAX_UTILISATION, Calibration, Deployment, PoolSpec, ServingEstimate, _transfer_s, costing,
-    estimate, md1_wait_s, prefill_per_request_s, _decode)
+    estimate, md1_wait_s, prefill_per_request_s, slot_wait_s, _decode)
 from solvers.serving.ratio import best_split
 from topologies.catalog import GpuSpec
 from topologies.cluster import Cluster
@@ -132,12 +132,24 @@ def _colocated_points(parts: LayoutParts, wl: ServingWorkload):
     p = parts.prefill_per_request_s
     for b, d in parts.decode_s.items():
         n = b * lay.dp
-        lam = n * s / (d * out + n * s * p)
-        rho_t = _rho_for_ttft(tt, parts.prefill_alone_s + d / 2, p, 0.0)
-        lam = min(lam, max(rho_t, 0.05) / p)  # TTFT target out of reach: a light load
+        cap = n * s / (d * out + n * s * p)
+
+        def ttft(lam: float, d: float = d, n: int = n) -> float:
+            tpot = d / (s * (1 - lam * p))
+            return (parts.prefill_alone_s + d / 2 + md1_wait_s(lam * p, p)
+                    + slot_wait_s(lam, parts.prefill_alone_s, tpot, out, n))
+
+        lam = cap * MAX_UTILISATION
+        if ttft(lam) > (tt if tt is not None else math.inf) or math.isinf(ttft(lam)):
+            lo, hi = 0.0, lam  # TTFT grows with the rate: bisect for the target
+            goal = tt if tt is not None else 10 * parts.prefill_alone_s
+            for _ in range(40):
+                mid = (lo + hi) / 2
+                lo, hi = (mid, hi) if ttft(mid) <= goal else (lo, mid)
+            lam = lo if lo > 0 else 0.05 * cap  # out of reach: a light load
         rho = lam * p
         tpot = d / (s * (1 - rho))
-        yield lam, tpot, parts.prefill_alone_s + d / 2 + md1_wait_s(rho, p), b
+        yield lam, tpot, ttft(lam), b
 
 
 def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, gpu: GpuSpec,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 __all__ = ["utilisation", "mg1_mean_wait_s", "md1_mean_wait_s", "mg1_mean_response_s",
+           "mgc_mean_wait_s",
            "decode_throughput_tokens_per_s", "closed_loop_throughput_per_s"]
 
 
@@ -68,3 +69,23 @@ def closed_loop_throughput_per_s(concurrency: int, response_s: float,
     if response_s + think_s <= 0:
         raise ValueError(f"response_s + think_s must be > 0, got {response_s + think_s}")
     return concurrency / (response_s + think_s)
+
+
+def mgc_mean_wait_s(arrival_rate_per_s: float, service_mean_s: float, servers: int,
+                    service_scv: float = 1.0) -> float:
+    """Mean wait of a request for one of ``servers`` slots (decode batch slots), approximated:
+    Sakasegawa's M/M/c formula ``Wq = S * rho^(sqrt(2(c+1)) - 1) / (c (1 - rho))``
+    (H. Sakasegawa, "An approximation formula L_q = alpha*rho^beta/(1-rho)", Annals of the
+    Institute of Statistical Mathematics 29, 1977), scaled by ``(1 + scv) / 2`` for general
+    service times with squared coefficient of variation ``scv`` (the Allen-Cunneen
+    approximation; W. Whitt, "Approximations for the GI/G/m queue", 1993). ``inf`` when
+    ``rho >= 1``."""
+    if servers < 1:
+        raise ValueError(f"servers must be >= 1, got {servers}")
+    rho = arrival_rate_per_s * service_mean_s / servers
+    if rho >= 1.0:
+        return math.inf
+    if rho <= 0.0:
+        return 0.0
+    exponent = math.sqrt(2.0 * (servers + 1)) - 1.0
+    return (1.0 + service_scv) / 2.0 * service_mean_s * rho ** exponent / (servers * (1 - rho))
