@@ -29,6 +29,10 @@ PUBLISHED = {
     "llama-3.1-405b": (405.9e9, None, "HF Hub meta-llama/Llama-3.1-405B, 'Model size' "
                        "(the card's table says 405B)"),
     "gpt3-175b": (175.0e9, None, "Brown et al. 2020, arXiv:2005.14165, Table 2.1"),
+    "opt-13b": (12.85e9, None, "HF Hub facebook/opt-13b, 'Model size' 12.9B (OPT paper, "
+                "arXiv:2205.01068, Table 1, names it 13B)"),
+    "opt-66b": (65.7e9, None, "HF Hub facebook/opt-66b, 'Model size' 65.7B (OPT paper Table 1: "
+                "66B)"),
     "mixtral-8x7b": (46.7e9, 12.9e9, "Mistral AI, 'Mixtral of experts' blog, Dec 2023"),
     "mixtral-8x22b": (141e9, 39e9, "Mistral AI, 'Cheaper, Better, Faster, Stronger', Apr 2024"),
     "qwen3-30b-a3b": (30.5e9, 3.3e9, "HF model card Qwen/Qwen3-30B-A3B"),
