@@ -15,9 +15,16 @@ GPU of the whole budget among configurations meeting the TTFT and TPOT targets. 
 (log and the per-mode ``best_config_topn.csv`` / ``exp_config.yaml`` it writes) stays in a
 temporary directory (``--raw-dir``); only the numbers parsed from it go to the JSON.
 
-planner's side is ``python -m planner serve ... --format json`` in the project's interpreter,
-timed the same way (wall clock of the whole subprocess, imports included). If that command
-fails, planner's columns are null and the error line is recorded.
+planner's side is ``python -m planner serve ... --engine BACKEND --precision P --kv-dtype K
+--format json`` in the project's interpreter (precision matched to what aiconfigurator infers
+from each checkpoint, see QUANT_NOTE), timed the same way (wall clock of the whole subprocess,
+imports included). If that command fails, planner's columns are null and the error line is
+recorded. ``--reuse-aic`` takes aiconfigurator's results from the existing JSON (same version,
+backend and case inputs) and reruns planner only.
+
+tokens/s per GPU is over every GPU of the budget on both sides (aiconfigurator's
+``tokens/s/gpu_cluster``; planner's output tokens/s over the budget), so a plan leaving GPUs idle
+is charged for them; the per-used-GPU numbers are in the JSON too.
 
 Writes ``benchmarks/results/serving_vs_aiconfigurator.json`` and prints a markdown table.
 aiconfigurator's own measured end-to-end runs shipped with the package are not read here.
@@ -256,7 +263,8 @@ def run_aic(case: Case, venv: Path, backend: str, raw_root: Path) -> dict:
     env = dict(os.environ, HF_HUB_OFFLINE="1", MPLBACKEND="Agg", PYTHONWARNINGS="ignore")
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=AIC_TIMEOUT_S)
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=save_dir,
+                           timeout=AIC_TIMEOUT_S)
         rc, log = p.returncode, p.stdout + p.stderr
     except subprocess.TimeoutExpired as e:
         rc, log = None, f"timeout after {AIC_TIMEOUT_S} s\n{e.stdout or ''}{e.stderr or ''}"
@@ -353,7 +361,8 @@ def planner_version() -> dict:
     g = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True,  # noqa: E731
                                   text=True).stdout.strip()
     return {"version": version, "git_commit": g("rev-parse", "HEAD") or None,
-            "git_dirty": bool(g("status", "--porcelain"))}
+            # uncommitted changes outside benchmarks/ (the code planner serve runs)
+            "git_dirty": bool(g("status", "--porcelain", "--", ".", ":!benchmarks"))}
 
 
 # ---------------------------------------------------------------- report
@@ -464,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         raw_root = args.raw_dir or Path(tempfile.mkdtemp(prefix="aic_raw_"))
         raw_root.mkdir(parents=True, exist_ok=True)
 
+    planner_at_start = planner_version()
     results = []
     for c in cases:
         if c.id in reuse:
@@ -490,7 +500,9 @@ def main(argv: list[str] | None = None) -> int:
         "quantization": QUANT_NOTE,
         "aiconfigurator": {"package": AIC_PACKAGE, "version": aic_version,
                            "backend": args.aic_backend},
-        "planner": planner_version(),
+        # the checkout planner ran from; changed_during_run when a commit or edit landed mid-run
+        "planner": {**planner_at_start,
+                    "changed_during_run": planner_version() != planner_at_start},
         "host": {"python": platform.python_version(), "machine": platform.machine(),
                  "cpus": os.cpu_count()},
         "cases": results,
