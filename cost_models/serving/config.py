@@ -40,6 +40,8 @@ class ServingWorkload:
     precision: str = "bf16"
     kv_dtype: str = "bf16"
     moe_imbalance: float = 1.0  # busiest EP rank's routed tokens / the mean (1: balanced)
+    ttft_quantile: float | None = 0.9  # the TTFT target holds for this share of requests
+    #                                    (None: for the mean)
 
     def __post_init__(self) -> None:
         if self.isl < 1 or self.osl < 1:
@@ -53,6 +55,9 @@ class ServingWorkload:
         if self.mtp_depth < 0 or not 0 <= self.mtp_acceptance <= 1:
             raise ConfigError("mtp", "depth >= 0 and acceptance in [0, 1]",
                               (self.mtp_depth, self.mtp_acceptance))
+        if self.ttft_quantile is not None and not 0 < self.ttft_quantile < 1:
+            raise ConfigError("ttft_quantile", "a fraction in (0, 1), or none for the mean",
+                              self.ttft_quantile)
         if self.moe_imbalance < 1:
             raise ConfigError("moe_imbalance", ">= 1", self.moe_imbalance)
         for name in ("rate_per_s", "concurrency", "ttft_ms", "tpot_ms"):

@@ -119,13 +119,15 @@ def _layers_of_stage(model: ModelSpec, pp: int) -> range:
     return range(-(-model.num_layers // pp))
 
 
-@lru_cache(maxsize=64)
 def _expert_params(model: ModelSpec) -> tuple[float, float]:
-    """(one routed expert's parameters, all shared experts' parameters) of one MoE layer."""
+    """(one routed expert's parameters, all shared experts' parameters) of one MoE layer, as
+    :func:`cost_models.model_spec.count_params` counts them."""
     moe = model.moe
     one = mlp_params(model.hidden_size, moe.expert_ffn_hidden, model.glu, moe.expert_bias)
-    counts = count_params(model)
-    return float(one), counts.shared_experts / max(1, model.num_moe_layers)
+    width = moe.shared_ffn_hidden or moe.expert_ffn_hidden
+    shared = moe.num_shared_experts * mlp_params(model.hidden_size, width, model.glu,
+                                                 model.mlp_bias)
+    return float(one), float(shared)
 
 
 def _moe_layer_s(c: Costing, tokens_rank: float, all_pairs_touch: bool) -> float:
@@ -186,15 +188,22 @@ def _attention_core_s(c: Costing, queries: float, keys_of, kv_tokens: float,
     return max(compute, reads)
 
 
-@lru_cache(maxsize=256)
 def _layer_kinds(model: ModelSpec, pp: int) -> tuple[tuple[bool, int | None, int], ...]:
     """(is MoE, attention window, count) of the first stage's layers, grouped: layers of one
     kind cost the same, so each kind is priced once."""
+    return _kinds(model.num_layers, tuple(model.moe_layers), model.sliding_window,
+                  tuple(model.sliding_layers), pp)
+
+
+@lru_cache(maxsize=256)
+def _kinds(num_layers: int, moe_layers: tuple[bool, ...], window: int | None,
+           sliding: tuple[bool, ...], pp: int) -> tuple[tuple[bool, int | None, int], ...]:
     kinds: dict[tuple[bool, int | None], int] = {}
-    for i in _layers_of_stage(model, pp):
-        key = (model.is_moe_layer(i), model.window(i))
+    for i in range(-(-num_layers // pp)):
+        is_window = bool(window) and (not sliding or sliding[i])
+        key = (bool(moe_layers) and moe_layers[i], window if is_window else None)
         kinds[key] = kinds.get(key, 0) + 1
-    return tuple((moe, window, n) for (moe, window), n in sorted(
+    return tuple((moe, w, n) for (moe, w), n in sorted(
         kinds.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)))
 
 
@@ -251,7 +260,7 @@ def decode_step(c: Costing, batch: float, context: float, tokens_per_request: fl
     """One decode iteration for ``batch`` requests per attention rank, each holding ``context``
     tokens of KV and verifying ``tokens_per_request`` positions (1 + MTP depth). With pipeline
     parallelism the batch runs as ``pp`` micro-batches; one request's step crosses every stage,
-    so the step time is ``pp`` stage times at batch/pp."""
+    so the step time is ``pp`` stage times at batch/pp, each with its iteration overhead."""
     pp = c.layout.pp
     micro = batch / pp
     q = micro * tokens_per_request
@@ -259,7 +268,9 @@ def decode_step(c: Costing, batch: float, context: float, tokens_per_request: fl
     attn = _attention_core_s(c, q, lambda w: min(context, w or context), micro * context,
                              decode=True)
     head = _head_s(c, q)
-    overhead = c.sprof.decode_step_overhead_s + _launch_s(c)
+    # every micro-batch is an engine iteration of its own (vLLM's virtual engines, one
+    # scheduler): a request's step pays the iteration cost once per stage it crosses
+    overhead = pp * (c.sprof.decode_step_overhead_s + _launch_s(c))
     comm = _exposed_comm(c, comm, g + attn + moe)
     return StepTime(gemm_s=pp * g + head, attention_s=pp * attn, moe_s=pp * moe,
                     comm_s=pp * comm + _stage_hops_s(c, q), overhead_s=overhead)

@@ -2,11 +2,14 @@
 
 Each loads and validates the plan (:func:`planner.plan.file.load_plan`), then hands it to a
 report, an emitter or the launcher; registered on the app by :mod:`planner.cli.app`.
+``explain`` and ``compare`` dispatch on the plan's kind (training or serving); for serving
+plans the few figures the reports need that a plan does not hold (targets met, the ranking)
+are worked out here.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -14,7 +17,11 @@ from planner.cli.common import fail, print_report
 from planner.errors import SpecError
 from planner.files import write_atomic
 
-PlanArg = Annotated[Path, typer.Argument(help="A plan file written by 'planner solve --out'.")]
+if TYPE_CHECKING:  # annotations only: plans are loaded lazily inside the commands
+    from planner.plan.document import Plan
+
+PlanArg = Annotated[Path, typer.Argument(help="A plan file written by 'planner solve --out' "
+                                              "(or 'planner serve --out').")]
 
 
 def explain(
@@ -25,13 +32,22 @@ def explain(
         min=1, help="Micro-batches to simulate for the timeline (warm-up and cool-down are "
                     "the same for any count).")] = 16,
 ) -> None:
-    """Show everything a plan decided and predicted, and its pipeline timeline."""
+    """Show everything a plan decided and predicted, and its pipeline timeline; for a serving
+    plan, its pools, step time by part, TTFT, TPOT and throughput against the targets, and its
+    engine instances."""
     from planner.plan.file import load_plan
     from planner.report.explain import render_explain
     from planner.report.timeline import save_timeline
     from planner.training.timeline import plan_timeline
 
     loaded = load_plan(plan)
+    if loaded.kind == "serving":
+        from planner.report.serving_explain import render_serving_explain
+        if timeline is not None:
+            raise SpecError("--timeline", "", "a training plan (a serving plan has no "
+                                              "pipeline timeline)", loaded.kind)
+        print_report(render_serving_explain(loaded, serving_targets_met(loaded)))
+        return
     simulated = plan_timeline(loaded, max_microbatches)
     if timeline is not None:
         save_timeline(simulated, timeline,
@@ -43,7 +59,8 @@ def explain(
 
 
 def compare(plans: Annotated[list[Path], typer.Argument(help="Two or more plan files.")]) -> None:
-    """Show plans side by side with their differences highlighted."""
+    """Show plans side by side with their differences highlighted; serving plans one row
+    each, ranked by output tokens/s per GPU, the best marked."""
     from planner.report.compare import render_compare
     from planner.plan.file import load_plan
 
@@ -51,7 +68,41 @@ def compare(plans: Annotated[list[Path], typer.Argument(help="Two or more plan f
     names = [p.stem for p in plans]
     if len(set(names)) < len(names):
         names = [str(p) for p in plans]
+    kinds = sorted({p.kind for p in loaded})
+    if len(kinds) > 1:
+        got = ", ".join(f"{name}: {p.kind}" for name, p in zip(names, loaded))
+        raise SpecError("PLANS", "kind", "plans of one kind (training or serving)", got)
+    if kinds == ["serving"]:
+        from planner.report.serving_explain import render_serving_compare
+        order = serving_rank(loaded)
+        best = 0 if loaded[order[0]].prediction["meets_slo"] else None
+        print_report(render_serving_compare([loaded[i] for i in order], [names[i] for i in order],
+                                            best, serving_inputs_differ(loaded)))
+        return
     print_report(render_compare(loaded, names))
+
+
+def serving_targets_met(plan: Plan) -> dict[str, bool | None]:
+    """Per target (``ttft``, ``tpot``) whether the prediction meets it (``None``: no target);
+    the same test as the estimate's ``meets_slo`` (``planner/serving/estimate.py``)."""
+    workload, prediction = plan.serving["workload"], plan.prediction
+    return {name: None if workload.get(f"{name}_ms") is None
+            else prediction[f"{name}_s"] * 1e3 <= workload[f"{name}_ms"] + 1e-9
+            for name in ("ttft", "tpot")}
+
+
+def serving_rank(plans: list[Plan]) -> list[int]:
+    """Indices of ``plans``, best first: plans meeting their targets before those that miss,
+    then by output tokens/s per GPU, highest first (ties keep the command-line order)."""
+    return sorted(range(len(plans)), key=lambda i: (not plans[i].prediction["meets_slo"],
+                                                    -plans[i].prediction[
+                                                        "output_tokens_per_s_per_gpu"]))
+
+
+def serving_inputs_differ(plans: list[Plan]) -> bool:
+    """Whether the plans are for different models or workloads (ISL, OSL, load, targets)."""
+    return len({(p.inputs["model"]["name"],
+                 tuple(sorted(p.serving["workload"].items()))) for p in plans}) > 1
 
 
 def emit(

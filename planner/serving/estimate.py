@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import numpy as np
 
 from cost_models.model_spec import ModelSpec
 from cost_models.profile import Profile, default_profile
@@ -32,7 +35,9 @@ from cost_models.serving.latency import (
 from cost_models.serving.memory import (
     PREFILL_CHUNK_TOKENS, PoolMemory, kv_bytes_per_token, pool_memory)
 from cost_models.serving.profile import ServingProfile, default_serving_profile
-from solvers.serving.queueing import md1_mean_wait_s, mgc_mean_wait_s
+from solvers.serving.queueing import (
+    birth_death_in_system, md1_mean_wait_s, mgc_mean_wait_s, mgc_wait_probability,
+    wait_quantile_s)
 from topologies.catalog import GpuSpec
 from topologies.cluster import Cluster, group_view
 
@@ -83,10 +88,28 @@ class PoolEstimate:
 
 
 @dataclass(frozen=True)
+class Ttft:
+    """Time to first token: a fixed part plus queue waits, each (mean, probability of waiting).
+    A quantile adds the waits' quantiles (an upper bound of the sum's quantile)."""
+
+    base_s: float
+    waits: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def mean_s(self) -> float:
+        return self.base_s + sum(mean for mean, _ in self.waits)
+
+    def quantile_s(self, q: float | None) -> float:
+        if q is None:
+            return self.mean_s
+        return self.base_s + sum(wait_quantile_s(mean, pw, q) for mean, pw in self.waits)
+
+
+@dataclass(frozen=True)
 class ServingEstimate:
     mode: str
     gpus: int
-    ttft_s: float
+    ttft: Ttft
     tpot_s: float
     request_rate_per_s: float
     output_tokens_per_s: float
@@ -94,6 +117,10 @@ class ServingEstimate:
     fits: bool
     kv_transfer_s: float
     bound: str  # what limits the rate: "decode", "prefill", "load"
+
+    @property
+    def ttft_s(self) -> float:
+        return self.ttft.mean_s
 
     @property
     def output_tokens_per_s_per_gpu(self) -> float:
@@ -104,11 +131,13 @@ class ServingEstimate:
         return 1.0 / self.tpot_s if self.tpot_s > 0 else math.inf
 
     def meets(self, wl: ServingWorkload) -> bool:
-        return self.fits and (wl.ttft_ms is None or self.ttft_s * 1e3 <= wl.ttft_ms + 1e-9) and (
+        ttft = self.ttft.quantile_s(wl.ttft_quantile)
+        return self.fits and (wl.ttft_ms is None or ttft * 1e3 <= wl.ttft_ms + 1e-9) and (
             wl.tpot_ms is None or self.tpot_s * 1e3 <= wl.tpot_ms + 1e-9)
 
     def as_dict(self, wl: ServingWorkload) -> dict:
         return {"mode": self.mode, "gpus": self.gpus, "ttft_s": self.ttft_s,
+                "ttft_p90_s": self.ttft.quantile_s(0.9), "ttft_p99_s": self.ttft.quantile_s(0.99),
                 "tpot_s": self.tpot_s, "request_rate_per_s": self.request_rate_per_s,
                 "output_tokens_per_s": self.output_tokens_per_s,
                 "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu,
@@ -138,11 +167,42 @@ def md1_wait_s(rho: float, service_s: float) -> float:
     return md1_mean_wait_s(rho / service_s, service_s) if service_s > 0 and rho > 0 else 0.0
 
 
-def slot_wait_s(lam: float, alone_s: float, tpot_s: float, out_tokens: int, slots: int) -> float:
-    """Mean wait for a free decode slot of an instance: each request holds one of ``slots``
-    for its prefill and its decode (``alone + (L-1)*TPOT``); fixed lengths make the holding
-    time nearly deterministic (scv 0)."""
-    return mgc_mean_wait_s(lam, alone_s + out_tokens * tpot_s, slots, service_scv=0.0)
+def slot_wait(lam: float, alone_s: float, tpot_s: float, out_tokens: int, slots: int
+              ) -> tuple[float, float]:
+    """(mean wait, probability of waiting) for a free decode slot of an instance: each request
+    holds one of ``slots`` for its prefill and its decode (``alone + (L-1)*TPOT``); fixed
+    lengths make the holding time nearly deterministic (scv 0)."""
+    hold = alone_s + out_tokens * tpot_s
+    return (mgc_mean_wait_s(lam, hold, slots, service_scv=0.0),
+            mgc_wait_probability(lam, hold, slots))
+
+
+def prefill_pool_ttft(table: "PrefillTable", lam: float, workers: int, transfer_s: float
+                      ) -> Ttft:
+    """TTFT on a pool of ``workers`` prefill instances fed ``lam`` requests/s.
+
+    An instance runs whatever waits in its next step (up to a full step), so the more wait,
+    the faster it serves: a birth-death chain whose rate with ``n`` requests in the pool is
+    ``n / P(1)`` while instances are free and ``W * m / P(m)`` beyond, ``m = n / W`` requests
+    per instance's step (least-loaded routing spreads them). Little's law turns its mean
+    occupancy into the time in the pool; the chain's waits are exponential, a step is not, so
+    the wait beyond one's own prefill is halved (Allen-Cunneen, scv 0); an arrival waits when
+    the pool is not empty. Then the KV transfer (SGLang and vLLM stream the first token from
+    the decode side)."""
+    mean_n, p_empty = birth_death_in_system(lam, table.pool_rates(workers))
+    if math.isinf(mean_n):
+        return Ttft(table.alone_s + transfer_s, ((math.inf, 1.0),))
+    waiting = 0.5 * max(0.0, mean_n / lam - table.alone_s) if lam > 0 else 0.0
+    return Ttft(table.alone_s + transfer_s, ((waiting, 1.0 - p_empty),))
+
+
+def colocated_ttft(alone_s: float, step_s: float, lam: float, p: float, out_tokens: int,
+                   slot: tuple[float, float]) -> Ttft:
+    """One prefill, half a decode step, the M/D/1 prefill queue and the wait for a decode
+    slot ``slot`` = (mean, probability of waiting)."""
+    rho = min(lam * p, MAX_UTILISATION)
+    return Ttft(alone_s + (step_s / 2.0 if out_tokens else 0.0),
+                ((md1_wait_s(rho, p), rho), slot))
 
 
 def instance_hardware(cluster: Cluster, gpu: GpuSpec, layout: PoolLayout,
@@ -173,16 +233,104 @@ def costing(model: ModelSpec, pool: PoolSpec, wl: ServingWorkload, cluster: Clus
                    cuda_graphs=cuda_graphs)
 
 
-def prefill_per_request_s(c: Costing, wl: ServingWorkload) -> tuple[float, float]:
-    """(one request's prefill latency alone, the instance time per request when prompts are
-    batched up to the chunk budget and attention-DP ranks prefill in parallel)."""
+@dataclass(frozen=True)
+class PrefillTable:
+    """What prefills cost an instance, by how many requests one prefill step batches.
+
+    A step's prompts are dealt to the ``dp`` attention ranks, each takes up to the chunk
+    budget, and the step lasts as long as its fullest rank (the MoE layers of every rank run
+    together), so one lone request costs the whole instance a full prompt's time while a full
+    step shares it among ``dp * per_rank`` requests. ``step_s[j-1]`` is the step with ``j``
+    prompts on the fullest rank, divided by ``pp`` (stages overlap successive steps).
+    """
+
+    alone_s: float  # one request's prefill latency
+    dp: int
+    step_s: tuple[float, ...]
+
+    @property
+    def max_batch(self) -> int:
+        return self.dp * len(self.step_s)
+
+    def step_time_s(self, k: float) -> float:
+        per_rank = min(len(self.step_s), max(1, math.ceil(k / self.dp - 1e-9)))
+        return self.step_s[per_rank - 1]
+
+    def per_request_s(self, k: float) -> float:
+        k = min(max(k, 1.0), float(self.max_batch))
+        return self.step_time_s(k) / k
+
+    @property
+    def full_per_request_s(self) -> float:
+        return self.per_request_s(self.max_batch)
+
+    def batch_at(self, lam: float, gap_s: float) -> float:
+        """Requests a step batches at arrival rate ``lam``: those that arrive during the step
+        before it and the ``gap_s`` between steps (prefill priority runs waiting prompts at
+        the next step boundary): the fixed point ``k = lam * (gap + P(k))`` between 1 and a
+        full step. ``P`` is constant while the fullest rank holds ``j`` prompts, so the first
+        ``j`` whose ``k`` fits in ``j * dp`` gives it exactly."""
+        for j, step in enumerate(self.step_s, start=1):
+            k = lam * (gap_s + step)
+            if k <= j * self.dp:
+                return max(1.0, k)
+        return float(self.max_batch)
+
+    def per_request_at(self, lam: float, gap_s: float) -> float:
+        return self.per_request_s(self.batch_at(lam, gap_s))
+
+    def pool_rates(self, workers: int) -> np.ndarray:
+        """Completion rate of ``workers`` instances with n = 1, 2, ... requests in the pool
+        (:func:`prefill_pool_ttft`)."""
+        return _pool_rates(self, workers)
+
+
+@lru_cache(maxsize=4096)
+def _pool_rates(table: PrefillTable, workers: int) -> np.ndarray:
+    m = np.arange(1, table.max_batch + 1, dtype=float)
+    per_instance = m / np.array([table.step_time_s(x) for x in m])
+    return np.concatenate((np.arange(1, workers + 1) / table.step_time_s(1.0),
+                           workers * np.repeat(per_instance[1:], workers)))
+
+
+MAX_PER_RANK_TABLE = 64  # prompts per rank priced one by one; more are interpolated
+
+
+def prefill_table(c: Costing, wl: ServingWorkload) -> PrefillTable:
+    """The :class:`PrefillTable` of an instance for ``wl``'s prompts."""
     new = max(1.0, wl.new_input_tokens)
     cached = wl.isl - new
     alone = prefill_request_s(c, new, cached, PREFILL_CHUNK_TOKENS)
-    per_chunk = max(1, int(PREFILL_CHUNK_TOKENS // new))
-    batched = (prefill_step(c, (new,) * per_chunk, cached).total_s / per_chunk
-               if per_chunk > 1 else alone)
-    return alone, batched / (c.layout.dp * c.layout.pp)
+    per_rank = max(1, int(PREFILL_CHUNK_TOKENS // new))
+    if per_rank == 1:
+        steps = (alone,)
+    else:
+        priced = sorted({j for j in range(1, min(per_rank, MAX_PER_RANK_TABLE) + 1)}
+                        | {per_rank})
+        times = {j: prefill_step(c, (new,) * j, cached).total_s for j in priced}
+        steps = tuple(float(np.interp(j, priced, [times[x] for x in priced]))
+                      for j in range(1, per_rank + 1))
+    return PrefillTable(alone, c.layout.dp, tuple(t / c.layout.pp for t in steps))
+
+
+def prefill_per_request_s(c: Costing, wl: ServingWorkload) -> tuple[float, float]:
+    """(one request's prefill latency alone, the instance time per request of a full step)."""
+    table = prefill_table(c, wl)
+    return table.alone_s, table.full_per_request_s
+
+
+def colocated_rate(n: float, s: float, d: float, out: int, table: PrefillTable) -> float:
+    """Requests/s an instance sustains with ``n`` running: ``lambda = n*s/(d*(L-1) +
+    n*s*p(lambda))``, where a prefill's cost ``p`` depends on how many arrivals one step
+    batches; a fixed point (``p`` falls as the rate rises)."""
+    lam = n * s / (d * out + n * s * table.full_per_request_s)
+    for _ in range(40):
+        p = table.per_request_at(lam, d)
+        lam_next = n * s / (d * out + n * s * p)
+        if abs(lam_next - lam) < 1e-9 * lam:
+            break
+        lam = 0.5 * (lam + lam_next)
+    return lam
 
 
 def _decode(c: Costing, wl: ServingWorkload, per_rank: float) -> StepTime:
@@ -202,11 +350,17 @@ def _colocated(model, pool, wl, cluster, cal, gpu, dep: Deployment) -> ServingEs
     c = costing(model, pool, wl, cluster, cal, gpu, dep.cuda_graphs, dep.overlap_comm)
     mem = pool_memory(model, lay, wl, gpu.hbm_bytes, c.sprof, c.prof.reserved_bytes)
     s, out = wl.tokens_per_step, max(wl.osl - 1, 0)
-    alone, p = prefill_per_request_s(c, wl)
+    table = prefill_table(c, wl)
+    alone = table.alone_s
     n = _running_per_instance(lay, wl, lay.workers)
     step = _decode(c, wl, n / lay.dp)
     d = step.total_s
-    capacity = n * s / (d * out + n * s * p)  # requests/s of one instance, closed loop
+    if wl.rate_per_s is None:
+        # closed loop: with fixed lengths the requests admitted together finish together and
+        # their successors arrive together, so prefill steps run full
+        capacity = n * s / (d * out + n * s * table.full_per_request_s)
+    else:  # open loop: a prefill step batches what arrived since the last one
+        capacity = colocated_rate(n, s, d, out, table)
     lam, bound = capacity, "decode"
     if wl.rate_per_s is not None:
         offered = wl.rate_per_s / lay.workers
@@ -214,15 +368,22 @@ def _colocated(model, pool, wl, cluster, cal, gpu, dep: Deployment) -> ServingEs
             lam, bound = offered, "load"
             # fewer requests in flight at this rate: Little's law n = lam * (time in system)
             for _ in range(30):
-                busy = min(lam * p, MAX_UTILISATION)
-                tpot_n = _decode(c, wl, n / lay.dp).total_s / (s * (1 - busy))
+                d_n = _decode(c, wl, n / lay.dp).total_s
+                busy = min(lam * table.per_request_at(lam, d_n), MAX_UTILISATION)
+                tpot_n = d_n / (s * (1 - busy))
                 n = min(float(lay.requests_per_instance), max(1.0, lam * (out * tpot_n + alone)))
             step = _decode(c, wl, n / lay.dp)
             d = step.total_s
+    p = (table.per_request_at(lam, d) if wl.rate_per_s is not None
+         else table.full_per_request_s)
     rho = min(lam * p, MAX_UTILISATION)
     tpot = d / (s * (1.0 - rho)) if out else 0.0
-    ttft = alone + (d / 2.0 if out else 0.0) + md1_wait_s(rho, p) + slot_wait_s(
-        lam, alone, tpot, out, lay.requests_per_instance)
+    if wl.rate_per_s is not None:
+        slot = slot_wait(lam, alone, tpot, out, lay.requests_per_instance)
+    else:  # closed loop: the requests beyond the slots wait their turn (Little's law)
+        extra = (wl.concurrency or 0) / lay.workers - lay.requests_per_instance
+        slot = (extra / lam, 1.0) if extra > 0 and lam > 0 else (0.0, 0.0)
+    ttft = colocated_ttft(alone, d, lam, p, out, slot)
     pe = PoolEstimate("colocated", gpu.name, lay, mem, step, lam * lay.workers,
                       capacity * lay.workers, rho)
     return ServingEstimate("colocated", lay.gpus, ttft, tpot, lam * lay.workers,
@@ -258,15 +419,18 @@ def _disagg(model, dep: Deployment, wl, cluster, cal, gpus) -> ServingEstimate:
     mem_d = pool_memory(model, dec.layout, wl, gpus[dec.gpu].hbm_bytes, cd.sprof,
                         cd.prof.reserved_bytes)
     s, out = wl.tokens_per_step, max(wl.osl - 1, 0)
-    alone, p = prefill_per_request_s(cp, wl)
-    prefill_cap = pre.layout.workers / p
+    table = prefill_table(cp, wl)
+    alone = table.alone_s
+    prefill_cap = pre.layout.workers / table.full_per_request_s
     n = _running_per_instance(dec.layout, wl, dec.layout.workers)
     step = _decode(cd, wl, n / dec.layout.dp)
     decode_cap = dec.layout.workers * (n * s / (step.total_s * out) if out else math.inf)
     lam = min(prefill_cap * MAX_UTILISATION, decode_cap)
     bound = "prefill" if prefill_cap * MAX_UTILISATION < decode_cap else "decode"
-    if wl.rate_per_s is not None and wl.rate_per_s < lam:
-        lam, bound = wl.rate_per_s, "load"
+    if wl.rate_per_s is not None:  # the decode batch settles where Little's law puts it
+        if wl.rate_per_s < lam * (1 - 1e-9):
+            bound = "load"
+        lam = min(lam, wl.rate_per_s)
         per_inst = lam / dec.layout.workers
         n = min(float(dec.layout.requests_per_instance),
                 max(1.0, per_inst * out * step.total_s / s))
@@ -275,8 +439,10 @@ def _disagg(model, dep: Deployment, wl, cluster, cal, gpus) -> ServingEstimate:
             n = min(float(dec.layout.requests_per_instance),
                     max(1.0, per_inst * out * step.total_s / s))
     transfer = _transfer_s(model, wl, cluster, cal, pre, dec, pre.gpu)
-    rho = lam / prefill_cap
-    ttft = alone + md1_wait_s(min(rho, MAX_UTILISATION), p) + transfer
+    p = table.per_request_at(lam / pre.layout.workers, 0.0)
+    rho = lam * p / pre.layout.workers
+    rho_q = min(rho, MAX_UTILISATION)
+    ttft = prefill_pool_ttft(table, lam, pre.layout.workers, transfer)
     tpot = step.total_s / s if out else 0.0
     pes = (PoolEstimate("prefill", pre.gpu, pre.layout, mem_p,
                         prefill_step(cp, (max(1.0, wl.new_input_tokens),),

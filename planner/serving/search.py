@@ -27,21 +27,26 @@ from cost_models.serving.config import PoolLayout, ServingWorkload, check_layout
 from cost_models.serving.memory import max_batch_by_memory
 from planner.serving.estimate import (
     MAX_UTILISATION, Calibration, Deployment, PoolSpec, ServingEstimate, _transfer_s, costing,
-    estimate, md1_wait_s, prefill_per_request_s, slot_wait_s, _decode)
+    estimate, md1_wait_s, slot_wait, prefill_pool_ttft, PrefillTable, prefill_table, colocated_rate, colocated_ttft, Ttft,
+    _decode)
 from solvers.serving.ratio import best_split
 from topologies.catalog import GpuSpec
 from topologies.cluster import Cluster
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 TOP_PAIRS = 4  # best prefill and decode layouts paired for disaggregation
+# Plans run an instance at no more than this share of the rate it sustains with every decode
+# slot full. Up to it the closed-form TTFT (M/D/1 prefill queue + M/G/c slot queue) tracks the
+# request-level simulator within ~20% (p90 included); past ~95% the simulator's slot queue
+# grows without bound while the closed form still predicts short waits (docs/serving.md).
+CAPACITY_HEADROOM = 0.9
 
 
 @dataclass(frozen=True)
 class LayoutParts:
     layout: PoolLayout  # batch 1, workers 1
     max_batch: int
-    prefill_alone_s: float
-    prefill_per_request_s: float
+    prefill: PrefillTable
     decode_s: dict[int, float]  # batch per attention rank -> decode step seconds
 
 
@@ -106,50 +111,46 @@ def layout_parts(model, lay, wl, cluster, cal, gpu: GpuSpec) -> LayoutParts | No
     cap = max_batch_by_memory(model, lay, wl, gpu.hbm_bytes, c.sprof, c.prof.reserved_bytes)
     if cap < 1:
         return None
-    alone, per_req = prefill_per_request_s(c, wl)
+    table = prefill_table(c, wl)
     grid = [b for b in BATCHES if b <= cap] + ([cap] if cap not in BATCHES and cap < 1025
                                                 else [])
     steps = {b: _decode(c, wl, float(b)).total_s for b in sorted(set(grid))}
-    return LayoutParts(lay, cap, alone, per_req, steps)
+    return LayoutParts(lay, cap, table, steps)
 
 
-def _rho_for_ttft(target_s: float | None, alone: float, p: float, extra: float) -> float:
-    """Highest prefill utilisation whose mean TTFT alone + extra + W_MD1 meets ``target_s``."""
-    if target_s is None:
-        return MAX_UTILISATION
-    slack = target_s - alone - extra
-    if slack <= 0:
-        return 0.0
-    # W = rho p / (2 (1 - rho)) <= slack  <=>  rho <= 2 slack / (2 slack + p)
-    return min(MAX_UTILISATION, 2 * slack / (2 * slack + p))
+def _bisect_rate(ttft, target_s: float | None, top: float, floor_s: float) -> float:
+    """Highest rate up to ``top`` whose TTFT meets ``target_s`` (bisection; TTFT grows with the
+    rate). Out of reach: a light load (5% of ``top``)."""
+    cap = lam = top
+    goal = target_s if target_s is not None else 10 * floor_s
+    if ttft(lam) <= goal:
+        return lam
+    lo, hi = 0.0, lam
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if ttft(mid) <= goal else (lo, mid)
+    return lo if lo > 0 else 0.05 * cap
 
 
 def _colocated_points(parts: LayoutParts, wl: ServingWorkload):
     """(rate per instance, tpot, ttft, batch) for each batch of the grid."""
     s, out = wl.tokens_per_step, max(wl.osl - 1, 1)
-    lay = parts.layout
+    lay, table = parts.layout, parts.prefill
     tt = wl.ttft_ms / 1e3 if wl.ttft_ms else None
-    p = parts.prefill_per_request_s
     for b, d in parts.decode_s.items():
         n = b * lay.dp
-        cap = n * s / (d * out + n * s * p)
+        cap = colocated_rate(n, s, d, out, table)
+
+        def tpot_at(lam: float, d: float = d) -> float:
+            return d / (s * (1 - min(lam * table.per_request_at(lam, d), MAX_UTILISATION)))
 
         def ttft(lam: float, d: float = d, n: int = n) -> float:
-            tpot = d / (s * (1 - lam * p))
-            return (parts.prefill_alone_s + d / 2 + md1_wait_s(lam * p, p)
-                    + slot_wait_s(lam, parts.prefill_alone_s, tpot, out, n))
+            slot = slot_wait(lam, table.alone_s, tpot_at(lam), out, n)  # quick M/G/c form
+            return colocated_ttft(table.alone_s, d, lam, table.per_request_at(lam, d), out,
+                                  slot).quantile_s(wl.ttft_quantile)
 
-        lam = cap * MAX_UTILISATION
-        if ttft(lam) > (tt if tt is not None else math.inf) or math.isinf(ttft(lam)):
-            lo, hi = 0.0, lam  # TTFT grows with the rate: bisect for the target
-            goal = tt if tt is not None else 10 * parts.prefill_alone_s
-            for _ in range(40):
-                mid = (lo + hi) / 2
-                lo, hi = (mid, hi) if ttft(mid) <= goal else (lo, mid)
-            lam = lo if lo > 0 else 0.05 * cap  # out of reach: a light load
-        rho = lam * p
-        tpot = d / (s * (1 - rho))
-        yield lam, tpot, ttft(lam), b
+        lam = _bisect_rate(ttft, tt, cap * CAPACITY_HEADROOM, table.alone_s)
+        yield lam, tpot_at(lam), ttft(lam), b
 
 
 def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, gpu: GpuSpec,
@@ -205,13 +206,17 @@ def _disagg_candidates(model, wl, cluster, cal, gpu, all_parts, tpot_t, pareto,
         lay = parts.layout
         spec = PoolSpec("prefill", gpu.name, lay)
         transfer = _transfer_s(model, wl, cluster, cal, spec, spec, gpu.name)
-        rho = max(0.05, _rho_for_ttft(tt, parts.prefill_alone_s, parts.prefill_per_request_s,
-                                      transfer))  # out of reach: a light load
-        rate = rho / parts.prefill_per_request_s
+        table = parts.prefill
+
+        def ttft(lam: float, table: PrefillTable = table, transfer: float = transfer) -> float:
+            return prefill_pool_ttft(table, lam, 1, transfer).quantile_s(wl.ttft_quantile)
+
+        rate = _bisect_rate(ttft, tt, MAX_UTILISATION / table.full_per_request_s,
+                            table.alone_s)
         prefill.append((rate / lay.gpus_per_instance, parts, rate))
         best, smallest = None, None
         for b, d in parts.decode_s.items():
-            rate = b * lay.dp * s / (d * out)
+            rate = CAPACITY_HEADROOM * b * lay.dp * s / (d * out)
             per_gpu = rate * wl.osl / lay.gpus_per_instance
             pareto.append({"mode": "disagg-decode", "tokens_per_s_per_gpu": per_gpu,
                            "tokens_per_s_per_user": s / d, "layout": lay, "batch": b})

@@ -193,9 +193,11 @@ def simulate_plan(plan: Plan, requests: int = 4000, seed: int = 0) -> dict:
                  "request_rate_per_s": res.request_rate_per_s,
                  "slo_attainment": res.slo_attainment(ttft_t, tpot_t),
                  "preemptions": res.preemptions, "mean_decode_batch": res.mean_decode_batch}
-    predicted = {k: pred.get(k) for k in ("ttft_s", "tpot_s", "output_tokens_per_s_per_gpu",
-                                          "request_rate_per_s")}
+    predicted = {k: pred.get(k) for k in ("ttft_s", "ttft_p90_s", "ttft_p99_s", "tpot_s",
+                                          "output_tokens_per_s_per_gpu", "request_rate_per_s")}
     relative = {"ttft_s": _rel(res.ttft.mean_s, predicted["ttft_s"] or 0.0),
+                "ttft_p90_s": _rel(res.ttft.p90_s, predicted["ttft_p90_s"] or 0.0),
+                "ttft_p99_s": _rel(res.ttft.p99_s, predicted["ttft_p99_s"] or 0.0),
                 "tpot_s": _rel(res.tpot.mean_s, predicted["tpot_s"] or 0.0),
                 "output_tokens_per_s_per_gpu": _rel(per_gpu,
                                                     predicted["output_tokens_per_s_per_gpu"]

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 __all__ = ["utilisation", "mg1_mean_wait_s", "md1_mean_wait_s", "mg1_mean_response_s",
-           "mgc_mean_wait_s",
+           "mgc_mean_wait_s", "mgc_wait_probability", "wait_quantile_s", "birth_death_in_system",
            "decode_throughput_tokens_per_s", "closed_loop_throughput_per_s"]
 
 
@@ -89,3 +91,55 @@ def mgc_mean_wait_s(arrival_rate_per_s: float, service_mean_s: float, servers: i
         return 0.0
     exponent = math.sqrt(2.0 * (servers + 1)) - 1.0
     return (1.0 + service_scv) / 2.0 * service_mean_s * rho ** exponent / (servers * (1 - rho))
+
+
+def mgc_wait_probability(arrival_rate_per_s: float, service_mean_s: float, servers: int) -> float:
+    """Probability that a request waits for one of ``servers`` slots: Sakasegawa's numerator
+    ``rho^(sqrt(2(c+1)) - 1)`` (exact for c = 1, where it is rho), capped at 1."""
+    rho = arrival_rate_per_s * service_mean_s / servers
+    if rho <= 0.0:
+        return 0.0
+    return min(1.0, rho ** (math.sqrt(2.0 * (servers + 1)) - 1.0))
+
+
+def wait_quantile_s(mean_wait_s: float, wait_probability: float, quantile: float) -> float:
+    """``quantile`` of a waiting time that is zero with probability ``1 - wait_probability``
+    and exponential beyond: the heavy-traffic form of the M/G/1 and M/G/c waiting-time tail
+    (Kingman 1962; for M/M/c it is exact), ``P(W > t) = Pw * exp(-t * Pw / E[W])``."""
+    if not 0.0 < quantile < 1.0:
+        raise ValueError(f"quantile must be in (0, 1), got {quantile}")
+    if mean_wait_s <= 0.0 or wait_probability <= 0.0:
+        return 0.0
+    if math.isinf(mean_wait_s):
+        return math.inf
+    tail = 1.0 - quantile
+    if wait_probability <= tail:
+        return 0.0
+    return mean_wait_s / wait_probability * math.log(wait_probability / tail)
+
+
+
+def birth_death_in_system(arrival_rate_per_s: float, rates_per_s: np.ndarray
+                          ) -> tuple[float, float]:
+    """(mean number in system, probability of an empty system) of a birth-death chain: Poisson
+    arrivals at ``arrival_rate_per_s``, completions at ``rates_per_s[n-1]`` with ``n`` in the
+    system and at the last rate beyond (L. Kleinrock, *Queueing Systems Vol. 1*, ch. 3, the
+    state-dependent birth-death queue). A server that batches what waits into its next step
+    serves faster the more wait, which this captures. ``(inf, 0)`` when even the fastest rate
+    cannot keep up."""
+    lam = arrival_rate_per_s
+    rates = np.asarray(rates_per_s, dtype=float)
+    r = lam / rates[-1]
+    if r >= 1.0:
+        return math.inf, 0.0
+    if lam <= 0.0:
+        return 0.0, 1.0
+    logp = np.concatenate(([0.0], np.cumsum(np.log(lam / rates))))  # log P_n / P_0
+    top = logp.max()
+    p = np.exp(logp - top)
+    n_last = len(rates)
+    tail_mass = p[-1] * r / (1.0 - r)
+    tail_moment = p[-1] * (n_last * r / (1.0 - r) + r / (1.0 - r) ** 2)
+    total = p.sum() + tail_mass
+    mean_n = (float(np.dot(np.arange(n_last + 1), p)) + tail_moment) / total
+    return mean_n, float(p[0] / total)
