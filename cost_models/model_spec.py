@@ -2,8 +2,15 @@
 
 Parameter counts follow the weight shapes of the Hugging Face implementations
 (``modeling_llama.py``, ``modeling_mixtral.py``, ``modeling_qwen3_moe.py``,
-``modeling_deepseek_v3.py``, ``modeling_gpt_oss.py``, ``modeling_gpt2.py``), so that a count
-can be checked against the totals their model cards publish.
+``modeling_deepseek_v3.py``, ``modeling_gpt_oss.py``, ``modeling_gpt2.py``,
+``modeling_glm4_moe.py``, ``modeling_minimax_m2.py``, ``modeling_llama4.py``,
+``modeling_qwen3_next.py`` / ``modular_qwen3_5.py``), so that a count can be checked against the
+totals their model cards publish.
+
+Three per-layer attention kinds besides full causal attention: sliding-window layers
+(``sliding_layers``), chunked layers (``chunk_layers``: Llama-4, a query sees only the keys of its
+own ``attention_chunk``-token block) and linear-attention layers (``linear_layers``: Gated
+DeltaNet, which keep a fixed-size recurrent state per request instead of a KV cache).
 """
 from __future__ import annotations
 
@@ -49,6 +56,55 @@ class MLASpec:
 
 
 @dataclass(frozen=True)
+class LinearAttnSpec:
+    """Gated DeltaNet linear attention (Yang et al. 2024, arXiv:2412.06464) as in Qwen3-Next
+    and Qwen3.5: a depthwise causal conv over q/k/v, then a per-head delta-rule recurrence over
+    a ``key_head_dim x value_head_dim`` state. Value heads share key heads in groups (like GQA)."""
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+
+    def __post_init__(self) -> None:
+        if min(self.num_key_heads, self.num_value_heads, self.key_head_dim,
+               self.value_head_dim, self.conv_kernel) < 1:
+            raise ValueError(f"linear attention sizes must be >= 1: {self}")
+        if self.num_value_heads % self.num_key_heads:
+            raise ValueError(f"linear attention num_value_heads={self.num_value_heads} is not a "
+                             f"multiple of num_key_heads={self.num_key_heads}")
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_value_heads * self.value_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the causal conv: q, k and v side by side."""
+        return 2 * self.key_dim + self.value_dim
+
+    @property
+    def recurrent_state_elems(self) -> int:
+        """Delta-rule state of one request in one layer: one d_k x d_v matrix per value head."""
+        return self.num_value_heads * self.key_head_dim * self.value_head_dim
+
+    @property
+    def conv_state_elems(self) -> int:
+        """Last ``conv_kernel - 1`` inputs of the causal conv, one request, one layer."""
+        return self.conv_dim * (self.conv_kernel - 1)
+
+    @property
+    def state_elems(self) -> int:
+        """Everything one request keeps in one linear layer, whatever its length."""
+        return self.recurrent_state_elems + self.conv_state_elems
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only transformer. ``moe_layers[i]`` says whether layer i uses the MoE FFN."""
 
@@ -74,6 +130,13 @@ class ModelSpec:
     sliding_window: int | None = None
     sliding_layers: tuple[bool, ...] = ()
     mtp_layers: int = 0  # DeepSeek multi-token-prediction modules, counted apart from the total
+    # Output-gated attention (Qwen3-Next, Qwen3.5): q_proj also emits a sigmoid gate per head
+    # and channel, so it is twice as wide.
+    attn_gate: bool = False
+    linear_attn: LinearAttnSpec | None = None
+    linear_layers: tuple[bool, ...] = ()  # layer i uses linear attention (no KV cache)
+    attention_chunk: int | None = None  # Llama-4 chunked attention: block length in tokens
+    chunk_layers: tuple[bool, ...] = ()  # layer i uses chunked attention (default: all)
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -94,9 +157,20 @@ class ModelSpec:
         if self.moe_layers and len(self.moe_layers) != self.num_layers:
             raise ValueError(f"model '{self.name}': moe_layers has {len(self.moe_layers)} entries "
                              f"for {self.num_layers} layers")
-        if self.sliding_layers and len(self.sliding_layers) != self.num_layers:
-            raise ValueError(f"model '{self.name}': sliding_layers has {len(self.sliding_layers)} "
-                             f"entries for {self.num_layers} layers")
+        for key in ("sliding_layers", "linear_layers", "chunk_layers"):
+            flags = getattr(self, key)
+            if flags and len(flags) != self.num_layers:
+                raise ValueError(f"model '{self.name}': {key} has {len(flags)} entries for "
+                                 f"{self.num_layers} layers")
+        if (self.linear_attn is None) == any(self.linear_layers):
+            raise ValueError(f"model '{self.name}': linear_attn and linear_layers go together "
+                             f"(linear_attn {'missing' if self.linear_attn is None else 'set'}, "
+                             f"{sum(self.linear_layers)} linear layers)")
+        if self.attention_chunk is not None and self.attention_chunk < 1:
+            raise ValueError(f"model '{self.name}': attention_chunk={self.attention_chunk} "
+                             "must be >= 1")
+        if self.attention_chunk is None and any(self.chunk_layers):
+            raise ValueError(f"model '{self.name}': chunk_layers set but no attention_chunk")
 
     @property
     def is_moe(self) -> bool:
@@ -114,10 +188,35 @@ class ModelSpec:
         return bool(self.moe_layers) and self.moe_layers[i]
 
     def window(self, i: int) -> int | None:
-        """Attention window of layer i (None: full causal attention)."""
+        """Sliding attention window of layer i (None: no sliding window)."""
         if self.sliding_window and (not self.sliding_layers or self.sliding_layers[i]):
             return self.sliding_window
         return None
+
+    def chunk(self, i: int) -> int | None:
+        """Attention chunk of layer i (None: not chunked). A query at position p sees only the
+        keys in ``[p - p % chunk, p]``, so the layer caches at most ``chunk`` tokens."""
+        if self.attention_chunk and (not self.chunk_layers or self.chunk_layers[i]):
+            return self.attention_chunk
+        return None
+
+    def is_linear_layer(self, i: int) -> bool:
+        """Layer i uses linear attention: a fixed-size state per request, no KV cache."""
+        return bool(self.linear_layers) and self.linear_layers[i]
+
+    @property
+    def num_linear_layers(self) -> int:
+        return sum(self.linear_layers)
+
+    @property
+    def num_kv_layers(self) -> int:
+        """Layers that keep a KV cache (every layer but the linear-attention ones)."""
+        return self.num_layers - self.num_linear_layers
+
+    @property
+    def linear_state_elems(self) -> int:
+        """Linear-attention state of one request in one linear layer, in elements (0: none)."""
+        return self.linear_attn.state_elems if self.linear_attn is not None else 0
 
 
 @dataclass(frozen=True)
@@ -159,9 +258,26 @@ def attention_params(model: ModelSpec) -> int:
         kv_down = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
         kv_up = m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
         return q + kv_down + kv_up + a * m.v_head_dim * h + norms
-    proj = h * a * d + 2 * h * kv * d + a * d * h
-    bias = (a * d + 2 * kv * d if model.qkv_bias else 0) + (h if model.attn_out_bias else 0)
+    q_width = a * d * (2 if model.attn_gate else 1)  # gated: the gate comes out of q_proj
+    proj = h * q_width + 2 * h * kv * d + a * d * h
+    bias = (q_width + 2 * kv * d if model.qkv_bias else 0) + (h if model.attn_out_bias else 0)
     return proj + bias + norms
+
+
+def linear_attention_params(model: ModelSpec) -> int:
+    """One Gated DeltaNet layer (``Qwen3NextGatedDeltaNet``) and its two layer norms.
+
+    in_proj_qkvz: h -> 2 d_k + 2 d_v; in_proj_ba: h -> 2 H_v (Qwen3.5 splits both into
+    in_proj_qkv/z/b/a, same sizes); conv1d: depthwise, conv_dim x kernel, no bias; A_log and
+    dt_bias: H_v each; gated RMSNorm: value_head_dim; out_proj: d_v -> h.
+    """
+    la, h = model.linear_attn, model.hidden_size
+    if la is None:
+        return 0
+    in_proj = h * (2 * la.key_dim + 2 * la.value_dim) + h * 2 * la.num_value_heads
+    conv = la.conv_dim * la.conv_kernel
+    per_head = 2 * la.num_value_heads + la.value_head_dim  # A_log, dt_bias, norm weight
+    return in_proj + conv + per_head + la.value_dim * h + 2 * _norm_params(model, h)
 
 
 def mlp_params(hidden: int, ffn: int, glu: bool, bias: bool) -> int:
@@ -183,13 +299,15 @@ def count_params(model: ModelSpec) -> ParamCounts:
         routers = h * m.num_experts + (m.num_experts if m.router_bias else 0)
     n_moe = model.num_moe_layers
     attn = attention_params(model)
+    n_linear = model.num_linear_layers
     # DeepSeek MTP module: embedding/head shared; own 2 norms, a 2h->h projection, one layer.
     mtp_layer = attn + (experts + shared + routers if model.is_moe else dense)
     mtp = model.mtp_layers * (mtp_layer + 2 * h + 2 * h * h + h)
     return ParamCounts(
         embedding=v * h + model.position_embeddings * h,
         lm_head=0 if model.tied_embeddings else v * h,
-        attention=model.num_layers * attn,
+        attention=(model.num_layers - n_linear) * attn
+        + n_linear * linear_attention_params(model),
         dense_mlp=model.num_dense_layers * dense,
         experts=n_moe * experts,
         shared_experts=n_moe * shared,

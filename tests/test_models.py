@@ -243,3 +243,160 @@ def test_unknown_preset_suggests_close_match() -> None:
 def test_missing_file_named(tmp_path: Path) -> None:
     path = tmp_path / "nope.yaml"
     assert str(path) in _raises(load_model, str(path))
+
+
+# --- gated, linear and chunked attention: Kimi-K2, MiniMax-M2, Qwen3.5, Llama-4, GLM-4.5 ------
+
+# fixture -> (published total, published active or None, total tolerance, source). Active counts
+# embedding and unembedding, as the Qwen3 and Llama rows above. Multimodal checkpoints publish
+# totals with their vision encoder, which the ModelSpec (language model only) leaves out.
+PUBLISHED_HF = {
+    "kimi-k2-instruct": (1e12, 32e9, 0.05, "HF model card moonshotai/Kimi-K2-Instruct: '1T' "
+                         "total (one significant digit: tolerance is half of it, 5%), 32B "
+                         "activated"),
+    "minimax-m2.5": (230e9, None, TOTAL_TOL, "HF model card MiniMaxAI/MiniMax-M2: 230B total "
+                     "(M2.5 has the same config shape); its '10B active' does not say what it "
+                     "counts, so it is not pinned"),
+    "qwen3.5-397b-a17b": (397e9, 17e9, TOTAL_TOL, "HF model card Qwen/Qwen3.5-397B-A17B "
+                          "(total includes the ~0.4B vision encoder)"),
+    "qwen3.5-35b-a3b": (35e9, None, TOTAL_TOL, "HF model card Qwen/Qwen3.5-35B-A3B (total "
+                        "includes the vision encoder; '3B' active is one significant digit)"),
+    "llama-4-scout-17b-16e": (109e9, 17e9, 0.015, "Meta Llama 4 model card: Scout 17B active, "
+                              "109B total including the vision encoder, which the vendored "
+                              "config omits (language model alone: 1.1% below)"),
+    "llama-4-maverick-17b-128e": (400e9, 17e9, TOTAL_TOL, "Meta Llama 4 model card: Maverick "
+                                  "17B active, 400B total"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_HF))
+def test_new_architectures_match_published(name: str) -> None:
+    total, active, tol, source = PUBLISHED_HF[name]
+    model = load_hf_config(FIXTURES / f"{name}.json")
+    got = count_params(model).total
+    assert got == pytest.approx(total, rel=tol), f"{name}: {got:,} vs {total:,.0f} ({source})"
+    if active:
+        got = active_params(model)
+        message = f"{name} active: {got:,} vs {active:,.0f} ({source})"
+        assert got == pytest.approx(active, rel=ACTIVE_TOL), message
+
+
+def test_kimi_k2_is_deepseek_v3_shaped() -> None:
+    """modeling_deepseek_v3.py: MLA, 1 dense layer then 60 MoE layers of 384 experts + 1 shared."""
+    model = load_hf_config(FIXTURES / "kimi-k2-instruct.json")
+    assert (model.num_dense_layers, model.num_moe_layers, model.mtp_layers) == (1, 60, 0)
+    assert model.mla.kv_lora_rank == 512 and model.num_heads == 64
+    assert model.moe.num_experts == 384 and model.moe.num_shared_experts == 1
+
+
+def test_minimax_m2_layers() -> None:
+    model = load_hf_config(FIXTURES / "minimax-m2.5.json")
+    assert model.num_moe_layers == 62 and model.moe.num_shared_experts == 0
+    assert model.moe.router_bias and (model.num_heads, model.num_kv_heads) == (48, 8)
+    data = json.loads((FIXTURES / "minimax-m2.5.json").read_text())
+    lightning = data | {"attn_type_list": [0] + [1] * 61}
+    assert _raises(model_from_hf_config, lightning, "m.json").startswith("m.json: attn_type_list:")
+
+
+def test_qwen3_5_hybrid_layers_and_state() -> None:
+    """modular_qwen3_5.py: 45 Gated DeltaNet + 15 gated full-attention layers; each linear
+    layer keeps 64 heads x 128 x 128 recurrent state plus a 3-step conv state of 12,288 channels
+    (2 x 16 x 128 keys + 64 x 128 values)."""
+    model = load_hf_config(FIXTURES / "qwen3.5-397b-a17b.json")
+    assert (model.num_linear_layers, model.num_kv_layers) == (45, 15)
+    assert model.is_linear_layer(0) and not model.is_linear_layer(3) and model.attn_gate
+    la = model.linear_attn
+    assert la.recurrent_state_elems == 64 * 128 * 128 and la.conv_state_elems == 12_288 * 3
+    assert model.linear_state_elems == 1_048_576 + 36_864
+    assert model.moe.num_shared_experts == 1 and model.num_moe_layers == 60
+
+
+def test_gated_deltanet_params_follow_modeling_file() -> None:
+    """One Qwen3-Next linear layer of a small config, weight by weight (modeling_qwen3_next.py)."""
+    config = _tiny("qwen3_next", num_hidden_layers=4, head_dim=16, num_experts=4,
+                   num_experts_per_tok=2, moe_intermediate_size=32,
+                   shared_expert_intermediate_size=32, linear_num_key_heads=2,
+                   linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8,
+                   linear_conv_kernel_dim=4, full_attention_interval=4)
+    model = model_from_hf_config(config, "next.json")
+    assert model.linear_layers == (True, True, True, False)
+    key_dim, value_dim, h = 2 * 8, 4 * 8, 64
+    linear = (h * (2 * key_dim + 2 * value_dim)  # in_proj_qkvz
+              + h * 2 * 4  # in_proj_ba
+              + (2 * key_dim + value_dim) * 4  # conv1d, depthwise, no bias
+              + 4 + 4 + 8  # A_log, dt_bias, gated norm
+              + value_dim * h  # out_proj
+              + 2 * h)  # input and post-attention layer norms
+    full = h * 4 * 16 * 2 + 2 * h * 2 * 16 + 4 * 16 * h + 2 * h  # q_proj carries the gate
+    assert count_params(model).attention == 3 * linear + full
+    ungated = model_from_hf_config(config | {"attn_output_gate": False}, "next.json")
+    assert count_params(model).attention - count_params(ungated).attention == h * 4 * 16
+
+
+def test_llama4_interleaved_moe_and_chunked_attention() -> None:
+    """Maverick: MoE on odd layers (step 2), dense layers 16384 wide; chunked attention on 3
+    of every 4 layers, the 4th (NoPE) full."""
+    model = load_hf_config(FIXTURES / "llama-4-maverick-17b-128e.json")
+    assert model.moe_layers[:4] == (False, True, False, True) and model.num_moe_layers == 24
+    assert model.ffn_hidden_size == 16384 and model.moe.shared_ffn_hidden == 8192
+    assert [model.chunk(i) for i in range(4)] == [8192, 8192, 8192, None]
+    assert model.window(0) is None and model.num_kv_layers == 48
+    scout = load_hf_config(FIXTURES / "llama-4-scout-17b-16e.json")
+    assert scout.num_moe_layers == 48 and scout.moe.top_k == 1
+
+
+def test_glm4_moe_import() -> None:
+    """modeling_glm4_moe.py on a small config: q/k/v bias but no o_proj bias, dense below
+    first_k_dense_replace, shared expert of moe_intermediate_size, router bias, MTP apart."""
+    config = _tiny("glm4_moe", num_hidden_layers=3, head_dim=16, attention_bias=True,
+                   n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
+                   moe_intermediate_size=32, first_k_dense_replace=1, num_nextn_predict_layers=1)
+    model = model_from_hf_config(config, "glm.json")
+    assert model.moe_layers == (False, True, True) and model.mtp_layers == 1
+    assert model.qkv_bias and not model.attn_out_bias and model.moe.router_bias
+    assert model.moe.num_shared_experts == 1 and model.moe.shared_ffn_hidden == 32
+
+
+def test_nested_text_config_errors_name_the_key() -> None:
+    data = json.loads((FIXTURES / "qwen3.5-35b-a3b.json").read_text())
+    bad = data | {"text_config": data["text_config"] | {"linear_num_key_heads": "16"}}
+    message = _raises(model_from_hf_config, bad, "q.json")
+    assert message.startswith("q.json: text_config.linear_num_key_heads:") and "'16'" in message
+    short = data | {"text_config": data["text_config"] | {"layer_types": ["full_attention"]}}
+    assert _raises(model_from_hf_config, short, "q.json").startswith("q.json: "
+                                                                      "text_config.layer_types:")
+    assert "text_config" in _raises(model_from_hf_config, {"model_type": "llama4"}, "l.json")
+
+
+def test_malformed_fixture_file_names_file_and_key(tmp_path: Path) -> None:
+    data = json.loads((FIXTURES / "llama-4-scout-17b-16e.json").read_text())
+    data["text_config"]["attention_chunk_size"] = -8192
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    message = _raises(load_hf_config, path)
+    assert message.startswith(f"{path}: text_config.attention_chunk_size:") and "-8192" in message
+
+
+def test_plain_roundtrip_keeps_old_plans_byte_identical() -> None:
+    """New attention fields are written only when set: old models serialise as before, and
+    plans without them still load."""
+    from planner.plan.document import model_from_plain, model_to_plain
+
+    old = load_model("deepseek-v3")
+    plain = model_to_plain(old)
+    assert not {"attn_gate", "linear_attn", "linear_layers", "attention_chunk",
+                "chunk_layers"} & set(plain)
+    assert model_from_plain(plain) == old
+    for name in ("qwen3.5-397b-a17b", "llama-4-scout-17b-16e"):
+        model = load_hf_config(FIXTURES / f"{name}.json")
+        back = model_from_plain(json.loads(json.dumps(model_to_plain(model))))
+        assert back == model
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.json")), ids=lambda p: p.stem)
+def test_yaml_schema_holds_every_imported_architecture(path: Path) -> None:
+    """An imported HF model (linear, chunked, gated attention included), written in our schema,
+    loads back to the same ModelSpec."""
+    model = load_hf_config(path)
+    data = {k: v for k, v in dataclasses.asdict(model).items() if k != "source"}
+    assert model_from_yaml_dict(data, "roundtrip.yaml") == model

@@ -6,8 +6,16 @@ Families name the same thing differently (experts: ``num_local_experts`` / ``num
 ``n_routed_experts``; top-k: ``num_experts_per_tok`` / ``experts_per_token``); this module is
 the one place that knows. A missing or bad key raises :class:`SpecError` naming file and key.
 
-Not represented (a few thousand parameters per model, below 0.001%): Qwen3's per-head q/k
-RMSNorm, gpt-oss attention sinks, the Qwen2-MoE shared-expert gate.
+Multimodal checkpoints (Llama-4, Qwen3.5) nest the language model under ``text_config``; only
+that part is imported (the vision tower is not part of the ModelSpec), and errors name the key
+as ``text_config.<key>``.
+
+Not represented (a few thousand parameters per model, below 0.001%): the per-head or per-layer
+q/k RMSNorm of Qwen3, Qwen3-Next/3.5, GLM-4.5 and MiniMax-M2 (Llama-4's is a parameter-free L2
+norm), gpt-oss attention sinks, the Qwen2-MoE / Qwen3-Next shared-expert gate (h x 1). Partial
+rotary embeddings (GLM-4.5, MiniMax-M2, Qwen3-Next) and Llama-4's NoPE layers change no shapes
+and are not recorded. MiniMax-M2's MTP modules are not counted (their shape is not in the
+config).
 """
 from __future__ import annotations
 
@@ -16,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from cost_models.model_spec import ACTIVATIONS, MLASpec, ModelSpec, MoESpec
+from cost_models.model_spec import ACTIVATIONS, LinearAttnSpec, MLASpec, ModelSpec, MoESpec
 from planner.errors import SpecError
 
 _MISSING = object()
@@ -26,10 +34,19 @@ TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
 
 @dataclass(frozen=True)
 class _Config:
-    """A config mapping plus the file it came from; getters raise SpecError on bad values."""
+    """A config mapping plus the file it came from; getters raise SpecError on bad values.
+    ``prefix`` is where ``data`` sits in the file (``"text_config."`` for a nested config)."""
 
     data: dict[str, Any]
     source: str
+    prefix: str = ""
+
+    def key(self, key: str) -> str:
+        """``key`` as the error message names it."""
+        return self.prefix + key
+
+    def error(self, key: str, expected: str, got: object = None) -> SpecError:
+        return SpecError(self.source, self.key(key), expected, got)
 
     def has(self, key: str) -> bool:
         return self.data.get(key) is not None
@@ -39,10 +56,10 @@ class _Config:
         value = self.data.get(key)
         if value is None:
             if default is _MISSING:
-                raise SpecError(self.source, key, f"an integer >= {minimum} (key is missing)")
+                raise self.error(key, f"an integer >= {minimum} (key is missing)")
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise SpecError(self.source, key, f"an integer >= {minimum}", value)
+            raise self.error(key, f"an integer >= {minimum}", value)
         return value
 
     def flag(self, key: str, default: bool) -> bool:
@@ -50,7 +67,7 @@ class _Config:
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise SpecError(self.source, key, "true or false", value)
+            raise self.error(key, "true or false", value)
         return value
 
     def first_int(self, keys: tuple[str, ...]) -> int:
@@ -58,24 +75,35 @@ class _Config:
         for key in keys:
             if self.has(key):
                 return self.int(key)
-        raise SpecError(self.source, keys[0], f"an integer >= 1 (one of {', '.join(keys)})")
+        raise self.error(keys[0], f"an integer >= 1 (one of {', '.join(keys)})")
 
     def activation(self, key: str, default: str) -> str:
         value = self.data.get(key) or default
         if value not in ACTIVATIONS:
-            raise SpecError(self.source, key, f"one of {', '.join(ACTIVATIONS)}", value)
+            raise self.error(key, f"one of {', '.join(ACTIVATIONS)}", value)
+        return value
+
+    def int_list(self, key: str, num_layers: int) -> list[int] | None:
+        """A list of layer indices at ``key`` (None when absent)."""
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < num_layers
+                for i in value):
+            raise self.error(key, f"a list of layer indices in 0..{num_layers - 1}", value)
         return value
 
 
 # --- pieces shared by several families -------------------------------------------------------
 
-def _common(c: _Config) -> dict[str, Any]:
+def _common(c: _Config, ffn_default: Any = _MISSING) -> dict[str, Any]:
     """Fields named alike by every Llama-descended config."""
     return dict(
         name=str(c.data.get("_name_or_path") or Path(c.source).stem),
         num_layers=c.int("num_hidden_layers"),
         hidden_size=c.int("hidden_size"),
-        ffn_hidden_size=c.int("intermediate_size"),
+        ffn_hidden_size=c.int("intermediate_size", default=ffn_default),
         vocab_size=c.int("vocab_size"),
         activation=c.activation("hidden_act", "silu"),
         tied_embeddings=c.flag("tie_word_embeddings", False),
@@ -89,17 +117,17 @@ def _attention(c: _Config, hidden: int, heads_key: str = "num_attention_heads",
     heads = c.int(heads_key)
     kv_heads = c.int(kv_key, default=heads)
     if heads % kv_heads:
-        raise SpecError(c.source, kv_key, f"a divisor of {heads_key}={heads}", kv_heads)
+        raise c.error(kv_key, f"a divisor of {heads_key}={heads}", kv_heads)
     if not c.has("head_dim") and hidden % heads:
-        raise SpecError(c.source, heads_key, f"a divisor of hidden size {hidden} "
+        raise c.error(heads_key, f"a divisor of hidden size {hidden} "
                         "(or give head_dim)", heads)
     head_dim = c.int("head_dim", default=hidden // heads)
     return dict(num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim)
 
 
-def _llama(c: _Config) -> dict[str, Any]:
+def _llama(c: _Config, ffn_default: Any = _MISSING) -> dict[str, Any]:
     """modeling_llama.py: RMSNorm, SwiGLU; q/k/v/o bias from ``attention_bias``."""
-    kw = _common(c)
+    kw = _common(c, ffn_default)
     attn_bias = c.flag("attention_bias", False)
     kw.update(_attention(c, kw["hidden_size"]), qkv_bias=attn_bias, attn_out_bias=attn_bias,
               mlp_bias=c.flag("mlp_bias", False))
@@ -111,7 +139,7 @@ def _sliding(c: _Config, num_layers: int) -> dict[str, Any]:
     if isinstance(c.data.get("layer_types"), list):
         types = c.data["layer_types"]
         if len(types) != num_layers:
-            raise SpecError(c.source, "layer_types", f"{num_layers} entries", len(types))
+            raise c.error("layer_types", f"{num_layers} entries", len(types))
         sliding = tuple(t == "sliding_attention" for t in types)
         if not any(sliding):
             return {}
@@ -129,7 +157,7 @@ def _moe(c: _Config, expert_ffn_key: str, **extra: Any) -> MoESpec:
     """Routed experts under any of the three expert-count keys and two top-k keys."""
     experts, top_k = c.first_int(EXPERT_KEYS), c.first_int(TOP_K_KEYS)
     if top_k > experts:
-        raise SpecError(c.source, "num_experts_per_tok", f"at most the {experts} experts", top_k)
+        raise c.error("num_experts_per_tok", f"at most the {experts} experts", top_k)
     return MoESpec(num_experts=experts, top_k=top_k,
                    expert_ffn_hidden=c.int(expert_ffn_key), **extra)
 
@@ -139,7 +167,7 @@ def _qwen_moe_layers(c: _Config, num_layers: int) -> tuple[bool, ...]:
     step = c.int("decoder_sparse_step", default=1)
     dense = c.data.get("mlp_only_layers") or []
     if not isinstance(dense, list):
-        raise SpecError(c.source, "mlp_only_layers", "a list of layer indices", dense)
+        raise c.error("mlp_only_layers", "a list of layer indices", dense)
     return tuple(i not in dense and (i + 1) % step == 0 for i in range(num_layers))
 
 
@@ -205,7 +233,7 @@ def _gpt2(c: _Config) -> dict[str, Any]:
     learned positions, embeddings always tied."""
     hidden, heads = c.int("n_embd"), c.int("n_head")
     if hidden % heads:
-        raise SpecError(c.source, "n_head", f"a divisor of n_embd={hidden}", heads)
+        raise c.error("n_head", f"a divisor of n_embd={hidden}", heads)
     return dict(
         name=str(c.data.get("_name_or_path") or Path(c.source).stem), source=c.source,
         num_layers=c.int("n_layer"), hidden_size=hidden, num_heads=heads, num_kv_heads=heads,
@@ -222,32 +250,156 @@ def _gpt_neox(c: _Config) -> dict[str, Any]:
     kw = _common(c) | dict(activation=c.activation("hidden_act", "gelu"))
     kw["num_heads"] = heads = c.int("num_attention_heads")
     if kw["hidden_size"] % heads:
-        raise SpecError(c.source, "num_attention_heads",
+        raise c.error("num_attention_heads",
                         f"a divisor of hidden_size={kw['hidden_size']}", heads)
     bias = c.flag("attention_bias", True)
     return kw | dict(num_kv_heads=heads, head_dim=kw["hidden_size"] // heads, glu=False,
                      norm="layernorm", qkv_bias=bias, attn_out_bias=bias, mlp_bias=True)
 
 
+def _glm4_moe(c: _Config) -> dict[str, Any]:
+    """modeling_glm4_moe.py (GLM-4.5, 4.6, 4.7): GQA with q/k/v bias from ``attention_bias``
+    and no o_proj bias; dense below ``first_k_dense_replace``, then routed experts plus
+    ``n_shared_experts`` of ``moe_intermediate_size``; sigmoid router with a score-correction
+    bias; ``num_nextn_predict_layers`` MTP layers, counted apart."""
+    kw = _common(c)
+    first_dense = c.int("first_k_dense_replace", 0, minimum=0)
+    moe = _moe(c, "moe_intermediate_size", num_shared_experts=c.int("n_shared_experts", 0, 0),
+               shared_ffn_hidden=c.int("moe_intermediate_size"), router_bias=True)
+    return kw | _attention(c, kw["hidden_size"]) | dict(
+        qkv_bias=c.flag("attention_bias", False), moe=moe,
+        moe_layers=tuple(i >= first_dense for i in range(kw["num_layers"])),
+        mtp_layers=c.int("num_nextn_predict_layers", default=0, minimum=0))
+
+
+def _minimax_m2(c: _Config) -> dict[str, Any]:
+    """modeling_minimax_m2.py: GQA without biases, every layer MoE (w1/w3/w2 of
+    ``intermediate_size``), sigmoid router with a score-correction bias when
+    ``use_routing_bias``; a shared expert only if ``shared_intermediate_size`` > 0. MiniMax's
+    lightning (linear) attention layers (``attn_type_list`` 0, MiniMax-01) are refused."""
+    kinds = c.data.get("attn_type_list")
+    if kinds is not None and (not isinstance(kinds, list) or any(k != 1 for k in kinds)):
+        raise c.error("attn_type_list", "all 1 (softmax attention; lightning attention "
+                      "layers are not modelled)", kinds)
+    shared = c.int("shared_intermediate_size", default=0, minimum=0)
+    moe = _moe(c, "intermediate_size", num_shared_experts=1 if shared else 0,
+               shared_ffn_hidden=shared, router_bias=c.flag("use_routing_bias", False))
+    return _llama(c) | dict(moe=moe)
+
+
+def _llama4(c: _Config) -> dict[str, Any]:
+    """modeling_llama4.py (text model): MoE every ``interleave_moe_layer_step`` layers (or the
+    ``moe_layers`` list) with one shared expert as wide as a routed one
+    (``intermediate_size``); dense layers use ``intermediate_size_mlp``. Layers with RoPE use
+    chunked attention over ``attention_chunk_size`` tokens; every ``no_rope_layer_interval``-th
+    layer (default 4th) is NoPE with full attention (or as ``no_rope_layers`` says, 1 = RoPE)."""
+    kw = _llama(c) | dict(ffn_hidden_size=c.int("intermediate_size_mlp"))
+    n = kw["num_layers"]
+    step = c.int("interleave_moe_layer_step", default=1)
+    moe_idx = c.int_list("moe_layers", n)
+    moe_idx = range(step - 1, n, step) if moe_idx is None else moe_idx
+    moe = _moe(c, "intermediate_size", num_shared_experts=1,
+               shared_ffn_hidden=c.int("intermediate_size"))
+    kw |= dict(moe=moe, moe_layers=tuple(i in set(moe_idx) for i in range(n)))
+    if not c.has("attention_chunk_size"):
+        return kw
+    rope = c.data.get("no_rope_layers")
+    if rope is None:
+        interval = c.int("no_rope_layer_interval", default=4)
+        rope = [int((i + 1) % interval != 0) for i in range(n)]
+    elif not isinstance(rope, list) or len(rope) != n or any(r not in (0, 1) for r in rope):
+        raise c.error("no_rope_layers", f"{n} entries of 0 or 1", rope)
+    return kw | dict(attention_chunk=c.int("attention_chunk_size"),
+                     chunk_layers=tuple(bool(r) for r in rope))
+
+
+def _linear_layers(c: _Config, num_layers: int) -> tuple[bool, ...]:
+    """Qwen3-Next/3.5 layer kinds: ``layer_types`` if given, else every
+    ``full_attention_interval``-th layer is full attention and the others linear."""
+    types = c.data.get("layer_types")
+    if types is None:
+        interval = c.int("full_attention_interval", default=4)
+        return tuple((i + 1) % interval != 0 for i in range(num_layers))
+    kinds = ("linear_attention", "full_attention")
+    if not isinstance(types, list) or len(types) != num_layers or any(
+            t not in kinds for t in types):
+        raise c.error("layer_types", f"{num_layers} entries, each one of {', '.join(kinds)}",
+                      types if not isinstance(types, list) else f"{len(types)} entries")
+    return tuple(t == "linear_attention" for t in types)
+
+
+def _gated_deltanet(c: _Config, num_layers: int) -> dict[str, Any]:
+    """modeling_qwen3_next.py / modular_qwen3_5.py: Gated DeltaNet on the linear layers,
+    output-gated softmax attention (``attn_output_gate``, always on in Qwen3-Next) on the rest."""
+    spec = LinearAttnSpec(
+        num_key_heads=c.int("linear_num_key_heads"),
+        num_value_heads=c.int("linear_num_value_heads"),
+        key_head_dim=c.int("linear_key_head_dim"), value_head_dim=c.int("linear_value_head_dim"),
+        conv_kernel=c.int("linear_conv_kernel_dim"))
+    if spec.num_value_heads % spec.num_key_heads:
+        raise c.error("linear_num_value_heads", "a multiple of linear_num_key_heads="
+                      f"{spec.num_key_heads}", spec.num_value_heads)
+    linear = _linear_layers(c, num_layers)
+    return dict(attn_gate=c.flag("attn_output_gate", True),
+                linear_attn=spec if any(linear) else None, linear_layers=linear)
+
+
+def _qwen3_next(c: _Config) -> dict[str, Any]:
+    """Qwen3-Next and Qwen3.5 MoE: Qwen2-MoE-style experts (one shared expert) under a hybrid
+    linear/full attention stack. Qwen3.5 MoE configs carry no ``intermediate_size``: with no
+    dense layer it is never used, and the expert width stands in."""
+    all_moe = not c.data.get("mlp_only_layers") and c.int("decoder_sparse_step", 1) == 1
+    ffn_default = c.int("moe_intermediate_size") if all_moe else _MISSING
+    kw = _qwen_moe(c, _llama(c, ffn_default), shared=True)
+    return kw | _gated_deltanet(c, kw["num_layers"])
+
+
+def _qwen3_5(c: _Config) -> dict[str, Any]:
+    """Qwen3.5 dense: Llama-style SwiGLU MLP under the hybrid attention stack."""
+    kw = _llama(c)
+    return kw | _gated_deltanet(c, kw["num_layers"])
+
+
 _BUILDERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "llama": _llama, "mistral": _llama, "mixtral": _mixtral,
     "qwen2": _qwen2, "qwen2_moe": _qwen2_moe, "qwen3": _llama, "qwen3_moe": _qwen3_moe,
-    "deepseek_v3": _deepseek_v3, "gpt_oss": _gpt_oss, "gpt2": _gpt2, "gpt_neox": _gpt_neox,
+    "deepseek_v3": _deepseek_v3, "kimi_k2": _deepseek_v3, "gpt_oss": _gpt_oss, "gpt2": _gpt2,
+    "gpt_neox": _gpt_neox, "glm4_moe": _glm4_moe, "minimax_m2": _minimax_m2,
+    "llama4": _llama4, "llama4_text": _llama4, "qwen3_next": _qwen3_next,
+    "qwen3_5_moe": _qwen3_next, "qwen3_5_moe_text": _qwen3_next,
+    "qwen3_5": _qwen3_5, "qwen3_5_text": _qwen3_5,
 }
+# Multimodal wrappers: the language model's config sits under ``text_config``.
+_NESTED = ("llama4", "qwen3_5", "qwen3_5_moe", "kimi_k25")
 SUPPORTED_MODEL_TYPES = tuple(_BUILDERS)
 
 
 # --- public API -------------------------------------------------------------------------------
+
+def _text_config(data: dict, source: str) -> _Config:
+    """The language model's part of ``data``: ``text_config`` for a multimodal wrapper, whose
+    top-level ``tie_word_embeddings`` and ``_name_or_path`` apply when the text part has none."""
+    if data.get("model_type") not in _NESTED:
+        return _Config(data, source)
+    text = data.get("text_config")
+    if not isinstance(text, dict):
+        raise SpecError(source, "text_config", "an object (the language model's config)",
+                        type(text).__name__)
+    inherited = {k: data[k] for k in ("tie_word_embeddings", "_name_or_path", "model_type")
+                 if data.get(k) is not None and text.get(k) is None}
+    return _Config(text | inherited, source, prefix="text_config.")
+
 
 def model_from_hf_config(data: dict, source: str) -> ModelSpec:
     """Build a ModelSpec from a parsed HF ``config.json``; ``source`` names it in errors."""
     if not isinstance(data, dict):
         raise SpecError(source, "", "a JSON object (a Hugging Face config.json)",
                         type(data).__name__)
-    model_type = data.get("model_type")
+    c = _text_config(data, source)
+    model_type = c.data.get("model_type")
     if model_type not in _BUILDERS:
-        raise SpecError(source, "model_type", f"one of {', '.join(_BUILDERS)}", model_type)
-    kwargs = _BUILDERS[model_type](_Config(data, source))
+        raise c.error("model_type", f"one of {', '.join(_BUILDERS)}", model_type)
+    kwargs = _BUILDERS[model_type](c)
     try:
         return ModelSpec(**kwargs)
     except ValueError as err:  # a cross-field rule of ModelSpec the builders did not foresee

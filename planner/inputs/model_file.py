@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from cost_models.model_spec import ACTIVATIONS, NORMS, MLASpec, ModelSpec, MoESpec
+from cost_models.model_spec import (
+    ACTIVATIONS, NORMS, LinearAttnSpec, MLASpec, ModelSpec, MoESpec)
 from planner.errors import SpecError
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
@@ -54,6 +55,18 @@ class MLAFile(BaseModel):
     v_head_dim: int = Field(ge=1, description="Per-head value width.")
 
 
+class LinearAttnFile(BaseModel):
+    """Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): heads and widths of its state."""
+
+    model_config = _STRICT
+
+    num_key_heads: int = Field(ge=1, description="Key heads of the delta-rule state.")
+    num_value_heads: int = Field(ge=1, description="Value heads (a multiple of key heads).")
+    key_head_dim: int = Field(ge=1, description="Per-head key width.")
+    value_head_dim: int = Field(ge=1, description="Per-head value width.")
+    conv_kernel: int = Field(ge=1, description="Depthwise causal conv kernel length.")
+
+
 class ModelFile(BaseModel):
     """A decoder-only transformer as written in a model YAML (fields as in ModelSpec)."""
 
@@ -89,6 +102,16 @@ class ModelFile(BaseModel):
     sliding_layers: list[bool] | None = Field(None, description="Per layer: uses the "
                                                  "sliding window (default: every layer).")
     mtp_layers: int = Field(0, ge=0, description="DeepSeek multi-token-prediction modules.")
+    attn_gate: bool = Field(False, description="Output-gated attention (q_proj twice as wide: "
+                            "Qwen3-Next, Qwen3.5).")
+    linear_attn: LinearAttnFile | None = Field(None, description="Linear attention, if any "
+                                               "layers use it.")
+    linear_layers: list[bool] | None = Field(None, description="Per layer: uses linear "
+                                             "attention (no KV cache).")
+    attention_chunk: int | None = Field(None, ge=1, description="Chunked attention block, "
+                                        "tokens (Llama-4; null: none).")
+    chunk_layers: list[bool] | None = Field(None, description="Per layer: uses chunked "
+                                            "attention (default: every layer).")
 
     @field_validator("num_kv_heads")
     @classmethod
@@ -107,7 +130,7 @@ class ModelFile(BaseModel):
                              f"num_heads={heads}")
         return head_dim
 
-    @field_validator("moe_layers", "sliding_layers")
+    @field_validator("moe_layers", "sliding_layers", "linear_layers", "chunk_layers")
     @classmethod
     def _one_per_layer(cls, flags: list[bool] | None, info: ValidationInfo) -> list[bool] | None:
         layers = info.data.get("num_layers")
@@ -118,19 +141,24 @@ class ModelFile(BaseModel):
         return flags
 
 
-_BLOCKS: dict[str, type[BaseModel]] = {"moe": MoEFile, "mla": MLAFile}
+_BLOCKS: dict[str, type[BaseModel]] = {"moe": MoEFile, "mla": MLAFile,
+                                       "linear_attn": LinearAttnFile}
 
 
 def to_model_spec(file: ModelFile, name: str, source: str) -> ModelSpec:
     """Convert a validated file to the frozen ModelSpec (defaults filled in)."""
-    fields = file.model_dump(exclude={"description", "moe", "mla"})
+    fields = file.model_dump(exclude={"description", "moe", "mla", "linear_attn"})
     fields.update(
         name=file.name or name, source=source,
         num_kv_heads=file.num_kv_heads or file.num_heads,
         head_dim=file.head_dim or file.hidden_size // file.num_heads,
         moe=MoESpec(**file.moe.model_dump()) if file.moe else None,
         mla=MLASpec(**file.mla.model_dump()) if file.mla else None,
-        moe_layers=tuple(file.moe_layers or ()), sliding_layers=tuple(file.sliding_layers or ()))
+        linear_attn=(LinearAttnSpec(**file.linear_attn.model_dump()) if file.linear_attn
+                     else None),
+        moe_layers=tuple(file.moe_layers or ()), sliding_layers=tuple(file.sliding_layers or ()),
+        linear_layers=tuple(file.linear_layers or ()),
+        chunk_layers=tuple(file.chunk_layers or ()))
     return ModelSpec(**fields)
 
 
