@@ -155,3 +155,47 @@ def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
     assert needle in result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "p.json").exists()
+
+
+HF = __import__("pathlib").Path(__file__).parent / "fixtures" / "hf_configs"
+
+
+def test_linear_attention_layers_hold_state_not_kv():
+    from cost_models.serving.memory import kv_bytes_per_request, linear_state_bytes
+    from planner.inputs.hf_import import load_hf_config
+    m = load_hf_config(HF / "qwen3.5-397b-a17b.json")
+    assert 0 < m.num_kv_layers < m.num_layers
+    lay = PoolLayout(tp=8, ep=8)
+    state = m.num_linear_layers * linear_state_bytes(m, 8)
+    short, long = (kv_bytes_per_request(m, lay, "bf16", ctx) for ctx in (1000, 2000))
+    per_token = (long - short) / 1000  # KV grows only over the full-attention layers
+    heads_per_gpu = max(1, m.num_kv_heads // 8)  # KV heads split over TP 8 (one at least)
+    assert per_token == pytest.approx(m.num_kv_layers * 2 * heads_per_gpu * m.head_dim * 2,
+                                      rel=1e-9)
+    assert short - 1000 * per_token == pytest.approx(state, rel=1e-9)  # fixed per request
+    assert kv_bytes_per_token(m, "bf16") == pytest.approx(
+        m.num_kv_layers * 2 * m.num_kv_heads * m.head_dim * 2)
+
+
+def test_chunked_attention_caps_the_kv_of_chunk_layers():
+    from cost_models.serving.memory import kv_bytes_per_request
+    from planner.inputs.hf_import import load_hf_config
+    m = load_hf_config(HF / "llama-4-scout-17b-16e.json")
+    lay = PoolLayout(tp=8)
+    chunked = sum(1 for i in range(m.num_layers) if m.chunk(i))
+    assert 0 < chunked < m.num_layers
+    beyond = [kv_bytes_per_request(m, lay, "bf16", ctx) for ctx in (m.attention_chunk,
+                                                                    2 * m.attention_chunk)]
+    full = kv_bytes_per_request(m, lay, "bf16", 1.0)  # one token in every layer
+    growth = (beyond[1] - beyond[0]) / m.attention_chunk
+    assert growth == pytest.approx(full * (m.num_layers - chunked) / m.num_layers, rel=1e-9)
+
+
+@pytest.mark.parametrize("fixture", ["qwen3.5-35b-a3b", "llama-4-scout-17b-16e",
+                                     "minimax-m2.5"])
+def test_serve_plans_new_architectures(fixture):
+    result = _run("serve", "--model", str(HF / f"{fixture}.json"), "--gpu", "H200",
+                  "--precision", "fp8", "--format", "json")
+    assert result.exit_code == 0, result.output
+    best = json.loads(result.output)["plans"][0]
+    assert best["meets_slo"] and best["output_tokens_per_s_per_gpu"] > 0

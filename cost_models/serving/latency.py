@@ -29,10 +29,11 @@ from functools import lru_cache
 
 from cost_models.communication import (
     all_gather_s, all_reduce_s, all_to_all_s, reduce_scatter_s, send_recv_s)
-from cost_models.model_spec import ModelSpec, attention_params, count_params, mlp_params
+from cost_models.model_spec import (
+    ModelSpec, attention_params, linear_attention_params, mlp_params)
 from cost_models.profile import Profile
 from cost_models.serving.config import KV_BYTES, WEIGHT_BYTES, PoolLayout
-from cost_models.serving.memory import BF16, _kv_values_per_layer
+from cost_models.serving.memory import BF16, _kv_values_per_layer, linear_state_bytes
 from cost_models.serving.profile import ServingProfile
 from topologies.cluster import GroupView
 
@@ -169,55 +170,104 @@ def _comm_layer_s(c: Costing, tokens_rank: float, moe_layer: bool) -> float:
     return 2 * attn  # TP attention, TP (or EP over the same GPUs) MLP: one all-reduce each
 
 
-def _attention_core_s(c: Costing, queries: float, keys_of, kv_tokens: float,
-                      decode: bool) -> float:
-    """Attention core over the first stage's layers: FLOPs on ``queries`` query tokens, each
-    seeing ``keys_of(window)`` keys; KV reads of ``kv_tokens`` cached tokens (decode)."""
+@dataclass(frozen=True)
+class LayerKind:
+    """Layers that cost the same: MoE or dense FFN, and the attention they run (full, a
+    sliding ``window``, a Llama-4 ``chunk``, or ``linear``), ``count`` of them in a stage."""
+
+    moe: bool
+    linear: bool
+    window: int | None
+    chunk: int | None
+    count: int
+
+    def decode_keys(self, context: float) -> float:
+        """Keys one decode query reads: the window, or its position inside the current chunk
+        (half a chunk on average once the context is longer), or the whole context."""
+        if self.window:
+            return min(context, self.window)
+        if self.chunk and context > self.chunk:
+            return self.chunk / 2.0
+        return context
+
+    def prefill_keys(self, new: float, cached: float) -> float:
+        """Mean keys per query of a prompt's ``new`` tokens after ``cached`` ones (causal)."""
+        keys = cached + (new + 1) / 2.0
+        if self.window:
+            return min(keys, self.window)
+        if self.chunk and cached + new > self.chunk:
+            return (self.chunk + 1) / 2.0
+        return keys
+
+
+def _linear_flops_per_token(model: ModelSpec, tp: int) -> float:
+    """Gated DeltaNet per token on one GPU: the delta-rule state update and readout, about
+    6 * H_v * d_k * d_v FLOPs (Yang et al. 2024, sec. 3: a rank-1 update and two mat-vecs per
+    head), and the depthwise causal conv, 2 * conv_dim * kernel; heads split over TP."""
+    la = model.linear_attn
+    return (6.0 * la.num_value_heads * la.key_head_dim * la.value_head_dim
+            + 2.0 * la.conv_dim * la.conv_kernel) / tp
+
+
+def _attention_core_s(c: Costing, queries: float, keys_of, requests: float,
+                      context: float, decode: bool) -> float:
+    """Attention core over the first stage's layers. ``queries`` query tokens on this GPU,
+    each seeing ``keys_of(kind)`` keys; at decode ``requests`` requests of ``context`` tokens
+    read their cached KV (and linear layers read and write their state) once per step."""
     model, lay = c.model, c.layout
     dqk, dv = _attention_dims(model, decode)
     heads = model.num_heads / lay.tp
     kv_values = _kv_values_per_layer(model, lay.tp) * KV_BYTES[c.kv_dtype]
-    flops = kv_bytes = 0.0
-    for _, window, n in _layer_kinds(model, lay.pp):
-        flops += n * 2.0 * queries * keys_of(window) * heads * (dqk + dv)
-        kv_bytes += n * kv_values * min(kv_tokens, window or kv_tokens)
-    compute = flops / (c.hw.peak_flops * c.prof.attention_efficiency)
-    if decode:
-        compute = flops / (c.hw.peak_flops * c.sprof.decode_attention_efficiency)
-    reads = kv_bytes / (c.hw.hbm_bytes_per_s * c.sprof.kv_read_efficiency) if decode else 0.0
-    return max(compute, reads)
+    flops = reads = 0.0
+    for kind in _layer_kinds(model, lay.pp):
+        if kind.linear:
+            flops += kind.count * queries * _linear_flops_per_token(model, lay.tp)
+            reads += kind.count * requests * 2.0 * linear_state_bytes(model, lay.tp)
+            continue
+        flops += kind.count * 2.0 * queries * keys_of(kind) * heads * (dqk + dv)
+        reads += kind.count * requests * kv_values * kind.decode_keys(context)
+    efficiency = c.sprof.decode_attention_efficiency if decode else c.prof.attention_efficiency
+    compute = flops / (c.hw.peak_flops * efficiency)
+    memory = reads / (c.hw.hbm_bytes_per_s * c.sprof.kv_read_efficiency) if decode else 0.0
+    return max(compute, memory)
 
 
-def _layer_kinds(model: ModelSpec, pp: int) -> tuple[tuple[bool, int | None, int], ...]:
-    """(is MoE, attention window, count) of the first stage's layers, grouped: layers of one
-    kind cost the same, so each kind is priced once."""
+def _layer_kinds(model: ModelSpec, pp: int) -> tuple[LayerKind, ...]:
+    """The first stage's layers grouped by :class:`LayerKind`: each kind is priced once."""
     return _kinds(model.num_layers, tuple(model.moe_layers), model.sliding_window,
-                  tuple(model.sliding_layers), pp)
+                  tuple(model.sliding_layers), model.attention_chunk,
+                  tuple(model.chunk_layers), tuple(model.linear_layers), pp)
 
 
 @lru_cache(maxsize=256)
 def _kinds(num_layers: int, moe_layers: tuple[bool, ...], window: int | None,
-           sliding: tuple[bool, ...], pp: int) -> tuple[tuple[bool, int | None, int], ...]:
-    kinds: dict[tuple[bool, int | None], int] = {}
+           sliding: tuple[bool, ...], chunk: int | None, chunked: tuple[bool, ...],
+           linear: tuple[bool, ...], pp: int) -> tuple[LayerKind, ...]:
+    counts: dict[tuple, int] = {}
     for i in range(-(-num_layers // pp)):
-        is_window = bool(window) and (not sliding or sliding[i])
-        key = (bool(moe_layers) and moe_layers[i], window if is_window else None)
-        kinds[key] = kinds.get(key, 0) + 1
-    return tuple((moe, w, n) for (moe, w), n in sorted(
-        kinds.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)))
+        is_linear = bool(linear) and linear[i]
+        w = window if window and (not sliding or sliding[i]) and not is_linear else None
+        ch = chunk if chunk and (not chunked or chunked[i]) and not is_linear else None
+        key = (bool(moe_layers) and moe_layers[i], is_linear, w, ch)
+        counts[key] = counts.get(key, 0) + 1
+    return tuple(LayerKind(*key, n) for key, n in sorted(
+        counts.items(), key=lambda kv: tuple(x or 0 for x in kv[0])))
 
 
 def _layer_stack(c: Costing, tokens_rank: float, decode: bool) -> tuple[float, float, float]:
     """(GEMM, MoE, comm) seconds of one pipeline stage's layers for ``tokens_rank`` tokens."""
     model, lay = c.model, c.layout
     attn_p = attention_params(model) / lay.tp
+    linear_p = linear_attention_params(model) / lay.tp
     dense_p = mlp_params(model.hidden_size, model.ffn_hidden_size, model.glu,
                          model.mlp_bias) / lay.tp
     act = tokens_rank * model.hidden_size * BF16 * 4
     attn_g = gemm_s(c, 2.0 * tokens_rank * attn_p, attn_p, tokens_rank, act)
+    linear_g = gemm_s(c, 2.0 * tokens_rank * linear_p, linear_p, tokens_rank, act)
     g = moe = comm = 0.0
-    for is_moe, _, n in _layer_kinds(model, lay.pp):
-        g += n * attn_g
+    for kind in _layer_kinds(model, lay.pp):
+        is_moe, n = kind.moe, kind.count
+        g += n * (linear_g if kind.linear else attn_g)
         if is_moe:
             moe += n * _moe_layer_s(c, tokens_rank, all_pairs_touch=not decode)
         else:
@@ -265,7 +315,7 @@ def decode_step(c: Costing, batch: float, context: float, tokens_per_request: fl
     micro = batch / pp
     q = micro * tokens_per_request
     g, moe, comm = _layer_stack(c, q, decode=True)
-    attn = _attention_core_s(c, q, lambda w: min(context, w or context), micro * context,
+    attn = _attention_core_s(c, q, lambda kind: kind.decode_keys(context), micro, context,
                              decode=True)
     head = _head_s(c, q)
     # every micro-batch is an engine iteration of its own (vLLM's virtual engines, one
@@ -285,14 +335,11 @@ def prefill_step(c: Costing, new_tokens: tuple[float, ...], cached_tokens: float
     pp = c.layout.pp
     g, moe, comm = _layer_stack(c, n, decode=False)
 
-    def flops_keys(window):  # mean keys per query, summed over prompts, weighted by length
-        total = 0.0
-        for new in new_tokens:
-            keys = cached_tokens + (new + 1) / 2.0
-            total += new * (min(keys, window) if window else keys)
-        return total / max(n, 1e-9)
+    def flops_keys(kind: LayerKind) -> float:  # mean keys per query, weighted by length
+        return sum(new * kind.prefill_keys(new, cached_tokens)
+                   for new in new_tokens) / max(n, 1e-9)
 
-    attn = _attention_core_s(c, n, flops_keys, 0.0, decode=False)
+    attn = _attention_core_s(c, n, flops_keys, 0.0, 0.0, decode=False)
     head = _head_s(c, float(len(new_tokens)))
     comm = _exposed_comm(c, comm, g + attn + moe)
     return StepTime(gemm_s=pp * g + head, attention_s=pp * attn, moe_s=pp * moe,

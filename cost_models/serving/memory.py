@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cost_models.model_spec import ModelSpec, count_params, attention_params, mlp_params
+from cost_models.model_spec import (
+    ModelSpec, attention_params, count_params, linear_attention_params, mlp_params)
 from cost_models.serving.config import KV_BYTES, WEIGHT_BYTES, PoolLayout, ServingWorkload
 from cost_models.serving.profile import ServingProfile
 
@@ -55,11 +56,12 @@ def weight_bytes_per_gpu(model: ModelSpec, layout: PoolLayout, precision: str) -
     """Weights on the fullest GPU (the pipeline stage with the embedding or the head)."""
     w = WEIGHT_BYTES[precision]
     tp, pp = layout.tp, layout.pp
-    per_layer_attn = attention_params(model) * w / tp
+    attn = (model.num_kv_layers * attention_params(model)
+            + model.num_linear_layers * linear_attention_params(model)) * w / tp
     dense = mlp_params(model.hidden_size, model.ffn_hidden_size, model.glu, model.mlp_bias)
     layers_dense = model.num_dense_layers / pp
     layers_moe = model.num_moe_layers / pp
-    total = model.num_layers / pp * per_layer_attn + layers_dense * dense * w / tp
+    total = attn / pp + layers_dense * dense * w / tp
     if model.is_moe:
         counts = count_params(model)
         per_moe = counts.experts / model.num_moe_layers
@@ -81,17 +83,38 @@ def _kv_values_per_layer(model: ModelSpec, tp: int) -> float:
     return 2.0 * math.ceil(heads) * model.head_dim
 
 
+def linear_state_bytes(model: ModelSpec, tp: int) -> float:
+    """One request's linear-attention state in one layer on one GPU: the fp32 recurrent state
+    (Qwen3.5 ``mamba_ssm_dtype: float32``) and the bf16 conv window, heads split over TP."""
+    la = model.linear_attn
+    if la is None:
+        return 0.0
+    return (4.0 * la.recurrent_state_elems + BF16 * la.conv_state_elems) / tp
+
+
+def _cached_tokens(model: ModelSpec, i: int, context: float) -> float:
+    """Tokens layer ``i`` keeps of a ``context``-token request: a sliding window or a Llama-4
+    chunk caps it (a chunk layer holds at most the current chunk); linear layers keep none."""
+    if model.is_linear_layer(i):
+        return 0.0
+    span = model.window(i) or model.chunk(i)
+    return min(context, span) if span else context
+
+
 def kv_bytes_per_request(model: ModelSpec, layout: PoolLayout, kv_dtype: str,
                          context: float) -> float:
-    """KV bytes one request of ``context`` tokens holds on one GPU of its attention rank."""
+    """KV (and linear-attention state) one request of ``context`` tokens holds on one GPU of
+    its attention rank."""
     per_layer = _kv_values_per_layer(model, layout.tp) * KV_BYTES[kv_dtype]
-    tokens = sum(min(context, model.window(i) or context) for i in range(model.num_layers))
-    return per_layer * tokens / layout.pp
+    tokens = sum(_cached_tokens(model, i, context) for i in range(model.num_layers))
+    state = model.num_linear_layers * linear_state_bytes(model, layout.tp)
+    return (per_layer * tokens + state) / layout.pp
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_dtype: str) -> float:
-    """KV bytes of one token over the whole model, unsharded (what a transfer moves)."""
-    return (_kv_values_per_layer(model, 1) * KV_BYTES[kv_dtype] * model.num_layers)
+    """KV bytes of one token over the whole model, unsharded (what a transfer moves): every
+    layer that keeps a KV cache."""
+    return _kv_values_per_layer(model, 1) * KV_BYTES[kv_dtype] * model.num_kv_layers
 
 
 def activation_bytes(model: ModelSpec, layout: PoolLayout) -> float:
