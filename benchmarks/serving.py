@@ -9,7 +9,10 @@
    and 14.8k output tokens/s per decode node. We take their layout and their per-user speed
    (TPOT 1/21 s) as given, pick the largest decode batch whose TPOT meets it, and compare the
    per-node throughput. Two-batch overlap is reported both off (our default) and on.
-2. Search time of ``planner serve`` over both modes on 256 GPUs, and of the default
+2. The chosen plans through the request-level simulator (Poisson arrivals at the plan's rate,
+   ``planner.serving.simulate``): simulated TTFT mean/p90, TPOT and tokens/s/GPU next to the
+   closed form.
+3. Search time of ``planner serve`` over both modes on 256 GPUs, and of the default
    ``planner serve --model M`` (subprocess, wall clock, includes Python start-up).
 
     python benchmarks/serving.py      # writes benchmarks/results/serving.json
@@ -73,6 +76,37 @@ def deepseek(overlap: bool) -> dict:
             "decode_error": decode_node / PUBLISHED["decode_output_tokens_per_s_per_node"] - 1}
 
 
+SIM_CASES = (("llama-3.1-70b", "H100-SXM5-80GB", 1, None), ("llama-3.1-70b", "H100-SXM5-80GB",
+                                                          2, "disagg"),
+             ("llama-3.1-8b", "H100-SXM5-80GB", 2, None),
+             ("qwen3-30b-a3b", "H100-SXM5-80GB", 2, "colocated"),
+             ("qwen3-30b-a3b", "H100-SXM5-80GB", 2, "disagg"),
+             ("qwen3-235b-a22b", "H200-SXM-141GB", 4, None))
+
+
+def simulated_vs_closed() -> list[dict]:
+    from planner.serving.build import build_serving_plan
+    from planner.serving.simulate import simulate_plan
+    rows = []
+    for model, gpu, nodes, mode in SIM_CASES:
+        m, g = load_model(model), get_gpu(gpu)
+        cl, cal = homogeneous_cluster(g.name, nodes), Calibration.defaults((g.name,))
+        wl = ServingWorkload(isl=4096, osl=512, ttft_ms=2000, tpot_ms=50)
+        r = search(m, wl, cl, g, cal, modes=(mode,) if mode else ("colocated", "disagg"))
+        best = r.best()
+        plan = build_serving_plan(m, cl, best.deployment, wl, best.estimate, cal)
+        d = simulate_plan(plan, requests=4000, seed=0)
+        sim, pred = d["simulated"], d["predicted"]
+        rows.append({"model": model, "gpu": gpu, "gpus": cl.num_gpus, "mode": d["mode"],
+                     "ttft_mean_s": [sim["ttft_s"]["mean"], pred["ttft_s"]],
+                     "ttft_p90_s": [sim["ttft_s"]["p90"], pred["ttft_p90_s"]],
+                     "tpot_s": [sim["tpot_s"]["mean"], pred["tpot_s"]],
+                     "tokens_per_s_per_gpu": [sim["output_tokens_per_s_per_gpu"],
+                                              pred["output_tokens_per_s_per_gpu"]],
+                     "slo_attainment": sim["slo_attainment"]})
+    return rows
+
+
 def search_speed() -> list[dict]:
     rows = []
     for model, gpu, nodes, precision in (("deepseek-v3", "H200-SXM-141GB", 32, "fp8"),
@@ -97,13 +131,23 @@ def search_speed() -> list[dict]:
 
 def main() -> None:
     result = {"deepseek_v3_h800": [deepseek(False), deepseek(True)],
-              "published": PUBLISHED, "search": search_speed()}
+              "published": PUBLISHED, "simulated_vs_closed_form": simulated_vs_closed(),
+              "search": search_speed()}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     for r in result["deepseek_v3_h800"]:
         print(f"overlap={r['two_batch_overlap']}: prefill {r['prefill_input_tokens_per_s_per_node']:.0f}"
               f" tok/s/node ({r['prefill_error']:+.1%}), decode batch {r['decode_batch_per_gpu']}"
               f" {r['decode_output_tokens_per_s_per_node']:.0f} tok/s/node ({r['decode_error']:+.1%})")
+    print("| model | GPUs | mode | TTFT mean sim / closed s | TTFT p90 sim / closed s | "
+          "TPOT sim / closed ms | tok/s/GPU sim / closed | SLO met (sim) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in result["simulated_vs_closed_form"]:
+        print(f"| {r['model']} | {r['gpus']} | {r['mode']} | {r['ttft_mean_s'][0]:.2f} / "
+              f"{r['ttft_mean_s'][1]:.2f} | {r['ttft_p90_s'][0]:.2f} / {r['ttft_p90_s'][1]:.2f} | "
+              f"{r['tpot_s'][0] * 1e3:.1f} / {r['tpot_s'][1] * 1e3:.1f} | "
+              f"{r['tokens_per_s_per_gpu'][0]:.0f} / {r['tokens_per_s_per_gpu'][1]:.0f} | "
+              f"{r['slo_attainment']:.0%} |")
     for r in result["search"]:
         print(r)
 
