@@ -199,3 +199,33 @@ def test_serve_plans_new_architectures(fixture):
     assert result.exit_code == 0, result.output
     best = json.loads(result.output)["plans"][0]
     assert best["meets_slo"] and best["output_tokens_per_s_per_gpu"] > 0
+
+
+def test_min_gpus_serves_the_rate_with_no_node_to_spare():
+    from dataclasses import replace as dc_replace
+
+    from planner.serving.search import search
+    m, g = load_model("llama-3.1-8b"), get_gpu(H100)
+    cl, cal = homogeneous_cluster(g.name, 8), Calibration.defaults((g.name,))
+    gpus_at = {}
+    for rate in (10.0, 30.0):
+        wl = ServingWorkload(isl=4096, osl=512, ttft_ms=2000, tpot_ms=50, rate_per_s=rate)
+        best = search(m, wl, cl, g, cal, objective="min-gpus").colocated[0]
+        assert best.meets_slo and best.estimate.request_rate_per_s == pytest.approx(rate)
+        gpus_at[rate] = best.estimate.gpus
+        lay = best.deployment.pools[0].layout
+        per_node = 8 // lay.gpus_per_instance if lay.gpus_per_instance < 8 else 1
+        if lay.workers > per_node:  # one node less of the same layout misses the targets
+            fewer = dc_replace(lay, workers=lay.workers - per_node)
+            est = estimate(m, Deployment("colocated", (PoolSpec("colocated", g.name, fewer),)),
+                           wl, cl, {g.name: g}, cal)
+            assert not est.meets(wl) or est.request_rate_per_s < rate * (1 - 1e-9)
+    assert gpus_at[10.0] <= gpus_at[30.0] <= 64
+
+
+def test_min_gpus_needs_a_rate_and_says_when_the_cluster_is_too_small():
+    result = _run("serve", "--objective", "min-gpus")
+    assert result.exit_code == 2 and "--rate" in result.output
+    result = _run("serve", "--model", "llama-3.1-70b", "--nodes", "1", "--objective",
+                  "min-gpus", "--rate", "300")
+    assert result.exit_code == 2 and "8 GPUs" in result.output

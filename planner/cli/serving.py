@@ -42,6 +42,11 @@ class WeightPrecision(str, Enum):
     int4 = "int4"
 
 
+class Objective(str, Enum):
+    goodput = "goodput"
+    min_gpus = "min-gpus"
+
+
 class KvDtype(str, Enum):
     bf16 = "bf16"
     fp8 = "fp8"
@@ -152,6 +157,9 @@ def serve(
     mode: Annotated[Optional[str], typer.Option(
         help="colocated or disagg (default: both, side by side).")] = None,
     top_k: Annotated[int, typer.Option(min=1, help="Plans shown per mode.")] = 3,
+    objective: Annotated[Objective, typer.Option(help=(
+        "goodput: most output tokens/s per GPU within the targets on the whole cluster; "
+        "min-gpus: fewest GPUs that serve --rate within the targets."))] = Objective.goodput,
     calibration: CalOpt = None,
     model_path: Annotated[Optional[str], typer.Option(
         help="What the engine loads (HF id or path; default: the model name).")] = None,
@@ -170,16 +178,24 @@ def serve(
     if mode not in (None, "colocated", "disagg"):
         raise SpecError(OPTIONS_SOURCE, "--mode", "colocated or disagg", mode)
     modes = (mode,) if mode else ("colocated", "disagg")
+    if objective is Objective.min_gpus and rate is None:
+        raise SpecError(OPTIONS_SOURCE, "--rate", "a target request rate with --objective "
+                        "min-gpus")
     cal = _calibration(g.name, calibration)
     start = time.perf_counter()
-    result = search(spec, wl, hw, g, cal, engine.value, top_k, modes)
+    result = search(spec, wl, hw, g, cal, engine.value, top_k, modes, objective.value)
     elapsed = time.perf_counter() - start
     best_co = result.colocated[0] if result.colocated else None
     best_dis = result.disagg[0] if result.disagg else None
+    fewest = objective is Objective.min_gpus
     ranked = sorted(result.colocated + result.disagg,
-                    key=lambda c: (c.meets_slo, c.estimate.output_tokens_per_s_per_gpu),
-                    reverse=True)
+                    key=lambda c: (c.meets_slo, -c.estimate.gpus if fewest else 0,
+                                   c.estimate.output_tokens_per_s_per_gpu), reverse=True)
     best = ranked[0] if ranked else None
+    if best is None and fewest:
+        raise SpecError(OPTIONS_SOURCE, "--rate", f"a rate the cluster's {hw.num_gpus} GPUs can "
+                        f"serve within the targets (no layout reaches it; try --objective "
+                        f"goodput to see the most it serves)", rate)
     if best is None:
         need = _weights_bytes(spec, precision.value) / 1e9
         have = hw.num_gpus * g.hbm_bytes / 1e9
@@ -196,7 +212,7 @@ def serve(
                         f"reaches p{ttft_percentile:g} TTFT {ttft * 1e3:.0f} ms and TPOT "
                         f"{e.tpot_s * 1e3:.1f} ms"
                         f" ({binding} binds)", f"{ttft_ms} ms / {tpot_ms} ms")
-    reason = why(best_co, best_dis, wl)
+    reason = why(best_co, best_dis, wl, fewest_gpus=fewest)
     data = {"model": spec.name, "gpu": g.name, "gpus": hw.num_gpus, "isl": isl, "osl": osl,
             "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "search_s": elapsed,
             "layouts": result.layouts_evaluated, "why": reason,

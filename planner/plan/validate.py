@@ -43,7 +43,7 @@ def plan_problems(plan: Plan) -> list[str]:
         problems.append("inputs_hash does not match the inputs")
     for pool in plan.pools:
         problems += pool_problems(pool, model, cluster)
-    problems += _node_problems(plan.pools, cluster.num_nodes)
+    problems += _node_problems(plan.pools, cluster.num_nodes, plan.kind != "serving")
     if sum(p.num_gpus for p in plan.pools) > cluster.num_gpus:
         problems.append(f"pools use {plan.num_gpus} GPUs, the cluster has {cluster.num_gpus}")
     if plan.kind == "training" and plan.training is None:
@@ -55,9 +55,10 @@ def plan_problems(plan: Plan) -> list[str]:
     return problems
 
 
-def _node_problems(pools: list[Pool], num_nodes: int) -> list[str]:
-    """One pool runs on every node of the cluster; several pools on disjoint sets of nodes."""
-    if len(pools) == 1:
+def _node_problems(pools: list[Pool], num_nodes: int, whole_cluster: bool = True) -> list[str]:
+    """A training pool runs on every node of the cluster; several pools (or a serving plan's
+    pools, which may leave nodes idle) on disjoint sets of nodes."""
+    if len(pools) == 1 and whole_cluster:
         if sorted(pools[0].node_order) != list(range(num_nodes)):
             return [f"node_order is not a permutation of the cluster's {num_nodes} nodes"]
         return []

@@ -29,7 +29,7 @@ from planner.serving.estimate import (
     MAX_UTILISATION, Calibration, Deployment, PoolSpec, ServingEstimate, _transfer_s, costing,
     estimate, md1_wait_s, slot_wait, prefill_pool_ttft, PrefillTable, prefill_table, colocated_rate, colocated_ttft, Ttft,
     _decode)
-from solvers.serving.ratio import best_split
+from solvers.serving.ratio import best_split, whole_unit_step
 from topologies.catalog import GpuSpec
 from topologies.cluster import Cluster
 
@@ -153,10 +153,22 @@ def _colocated_points(parts: LayoutParts, wl: ServingWorkload):
         yield lam, tpot_at(lam), ttft(lam), b
 
 
+OBJECTIVES = ("goodput", "min-gpus")
+
+
 def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, gpu: GpuSpec,
            cal: Calibration, engine: str = "sglang", top_k: int = 3,
-           modes: tuple[str, ...] = ("colocated", "disagg")) -> SearchResult:
-    """Best deployments of ``model`` on ``cluster`` (one GPU type) per mode, best first."""
+           modes: tuple[str, ...] = ("colocated", "disagg"),
+           objective: str = "goodput") -> SearchResult:
+    """Best deployments of ``model`` on ``cluster`` (one GPU type) per mode, best first.
+
+    ``goodput``: the most output tokens/s per GPU meeting the targets, on the whole cluster.
+    ``min-gpus``: the fewest GPUs (whole nodes) that serve ``wl.rate_per_s`` within the
+    targets; the cluster bounds the size."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
+    if objective == "min-gpus" and wl.rate_per_s is None:
+        raise ValueError("objective min-gpus needs a target request rate (rate_per_s)")
     total = cluster.num_gpus
     per_node = cluster.gpus_per_node
     all_parts = [p for lay in layouts(model, per_node, total)
@@ -177,9 +189,18 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, gpu: GpuSpec
                 colocated.append((tpot <= tpot_t + 1e-12, per_gpu,
                                   replace(parts.layout, batch=b, workers=inst), lam * inst))
     disagg: list[tuple[float, Deployment, float]] = []
+    rates: tuple[list, list] = ([], [])
     if "disagg" in modes and total >= 2:
-        disagg = _disagg_candidates(model, wl, cluster, cal, gpu, all_parts, tpot_t, pareto,
-                                    same_tp=same_tp_required(model, engine))
+        disagg, rates = _disagg_candidates(model, wl, cluster, cal, gpu, all_parts, tpot_t,
+                                           pareto, same_tp=same_tp_required(model, engine))
+    if objective == "min-gpus":
+        co_deps, dis_deps = _min_gpu_deployments(wl.rate_per_s, colocated, rates, cluster, gpu,
+                                                 same_tp_required(model, engine))
+        co = _finalise(model, wl, cluster, cal, gpu, engine, co_deps[:top_k * 4], top_k,
+                       _fewest_key)
+        dis = _finalise(model, wl, cluster, cal, gpu, engine, dis_deps[:top_k * 4], top_k,
+                        _fewest_key)
+        return SearchResult(co, dis, tuple(_pareto_front(pareto)), len(all_parts), total)
     colocated.sort(key=lambda x: (not x[0], -x[1], x[2].gpus_per_instance, x[2].tp, x[2].dp,
                                   x[2].batch))
     co = _finalise(model, wl, cluster, cal, gpu, engine,
@@ -245,17 +266,58 @@ def _disagg_candidates(model, wl, cluster, cal, gpu, all_parts, tpot_t, pareto,
                 PoolSpec("decode", gpu.name, replace(dp_.layout, batch=b, workers=n_d))))
             found.append((rate * wl.osl / gpus, dep, rate))
     found.sort(key=lambda x: (-x[0], x[1].gpus))
-    return found
+    return found, (prefill, decode)
 
 
-def _finalise(model, wl, cluster, cal, gpu, engine, deps, top_k) -> tuple[Candidate, ...]:
+def _round_up(count: float, step: int) -> int:
+    return max(step, math.ceil(count / step - 1e-9) * step)
+
+
+def _min_gpu_deployments(target: float, colocated: list, rates: tuple[list, list],
+                         cluster: Cluster, gpu: GpuSpec, same_tp: bool):
+    """Deployments serving ``target`` requests/s with the fewest whole nodes: instances of each
+    candidate layout at the rate the search found for it, rounded up to fill nodes."""
+    total, per_node = cluster.num_gpus, cluster.gpus_per_node
+    co = []
+    for meets_tpot, _, lay, rate in colocated:
+        per_instance = rate / lay.workers
+        n = _round_up(target / per_instance, whole_unit_step(lay.gpus_per_instance, per_node))
+        if meets_tpot and n * lay.gpus_per_instance <= total:
+            co.append((n * lay.gpus_per_instance, replace(lay, workers=n)))
+    co.sort(key=lambda x: (x[0], x[1].gpus_per_instance, x[1].tp, x[1].dp, x[1].batch))
+    dis = []
+    prefill, decode = rates
+    for _, pp_, rp in prefill:
+        n_p = _round_up(target / rp, whole_unit_step(pp_.layout.gpus_per_instance, per_node))
+        for _, dp_, rd, b in decode:
+            if same_tp and dp_.layout.tp != pp_.layout.tp:
+                continue
+            n_d = _round_up(target / rd, whole_unit_step(dp_.layout.gpus_per_instance, per_node))
+            gpus = n_p * pp_.layout.gpus_per_instance + n_d * dp_.layout.gpus_per_instance
+            if gpus <= total:
+                dis.append((gpus, Deployment("disagg", (
+                    PoolSpec("prefill", gpu.name, replace(pp_.layout, workers=n_p)),
+                    PoolSpec("decode", gpu.name, replace(dp_.layout, batch=b,
+                                                         workers=n_d))))))
+    dis.sort(key=lambda x: (x[0], x[1].pools[0].layout.gpus_per_instance,
+                            x[1].pools[1].layout.gpus_per_instance))
+    return ([(Deployment("colocated", (PoolSpec("colocated", gpu.name, lay),)), target)
+             for _, lay in co], [(dep, target) for _, dep in dis])
+
+
+def _fewest_key(c: Candidate) -> tuple:
+    return (c.meets_slo, -c.estimate.gpus, round(c.estimate.output_tokens_per_s_per_gpu, 6))
+
+
+def _finalise(model, wl, cluster, cal, gpu, engine, deps, top_k, key=None
+              ) -> tuple[Candidate, ...]:
     out = []
     for dep, rate in deps:
         dep = replace(dep, engine=engine)
         est = estimate(model, dep, replace(wl, rate_per_s=rate, concurrency=None), cluster,
                        {gpu.name: gpu}, cal)
         out.append(Candidate(dep, est, est.meets(wl)))
-    out.sort(key=_rank_key, reverse=True)
+    out.sort(key=key or _rank_key, reverse=True)
     return tuple(out[:top_k])
 
 

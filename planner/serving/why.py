@@ -10,9 +10,18 @@ def prefill_share(c: Candidate) -> float:
     return c.estimate.pools[0].utilisation
 
 
-def why(co: Candidate | None, dis: Candidate | None, wl: ServingWorkload) -> str:
+def why(co: Candidate | None, dis: Candidate | None, wl: ServingWorkload,
+        fewest_gpus: bool = False) -> str:
     if co is None and dis is None:
         return "no deployment fits the model on this cluster"
+    if fewest_gpus and co is not None and dis is not None:
+        a, b = co.estimate, dis.estimate
+        winner = "colocated" if (co.meets_slo, -a.gpus) >= (dis.meets_slo, -b.gpus) else (
+            "disaggregated")
+        return (f"{winner}: {wl.rate_per_s:g} requests/s within the targets takes {a.gpus} GPUs "
+                f"colocated (prefills take {prefill_share(co):.0%} of each instance's time) "
+                f"and {b.gpus} disaggregated ({b.pools[0].layout.gpus} prefill + "
+                f"{b.pools[1].layout.gpus} decode, whole nodes each)")
     if dis is None:
         return ("colocated: a disaggregated deployment needs a prefill and a decode pool on "
                 "separate whole nodes, and none fits or meets the targets")

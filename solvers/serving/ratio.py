@@ -20,7 +20,7 @@ def _value(n_p: int, n_d: int, gp: int, rp: float, gd: int, rd: float) -> tuple[
     return rate / gpus, rate, -gpus
 
 
-def _step(g: int, unit: int) -> int:
+def whole_unit_step(g: int, unit: int) -> int:
     """Fewest instances of ``g`` GPUs that fill whole units of ``unit`` GPUs."""
     return unit // math.gcd(unit, g)
 
@@ -31,7 +31,7 @@ def best_split(total: int, gp: int, rp: float, gd: int, rd: float, unit: int = 1
     fit in ``total`` GPUs. Each pool's GPUs are a multiple of ``unit`` (whole nodes)."""
     if rp <= 0 or rd <= 0:
         return None
-    sp, sd = _step(gp, unit), _step(gd, unit)
+    sp, sd = whole_unit_step(gp, unit), whole_unit_step(gd, unit)
     best = None
     for n_p in range(sp, total // gp + 1, sp):
         room = (total - n_p * gp) // gd // sd * sd
