@@ -92,7 +92,7 @@ def simulated_vs_closed() -> list[dict]:
         m, g = load_model(model), get_gpu(gpu)
         cl, cal = homogeneous_cluster(g.name, nodes), Calibration.defaults((g.name,))
         wl = ServingWorkload(isl=4096, osl=512, ttft_ms=2000, tpot_ms=50)
-        r = search(m, wl, cl, g, cal, modes=(mode,) if mode else ("colocated", "disagg"))
+        r = search(m, wl, cl, cal, modes=(mode,) if mode else ("colocated", "disagg"))
         best = r.best()
         plan = build_serving_plan(m, cl, best.deployment, wl, best.estimate, cal)
         d = simulate_plan(plan, requests=4000, seed=0)
@@ -116,7 +116,7 @@ def search_speed() -> list[dict]:
         cl, cal = homogeneous_cluster(g.name, nodes), Calibration.defaults((g.name,))
         wl = ServingWorkload(isl=4096, osl=512, ttft_ms=2000, tpot_ms=50, precision=precision)
         t0 = time.perf_counter()
-        r = search(m, wl, cl, g, cal)
+        r = search(m, wl, cl, cal)
         rows.append({"model": model, "gpu": gpu, "gpus": cl.num_gpus,
                      "search_s": time.perf_counter() - t0, "layouts": r.layouts_evaluated,
                      "best": r.best().deployment.mode})

@@ -210,7 +210,7 @@ def test_min_gpus_serves_the_rate_with_no_node_to_spare():
     gpus_at = {}
     for rate in (10.0, 30.0):
         wl = ServingWorkload(isl=4096, osl=512, ttft_ms=2000, tpot_ms=50, rate_per_s=rate)
-        best = search(m, wl, cl, g, cal, objective="min-gpus").colocated[0]
+        best = search(m, wl, cl, cal, objective="min-gpus").colocated[0]
         assert best.meets_slo and best.estimate.request_rate_per_s == pytest.approx(rate)
         gpus_at[rate] = best.estimate.gpus
         lay = best.deployment.pools[0].layout
@@ -229,3 +229,31 @@ def test_min_gpus_needs_a_rate_and_says_when_the_cluster_is_too_small():
     result = _run("serve", "--model", "llama-3.1-70b", "--nodes", "1", "--objective",
                   "min-gpus", "--rate", "300")
     assert result.exit_code == 2 and "8 GPUs" in result.output
+
+
+MIXED = __import__("pathlib").Path(__file__).parent.parent / "examples" / "mixed-gpu.yaml"
+
+
+def test_mixed_gpu_cluster_puts_each_pool_on_one_type(tmp_path):
+    out = tmp_path / "mixed.json"
+    result = _run("serve", "--model", "qwen3-30b-a3b", "--cluster", str(MIXED), "--mode",
+                  "disagg", "--out", str(out), "--format", "json")
+    assert result.exit_code == 0, result.output
+    plan = json.loads(out.read_text())
+    gpu_of_host = {"h100": "H100-SXM5-80GB", "h20": "H20-96GB"}
+    for pool in plan["pools"]:  # a pool's nodes are all of the GPU type it names
+        assert {gpu_of_host[n["host"].split("-")[0]] for n in pool["nodes"]} == {pool["gpu"]}
+    roles = {p["role"]: p["gpu"] for p in plan["serving"]["pools"]}
+    # decode reads weights and KV (H20: 4 TB/s for a seventh of H100's FLOPs), prefill computes
+    assert roles == {"prefill": "H100-SXM5-80GB", "decode": "H20-96GB"}
+    assert set(plan["inputs"]["profiles"]) == set(roles.values())
+    sim = _run("serve", "simulate", str(out), "--requests", "500", "--format", "json")
+    assert sim.exit_code == 0, sim.output
+    assert _run("emit", "sglang", str(out), "--out-dir", str(tmp_path / "l")).exit_code == 0
+
+
+def test_mixed_gpu_cluster_refuses_min_gpus_and_estimate():
+    result = _run("serve", "--cluster", str(MIXED), "--objective", "min-gpus", "--rate", "5")
+    assert result.exit_code == 2 and "--objective" in result.output
+    result = _run("serve", "estimate", "--cluster", str(MIXED), "--colocated", "tp=8")
+    assert result.exit_code == 2 and "one GPU type" in result.output

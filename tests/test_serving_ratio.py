@@ -25,3 +25,16 @@ def test_split_matches_brute_force(total, gp, gd, unit):
 def test_no_room_for_both_pools():
     assert best_split(8, 8, 1.0, 8, 1.0, 8) is None
     assert best_split(16, 8, 1.0, 8, 1.0, 8) == (1, 1, 1.0)
+
+
+@pytest.mark.parametrize("total,gp,decode_total,gd,unit", [
+    (16, 2, 8, 1, 8), (32, 8, 16, 4, 8), (8, 1, 24, 8, 8), (12, 3, 12, 2, 1)])
+def test_split_over_two_gpu_types_matches_brute_force(total, gp, decode_total, gd, unit):
+    for rp, rd in itertools.product((0.3, 1.0, 5.0), (0.2, 1.5, 9.0)):
+        got = best_split(total, gp, rp, gd, rd, unit, decode_total)
+        ref = best_split_brute(total, gp, rp, gd, rd, unit, decode_total)
+        value = lambda s: min(s[0] * rp, s[1] * rd) / (s[0] * gp + s[1] * gd)  # noqa: E731
+        assert (got is None) == (ref is None)
+        if ref is not None:
+            assert value(got) == pytest.approx(value(ref), rel=1e-12)
+            assert got[0] * gp <= total and got[1] * gd <= decode_total

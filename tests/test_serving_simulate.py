@@ -25,11 +25,11 @@ def test_closed_loop_throughput_matches_closed_form(model, nodes):
     hw = resolve_cluster(ClusterChoice(None, GPU, nodes, None), GPU)
     g = hw.slowest_gpu
     cal = Calibration.defaults((g.name,))
-    dep = search(spec, WL, hw, g, cal, modes=("colocated",)).colocated[0].deployment
+    dep = search(spec, WL, hw, cal, modes=("colocated",)).colocated[0].deployment
     lay = dep.pool("colocated").layout
     closed = estimate(spec, dep, WL, hw, {g.name: g}, cal)  # full batch, no rate
     in_flight = lay.workers * lay.batch * lay.dp
-    problem = simulation_problem(spec, dep, WL, hw, g, cal, requests=max(1500, 6 * in_flight))
+    problem = simulation_problem(spec, dep, WL, hw, cal, requests=max(1500, 6 * in_flight))
     assert problem.concurrency == in_flight
     res = simulate(problem)
     assert res.preemptions == 0

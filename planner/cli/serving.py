@@ -97,16 +97,19 @@ def _workload(isl, osl, rate, concurrency, ttft_ms, tpot_ms, precision, kv_dtype
                         err.got) from None
 
 
-def _calibration(gpu_name: str, path: Path | None) -> Calibration:
-    cal = Calibration.defaults((gpu_name,))
+def _calibration(gpu_names: tuple[str, ...], path: Path | None) -> Calibration:
+    """Default profiles of every GPU type, with the ``--calibration`` file applied to each."""
+    cal = Calibration.defaults(gpu_names)
     if path is None:
         return cal
-    prof = load_profile(gpu_name, path)
-    try:
-        sprof = serving_overrides(cal.serving[gpu_name], path)
-    except (ValueError, TypeError) as err:
-        raise SpecError(str(path), "serving", f"serving profile fields ({err})") from None
-    return Calibration({gpu_name: prof}, {gpu_name: sprof})
+    profiles, serving = {}, {}
+    for name in gpu_names:
+        profiles[name] = load_profile(name, path)
+        try:
+            serving[name] = serving_overrides(cal.serving[name], path)
+        except (ValueError, TypeError) as err:
+            raise SpecError(str(path), "serving", f"serving profile fields ({err})") from None
+    return Calibration(profiles, serving)
 
 
 def _weights_bytes(spec, precision: str) -> float:
@@ -125,14 +128,18 @@ def _default_nodes(spec, gpu: str | None, gpus_per_node, precision: str) -> int:
     return nodes
 
 
-def _hardware(cluster, gpu, nodes, gpus_per_node, spec=None, precision: str = "bf16"):
+def _hardware(cluster, gpu, nodes, gpus_per_node, spec=None, precision: str = "bf16",
+              one_type: bool = False):
+    """The cluster and its GPU types (first-listed first); ``one_type`` refuses several."""
     if nodes is None and cluster is None:
         nodes = _default_nodes(spec, gpu, gpus_per_node, precision) if spec else 1
     hw = resolve_cluster(ClusterChoice(cluster, gpu, nodes, gpus_per_node), DEFAULT_SERVE_GPU)
-    if not hw.homogeneous:
-        raise SpecError(cluster or OPTIONS_SOURCE, "node_groups",
-                        "one GPU type for now (mixed GPU types per pool: not yet)")
-    return hw, hw.slowest_gpu
+    types = tuple(dict.fromkeys(g.gpu.name for g in hw.node_groups))
+    if one_type and len(types) > 1:
+        raise SpecError(cluster or OPTIONS_SOURCE, "node_groups", "one GPU type for 'serve "
+                        "estimate' (POOL strings name no GPU; 'planner serve' plans pools on "
+                        "several types)", ", ".join(types))
+    return hw, types
 
 
 def _plan_summary(c, wl: ServingWorkload) -> dict:
@@ -172,7 +179,7 @@ def serve(
     if ctx.invoked_subcommand is not None:
         return
     spec = load_model(model)
-    hw, g = _hardware(cluster, gpu, nodes, gpus_per_node, spec, precision.value)
+    hw, types = _hardware(cluster, gpu, nodes, gpus_per_node, spec, precision.value)
     wl = _workload(isl, osl, rate, concurrency, ttft_ms, tpot_ms, precision, kv_dtype,
                    prefix_hit, mtp, mtp_acceptance, ttft_percentile)
     if mode not in (None, "colocated", "disagg"):
@@ -181,9 +188,12 @@ def serve(
     if objective is Objective.min_gpus and rate is None:
         raise SpecError(OPTIONS_SOURCE, "--rate", "a target request rate with --objective "
                         "min-gpus")
-    cal = _calibration(g.name, calibration)
+    if objective is Objective.min_gpus and len(types) > 1:
+        raise SpecError(OPTIONS_SOURCE, "--objective", "goodput on a cluster of several GPU "
+                        "types (min-gpus plans one type)", ", ".join(types))
+    cal = _calibration(types, calibration)
     start = time.perf_counter()
-    result = search(spec, wl, hw, g, cal, engine.value, top_k, modes, objective.value)
+    result = search(spec, wl, hw, cal, engine.value, top_k, modes, objective.value)
     elapsed = time.perf_counter() - start
     best_co = result.colocated[0] if result.colocated else None
     best_dis = result.disagg[0] if result.disagg else None
@@ -198,11 +208,11 @@ def serve(
                         f"goodput to see the most it serves)", rate)
     if best is None:
         need = _weights_bytes(spec, precision.value) / 1e9
-        have = hw.num_gpus * g.hbm_bytes / 1e9
+        have = sum(g.num_gpus * g.gpu.hbm_bytes for g in hw.node_groups) / 1e9
         raise SpecError(OPTIONS_SOURCE, "--model", f"a model whose weights and KV fit: "
                         f"{model} needs {need:.0f} GB of {precision.value} weights plus KV, the "
-                        f"cluster has {have:.0f} GB in {hw.num_gpus} x {g.name} and no layout "
-                        f"fits", model)
+                        f"cluster has {have:.0f} GB in {hw.num_gpus} x {' + '.join(types)} and "
+                        f"no layout fits", model)
     if not best.meets_slo:
         e = best.estimate
         ttft = e.ttft.quantile_s(wl.ttft_quantile)
@@ -213,7 +223,7 @@ def serve(
                         f"{e.tpot_s * 1e3:.1f} ms"
                         f" ({binding} binds)", f"{ttft_ms} ms / {tpot_ms} ms")
     reason = why(best_co, best_dis, wl, fewest_gpus=fewest)
-    data = {"model": spec.name, "gpu": g.name, "gpus": hw.num_gpus, "isl": isl, "osl": osl,
+    data = {"model": spec.name, "gpu": " + ".join(types), "gpus": hw.num_gpus, "isl": isl, "osl": osl,
             "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "search_s": elapsed,
             "layouts": result.layouts_evaluated, "why": reason,
             "plans": [_plan_summary(c, wl) for c in ranked[:top_k]],
@@ -269,7 +279,8 @@ def serve_estimate(
     tp=..,pp=..,dp=..,ep=..,etp=..,batch=..,workers=.. (dp: attention-DP ranks per instance,
     batch: requests per attention rank)."""
     spec = load_model(model)
-    hw, g = _hardware(cluster, gpu, nodes, gpus_per_node)
+    hw, types = _hardware(cluster, gpu, nodes, gpus_per_node, one_type=True)
+    g = hw.node_groups[0].gpu
     wl = _workload(isl, osl, rate, concurrency, ttft_ms, tpot_ms, precision, kv_dtype,
                    prefix_hit, mtp, mtp_acceptance, ttft_percentile)
     co = _pool(colocated, "--colocated", "colocated", g.name)
@@ -285,7 +296,7 @@ def serve_estimate(
         raise SpecError(OPTIONS_SOURCE, "--colocated/--prefill/--decode",
                         f"pools within the cluster's {hw.num_gpus} GPUs",
                         f"{dep.gpus} GPUs (tp*pp*dp*workers summed over pools)")
-    cal = _calibration(g.name, calibration)
+    cal = _calibration(types, calibration)
     try:
         est = estimate(spec, dep, wl, hw, {g.name: g}, cal, overlap_comm=two_batch_overlap)
     except ConfigError as err:

@@ -3,8 +3,8 @@ and the router (the ``serving`` section of ``docs/serving.md``).
 
 Each pool is a mesh of ``tp * pp * (dp * workers)`` ranks in the one rank order
 (:func:`cost_models.parallel.rank_grid`): attention-DP ranks of all instances form the data
-axis, and instance ``i`` owns data ranks ``i*dp .. (i+1)*dp - 1``. Pools take whole nodes,
-prefill first.
+axis, and instance ``i`` owns data ranks ``i*dp .. (i+1)*dp - 1``. Pools take whole nodes of
+their GPU type, prefill first.
 """
 from __future__ import annotations
 
@@ -62,17 +62,20 @@ def build_serving_plan(model: ModelSpec, cluster: Cluster, dep: Deployment,
                        objective: str = "goodput", why: str = "",
                        model_path: str | None = None, notes: list[str] | None = None) -> Plan:
     """The Plan of ``dep`` (the caller validates it before writing)."""
-    per_node = cluster.gpus_per_node
-    pools, instances, next_node = [], [], 0
+    pools, instances, used = [], [], set()
     ordered = sorted(dep.pools, key=lambda p: ROLE_ORDER.index(p.role))
     for spec in ordered:
         d = pool_degrees(spec)
-        if d.num_gpus % per_node:
+        free = [n for n in range(cluster.num_nodes) if n not in used
+                and cluster.node_groups[cluster.group_of_node(n)].gpu.name == spec.gpu]
+        per_node = cluster.node_groups[cluster.group_of_node(free[0])].gpus_per_node if free \
+            else cluster.gpus_per_node
+        count = -(-d.num_gpus // per_node)
+        if d.num_gpus % per_node or count > len(free):
             raise ValueError(f"pool {spec.role}: {d.num_gpus} GPUs is not whole nodes of "
-                             f"{per_node}")
-        count = d.num_gpus // per_node
-        order = list(range(next_node, next_node + count))
-        next_node += count
+                             f"{per_node} {spec.gpu} GPUs among the {len(free)} free")
+        order = free[:count]
+        used.update(order)
         pool = make_pool(spec.role, spec.role, cluster, d, order)
         pools.append(pool)
         instances += _instances(pool, spec.role, spec.layout)
@@ -81,6 +84,11 @@ def build_serving_plan(model: ModelSpec, cluster: Cluster, dep: Deployment,
     inputs = {"model": model_to_plain(model), "cluster": cluster_to_plain(cluster),
               "workload": asdict(wl), "profile": profile_to_dict(cal.profiles[gpu0]),
               "serving_profile": asdict(cal.serving[gpu0]), "objective": objective}
+    others = sorted({p.gpu for p in dep.pools} - {gpu0})
+    if others:  # several GPU types: every type's profiles
+        inputs["profiles"] = {g: {"profile": profile_to_dict(cal.profiles[g]),
+                                  "serving_profile": asdict(cal.serving[g])}
+                              for g in [gpu0, *others]}
     serving = {
         "mode": dep.mode, "engine": dep.engine,
         "model_path": model_path or model.name,

@@ -46,11 +46,13 @@ MAX_UTILISATION = 0.98  # prefill utilisation above which the queue is taken as 
 
 @dataclass(frozen=True)
 class PoolSpec:
-    """One pool of a deployment: its role, GPU type and layout."""
+    """One pool of a deployment: its role, GPU type and layout; ``first_rank`` is the cluster
+    rank its GPUs start from (its node group's, on a cluster of several GPU types)."""
 
     role: str  # colocated | prefill | decode
     gpu: str
     layout: PoolLayout
+    first_rank: int = 0
 
 
 @dataclass(frozen=True)
@@ -226,7 +228,7 @@ def costing(model: ModelSpec, pool: PoolSpec, wl: ServingWorkload, cluster: Clus
     check_layout(model, pool.layout)
     return Costing(overlap_comm=overlap_comm,
                    model=model, layout=pool.layout,
-                   hw=instance_hardware(cluster, gpu, pool.layout),
+                   hw=instance_hardware(cluster, gpu, pool.layout, pool.first_rank),
                    prof=cal.profiles[gpu.name], sprof=cal.serving[gpu.name],
                    precision=wl.precision, kv_dtype=wl.kv_dtype,
                    moe_imbalance=wl.moe_imbalance if model.is_moe else 1.0,
@@ -392,10 +394,13 @@ def _colocated(model, pool, wl, cluster, cal, gpu, dep: Deployment) -> ServingEs
 
 def _transfer_s(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibration,
                 prefill: PoolSpec, decode: PoolSpec, gpu_name: str) -> float:
-    """KV of one request from a prefill GPU to a decode GPU: pools sit on disjoint ranks, the
-    prefill pool first; the link is what ``group_view`` of the two ranks sees."""
+    """KV of one request from a prefill GPU to a decode GPU: pools sit on disjoint ranks (the
+    prefill pool first, unless they start in different node groups); the link is what
+    ``group_view`` of the two ranks sees."""
     n = cluster.num_gpus
-    src, dst = 0, min(prefill.layout.gpus, n - 1)
+    src = prefill.first_rank
+    dst = (decode.first_rank if decode.first_rank != prefill.first_rank
+           else min(src + prefill.layout.gpus, n - 1))
     view = group_view(cluster, [src, dst])
     tier = view.inter or view.intra
     if tier is None:

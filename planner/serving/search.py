@@ -26,9 +26,9 @@ from cost_models.parallel import ConfigError
 from cost_models.serving.config import PoolLayout, ServingWorkload, check_layout
 from cost_models.serving.memory import max_batch_by_memory
 from planner.serving.estimate import (
-    MAX_UTILISATION, Calibration, Deployment, PoolSpec, ServingEstimate, _transfer_s, costing,
-    estimate, md1_wait_s, slot_wait, prefill_pool_ttft, PrefillTable, prefill_table, colocated_rate, colocated_ttft, Ttft,
-    _decode)
+    MAX_UTILISATION, Calibration, Deployment, PoolSpec, PrefillTable, ServingEstimate,
+    _decode, _transfer_s, colocated_rate, colocated_ttft, costing, estimate, prefill_pool_ttft,
+    prefill_table, slot_wait)
 from solvers.serving.ratio import best_split, whole_unit_step
 from topologies.catalog import GpuSpec
 from topologies.cluster import Cluster
@@ -106,8 +106,39 @@ def layouts(model: ModelSpec, gpus_per_node: int, total_gpus: int) -> list[PoolL
     return out
 
 
-def layout_parts(model, lay, wl, cluster, cal, gpu: GpuSpec) -> LayoutParts | None:
-    c = costing(model, PoolSpec("decode", gpu.name, lay), wl, cluster, cal, gpu)
+@dataclass(frozen=True)
+class Site:
+    """Where a pool can run: the nodes of one GPU type (the whole cluster when it has one)."""
+
+    gpu: GpuSpec
+    nodes: tuple[int, ...]
+    gpus: int
+    gpus_per_node: int
+    first_rank: int
+
+
+def sites(cluster: Cluster) -> tuple[Site, ...]:
+    """One site per GPU type, in the order the cluster first lists it."""
+    by_type: dict[str, list[int]] = {}
+    specs: dict[str, GpuSpec] = {}
+    node = 0
+    for g in cluster.node_groups:
+        by_type.setdefault(g.gpu.name, []).extend(range(node, node + g.count))
+        specs[g.gpu.name] = g.gpu
+        node += g.count
+    out = []
+    for name, nodes in by_type.items():
+        groups = [cluster.node_groups[cluster.group_of_node(n)] for n in nodes]
+        first = sum(cluster.node_groups[cluster.group_of_node(n)].gpus_per_node
+                    for n in range(nodes[0]))
+        out.append(Site(specs[name], tuple(nodes), sum(g.gpus_per_node for g in groups),
+                        min(g.gpus_per_node for g in groups), first))
+    return tuple(out)
+
+
+def layout_parts(model, lay, wl, cluster, cal, gpu: GpuSpec, first_rank: int = 0
+                 ) -> LayoutParts | None:
+    c = costing(model, PoolSpec("decode", gpu.name, lay, first_rank), wl, cluster, cal, gpu)
     cap = max_batch_by_memory(model, lay, wl, gpu.hbm_bytes, c.sprof, c.prof.reserved_bytes)
     if cap < 1:
         return None
@@ -156,59 +187,83 @@ def _colocated_points(parts: LayoutParts, wl: ServingWorkload):
 OBJECTIVES = ("goodput", "min-gpus")
 
 
-def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, gpu: GpuSpec,
-           cal: Calibration, engine: str = "sglang", top_k: int = 3,
+def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibration,
+           engine: str = "sglang", top_k: int = 3,
            modes: tuple[str, ...] = ("colocated", "disagg"),
            objective: str = "goodput") -> SearchResult:
-    """Best deployments of ``model`` on ``cluster`` (one GPU type) per mode, best first.
+    """Best deployments of ``model`` on ``cluster`` per mode, best first.
 
-    ``goodput``: the most output tokens/s per GPU meeting the targets, on the whole cluster.
-    ``min-gpus``: the fewest GPUs (whole nodes) that serve ``wl.rate_per_s`` within the
-    targets; the cluster bounds the size."""
+    Every pool runs on the nodes of one GPU type (a :class:`Site`): a colocated pool on one
+    site, a disaggregated deployment's prefill and decode pools on the same site or on two.
+    ``goodput``: the most output tokens/s per GPU used meeting the targets. ``min-gpus``: the
+    fewest GPUs (whole nodes) that serve ``wl.rate_per_s`` within the targets (one GPU type).
+    ``cal`` holds a profile for every GPU type of the cluster."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
     if objective == "min-gpus" and wl.rate_per_s is None:
         raise ValueError("objective min-gpus needs a target request rate (rate_per_s)")
-    total = cluster.num_gpus
-    per_node = cluster.gpus_per_node
-    all_parts = [p for lay in layouts(model, per_node, total)
-                 if (p := layout_parts(model, lay, wl, cluster, cal, gpu)) is not None]
+    places = sites(cluster)
+    if objective == "min-gpus" and len(places) > 1:
+        raise ValueError("objective min-gpus plans one GPU type; the cluster has "
+                         f"{', '.join(p.gpu.name for p in places)}")
+    same_tp = same_tp_required(model, engine)
     tpot_t = wl.tpot_ms / 1e3 if wl.tpot_ms else math.inf
     pareto: list[dict] = []
-    colocated: list[tuple[float, PoolLayout, float]] = []
+    parts_of = {site: [p for lay in layouts(model, site.gpus_per_node, site.gpus)
+                       if (p := layout_parts(model, lay, wl, cluster, cal, site.gpu,
+                                             site.first_rank)) is not None]
+                for site in places}
+    colocated: list[tuple[bool, float, Site, PoolLayout, float]] = []
     if "colocated" in modes:
-        for parts in all_parts:
-            if total % parts.layout.gpus_per_instance:
-                continue  # one pool on every node: instances must fill the cluster
-            inst = total // parts.layout.gpus_per_instance
-            for lam, tpot, ttft, b in _colocated_points(parts, wl):
-                per_gpu = lam * wl.osl / parts.layout.gpus_per_instance
-                pareto.append({"mode": "colocated", "tokens_per_s_per_gpu": per_gpu,
-                               "tokens_per_s_per_user": 1 / tpot, "layout": parts.layout,
-                               "batch": b})
-                colocated.append((tpot <= tpot_t + 1e-12, per_gpu,
-                                  replace(parts.layout, batch=b, workers=inst), lam * inst))
+        for site, all_parts in parts_of.items():
+            colocated += _colocated_candidates(site, all_parts, wl, tpot_t, pareto)
+    rates = {site: _pool_rates(model, wl, cluster, cal, site, parts, tpot_t, pareto)
+             for site, parts in parts_of.items()} if "disagg" in modes else {}
     disagg: list[tuple[float, Deployment, float]] = []
-    rates: tuple[list, list] = ([], [])
-    if "disagg" in modes and total >= 2:
-        disagg, rates = _disagg_candidates(model, wl, cluster, cal, gpu, all_parts, tpot_t,
-                                           pareto, same_tp=same_tp_required(model, engine))
+    for pre_site, dec_site in ((a, b) for a in rates for b in rates):
+        disagg += _disagg_pairs(pre_site, rates[pre_site][0], dec_site, rates[dec_site][1],
+                                wl, same_tp)
+    disagg.sort(key=lambda x: (-x[0], x[1].gpus))
+    layouts_seen = sum(len(p) for p in parts_of.values())
     if objective == "min-gpus":
-        co_deps, dis_deps = _min_gpu_deployments(wl.rate_per_s, colocated, rates, cluster, gpu,
-                                                 same_tp_required(model, engine))
-        co = _finalise(model, wl, cluster, cal, gpu, engine, co_deps[:top_k * 4], top_k,
+        site = places[0]
+        co_deps, dis_deps = _min_gpu_deployments(
+            wl.rate_per_s, [c[:1] + c[2:] for c in colocated], rates.get(site, ([], [])), site,
+            same_tp)
+        co = _finalise(model, wl, cluster, cal, engine, co_deps[:top_k * 4], top_k,
                        _fewest_key)
-        dis = _finalise(model, wl, cluster, cal, gpu, engine, dis_deps[:top_k * 4], top_k,
+        dis = _finalise(model, wl, cluster, cal, engine, dis_deps[:top_k * 4], top_k,
                         _fewest_key)
-        return SearchResult(co, dis, tuple(_pareto_front(pareto)), len(all_parts), total)
-    colocated.sort(key=lambda x: (not x[0], -x[1], x[2].gpus_per_instance, x[2].tp, x[2].dp,
-                                  x[2].batch))
-    co = _finalise(model, wl, cluster, cal, gpu, engine,
-                   [(Deployment("colocated", (PoolSpec("colocated", gpu.name, lay),), engine),
-                     rate) for _, _, lay, rate in colocated[:top_k * 4]], top_k)
-    dis = _finalise(model, wl, cluster, cal, gpu, engine,
+        return SearchResult(co, dis, tuple(_pareto_front(pareto)), layouts_seen,
+                            cluster.num_gpus)
+    colocated.sort(key=lambda x: (not x[0], -x[1], x[3].gpus_per_instance, x[3].tp, x[3].dp,
+                                  x[3].batch))
+    co = _finalise(model, wl, cluster, cal, engine,
+                   [(Deployment("colocated", (PoolSpec("colocated", site.gpu.name, lay,
+                                                       site.first_rank),), engine), rate)
+                    for _, _, site, lay, rate in colocated[:top_k * 4]], top_k)
+    dis = _finalise(model, wl, cluster, cal, engine,
                     [(dep, rate) for _, dep, rate in disagg[:top_k * 4]], top_k)
-    return SearchResult(co, dis, tuple(_pareto_front(pareto)), len(all_parts), total)
+    return SearchResult(co, dis, tuple(_pareto_front(pareto)), layouts_seen, cluster.num_gpus)
+
+
+def _colocated_candidates(site: Site, all_parts: list[LayoutParts], wl: ServingWorkload,
+                          tpot_t: float, pareto: list[dict]) -> list[tuple]:
+    """(meets TPOT, tokens/s per GPU, site, layout with batch and instances, rate) of every
+    layout and batch: instances fill the site."""
+    out = []
+    for parts in all_parts:
+        if site.gpus % parts.layout.gpus_per_instance:
+            continue  # instances fill the site's nodes
+        inst = site.gpus // parts.layout.gpus_per_instance
+        for lam, tpot, ttft, b in _colocated_points(parts, wl):
+            per_gpu = lam * wl.osl / parts.layout.gpus_per_instance
+            pareto.append({"mode": "colocated", "tokens_per_s_per_gpu": per_gpu,
+                           "tokens_per_s_per_user": 1 / tpot, "layout": parts.layout,
+                           "batch": b, "gpu": site.gpu.name})
+            out.append((tpot <= tpot_t + 1e-12, per_gpu, site,
+                        replace(parts.layout, batch=b, workers=inst), lam * inst))
+    return out
 
 
 def same_tp_required(model: ModelSpec, engine: str) -> bool:
@@ -217,16 +272,18 @@ def same_tp_required(model: ModelSpec, engine: str) -> bool:
     return engine == "vllm" or (engine == "sglang" and model.mla is None)
 
 
-def _disagg_candidates(model, wl, cluster, cal, gpu, all_parts, tpot_t, pareto,
-                       same_tp: bool = False):
+def _pool_rates(model, wl, cluster, cal, site: Site, all_parts, tpot_t, pareto):
+    """Per layout on ``site``: the request rate of one prefill instance at which TTFT meets its
+    target, and of one decode instance at the largest batch whose TPOT meets its target;
+    each list best (per GPU) first."""
     tt = wl.ttft_ms / 1e3 if wl.ttft_ms else None
     s, out = wl.tokens_per_step, max(wl.osl - 1, 1)
     prefill = []  # (requests/s per GPU, parts, requests/s per instance)
-    decode = []
+    decode = []  # (requests/s per GPU, parts, requests/s per instance, batch)
     for parts in all_parts:
         lay = parts.layout
-        spec = PoolSpec("prefill", gpu.name, lay)
-        transfer = _transfer_s(model, wl, cluster, cal, spec, spec, gpu.name)
+        spec = PoolSpec("prefill", site.gpu.name, lay, site.first_rank)
+        transfer = _transfer_s(model, wl, cluster, cal, spec, spec, site.gpu.name)
         table = parts.prefill
 
         def ttft(lam: float, table: PrefillTable = table, transfer: float = transfer) -> float:
@@ -240,7 +297,8 @@ def _disagg_candidates(model, wl, cluster, cal, gpu, all_parts, tpot_t, pareto,
             rate = CAPACITY_HEADROOM * b * lay.dp * s / (d * out)
             per_gpu = rate * wl.osl / lay.gpus_per_instance
             pareto.append({"mode": "disagg-decode", "tokens_per_s_per_gpu": per_gpu,
-                           "tokens_per_s_per_user": s / d, "layout": lay, "batch": b})
+                           "tokens_per_s_per_user": s / d, "layout": lay, "batch": b,
+                           "gpu": site.gpu.name})
             if d / s <= tpot_t + 1e-12 and (best is None or rate > best[2]):
                 best = (rate / lay.gpus_per_instance, b, rate)
             if smallest is None:
@@ -248,36 +306,45 @@ def _disagg_candidates(model, wl, cluster, cal, gpu, all_parts, tpot_t, pareto,
         best = best or smallest  # TPOT target out of reach: the fastest batch
         decode.append((best[0], parts, best[2], best[1]))
     key = lambda x: (-x[0], x[1].layout.gpus_per_instance, x[1].layout.tp, x[1].layout.dp)
-    prefill.sort(key=key)
-    decode.sort(key=key)
+    return sorted(prefill, key=key), sorted(decode, key=key)
+
+
+def _disagg_pairs(pre_site: Site, prefill: list, dec_site: Site, decode: list,
+                  wl: ServingWorkload, same_tp: bool) -> list[tuple[float, Deployment, float]]:
+    """The best prefill and decode layouts paired, instance counts splitting whole nodes:
+    one site's GPUs between both pools, or each pool its own site."""
     found = []
-    total = cluster.num_gpus
+    shared = pre_site == dec_site
+    unit = min(pre_site.gpus_per_node, dec_site.gpus_per_node)
     for _, pp_, rp in prefill[:TOP_PAIRS * 2]:
         fitting = [x for x in decode if not same_tp or x[1].layout.tp == pp_.layout.tp]
         for _, dp_, rd, b in fitting[:TOP_PAIRS]:
-            split = best_split(total, pp_.layout.gpus_per_instance, rp,
-                               dp_.layout.gpus_per_instance, rd, cluster.gpus_per_node)
+            split = best_split(pre_site.gpus, pp_.layout.gpus_per_instance, rp,
+                               dp_.layout.gpus_per_instance, rd, unit,
+                               None if shared else dec_site.gpus)
             if split is None:
                 continue
             n_p, n_d, rate = split
             gpus = n_p * pp_.layout.gpus_per_instance + n_d * dp_.layout.gpus_per_instance
             dep = Deployment("disagg", (
-                PoolSpec("prefill", gpu.name, replace(pp_.layout, workers=n_p)),
-                PoolSpec("decode", gpu.name, replace(dp_.layout, batch=b, workers=n_d))))
+                PoolSpec("prefill", pre_site.gpu.name, replace(pp_.layout, workers=n_p),
+                         pre_site.first_rank),
+                PoolSpec("decode", dec_site.gpu.name, replace(dp_.layout, batch=b,
+                                                              workers=n_d),
+                         dec_site.first_rank)))
             found.append((rate * wl.osl / gpus, dep, rate))
-    found.sort(key=lambda x: (-x[0], x[1].gpus))
-    return found, (prefill, decode)
+    return found
 
 
 def _round_up(count: float, step: int) -> int:
     return max(step, math.ceil(count / step - 1e-9) * step)
 
 
-def _min_gpu_deployments(target: float, colocated: list, rates: tuple[list, list],
-                         cluster: Cluster, gpu: GpuSpec, same_tp: bool):
+def _min_gpu_deployments(target: float, colocated: list, rates: tuple[list, list], site: Site,
+                         same_tp: bool):
     """Deployments serving ``target`` requests/s with the fewest whole nodes: instances of each
     candidate layout at the rate the search found for it, rounded up to fill nodes."""
-    total, per_node = cluster.num_gpus, cluster.gpus_per_node
+    total, per_node, name = site.gpus, site.gpus_per_node, site.gpu.name
     co = []
     for meets_tpot, _, lay, rate in colocated:
         per_instance = rate / lay.workers
@@ -296,26 +363,27 @@ def _min_gpu_deployments(target: float, colocated: list, rates: tuple[list, list
             gpus = n_p * pp_.layout.gpus_per_instance + n_d * dp_.layout.gpus_per_instance
             if gpus <= total:
                 dis.append((gpus, Deployment("disagg", (
-                    PoolSpec("prefill", gpu.name, replace(pp_.layout, workers=n_p)),
-                    PoolSpec("decode", gpu.name, replace(dp_.layout, batch=b,
-                                                         workers=n_d))))))
+                    PoolSpec("prefill", name, replace(pp_.layout, workers=n_p),
+                             site.first_rank),
+                    PoolSpec("decode", name, replace(dp_.layout, batch=b, workers=n_d),
+                             site.first_rank)))))
     dis.sort(key=lambda x: (x[0], x[1].pools[0].layout.gpus_per_instance,
                             x[1].pools[1].layout.gpus_per_instance))
-    return ([(Deployment("colocated", (PoolSpec("colocated", gpu.name, lay),)), target)
-             for _, lay in co], [(dep, target) for _, dep in dis])
+    return ([(Deployment("colocated", (PoolSpec("colocated", name, lay, site.first_rank),)),
+              target) for _, lay in co], [(dep, target) for _, dep in dis])
 
 
 def _fewest_key(c: Candidate) -> tuple:
     return (c.meets_slo, -c.estimate.gpus, round(c.estimate.output_tokens_per_s_per_gpu, 6))
 
 
-def _finalise(model, wl, cluster, cal, gpu, engine, deps, top_k, key=None
-              ) -> tuple[Candidate, ...]:
+def _finalise(model, wl, cluster, cal, engine, deps, top_k, key=None) -> tuple[Candidate, ...]:
+    gpus = {site.gpu.name: site.gpu for site in sites(cluster)}
     out = []
     for dep, rate in deps:
         dep = replace(dep, engine=engine)
         est = estimate(model, dep, replace(wl, rate_per_s=rate, concurrency=None), cluster,
-                       {gpu.name: gpu}, cal)
+                       gpus, cal)
         out.append(Candidate(dep, est, est.meets(wl)))
     out.sort(key=key or _rank_key, reverse=True)
     return tuple(out[:top_k])
@@ -332,6 +400,7 @@ def _pareto_front(points: list[dict]) -> list[dict]:
             if p["tokens_per_s_per_gpu"] > best + 1e-12:
                 front.append({"mode": mode, "tokens_per_s_per_gpu": p["tokens_per_s_per_gpu"],
                               "tokens_per_s_per_user": p["tokens_per_s_per_user"],
-                              **p["layout"].as_dict(), "batch": p["batch"]})
+                              **p["layout"].as_dict(), "batch": p["batch"],
+                              "gpu": p["gpu"]})
                 best = p["tokens_per_s_per_gpu"]
     return front

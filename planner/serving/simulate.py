@@ -105,16 +105,22 @@ def _load(wl: ServingWorkload, serving_pool: PoolLayout) -> dict:
     return {"concurrency": serving_pool.workers * serving_pool.batch * serving_pool.dp}
 
 
+def _gpu(cluster: Cluster, name: str) -> GpuSpec:
+    """The GPU type ``name`` of one of the cluster's node groups."""
+    return next(g.gpu for g in cluster.node_groups if g.gpu.name == name)
+
+
 def simulation_problem(model: ModelSpec, deployment: Deployment, wl: ServingWorkload,
-                       cluster: Cluster, gpu: GpuSpec, cal: Calibration, requests: int = 4000,
+                       cluster: Cluster, cal: Calibration, requests: int = 4000,
                        seed: int = 0, warmup_fraction: float = 0.1) -> SimProblem:
-    """``requests`` requests of ``wl.isl`` in, ``wl.osl`` out on ``deployment`` (one GPU type
-    ``gpu``), loaded as the module docstring says."""
+    """``requests`` requests of ``wl.isl`` in, ``wl.osl`` out on ``deployment`` (each pool on
+    the GPU type it names), loaded as the module docstring says."""
     if requests < 1:
         raise ValueError(f"requests must be >= 1, got {requests}")
     lens = {"input_lens": (wl.isl,) * requests, "output_lens": (wl.osl,) * requests}
     if deployment.mode == "colocated":
         pool = deployment.pool("colocated")
+        gpu = _gpu(cluster, pool.gpu)
         return SimProblem(mode="colocated",
                           latency=latency_model(model, pool, wl, cluster, gpu, cal, deployment),
                           pool=pool_sim(model, pool, wl, gpu, cal), seed=seed,
@@ -128,24 +134,44 @@ def simulation_problem(model: ModelSpec, deployment: Deployment, wl: ServingWork
                                             cluster, cal, pre, dec, pre.gpu)
         return transfers[tokens]
 
+    g_pre, g_dec = _gpu(cluster, pre.gpu), _gpu(cluster, dec.gpu)
     return SimProblem(mode="disagg",
-                      latency=latency_model(model, dec, wl, cluster, gpu, cal, deployment),
-                      pool=pool_sim(model, dec, wl, gpu, cal),
-                      prefill_latency=latency_model(model, pre, wl, cluster, gpu, cal,
+                      latency=latency_model(model, dec, wl, cluster, g_dec, cal, deployment),
+                      pool=pool_sim(model, dec, wl, g_dec, cal),
+                      prefill_latency=latency_model(model, pre, wl, cluster, g_pre, cal,
                                                     deployment),
-                      prefill_pool=pool_sim(model, pre, wl, gpu, cal),
+                      prefill_pool=pool_sim(model, pre, wl, g_pre, cal),
                       kv_transfer_s=transfer_s, seed=seed,
                       warmup_fraction=warmup_fraction, **lens, **_load(wl, dec.layout))
 
 
+def _first_rank(cluster: Cluster, node: int) -> int:
+    """The cluster rank of ``node``'s first GPU."""
+    return sum(cluster.node_groups[cluster.group_of_node(n)].gpus_per_node for n in range(node))
+
+
 def deployment_of_plan(plan: Plan) -> Deployment:
-    """The Deployment a serving plan describes (pools in the plan's order)."""
+    """The Deployment a serving plan describes (pools in the plan's order, each starting at
+    the first GPU of its first node)."""
+    cluster = plan.cluster()
+    first = {p.role: _first_rank(cluster, p.node_order[0]) for p in plan.pools}
     pools = tuple(
         PoolSpec(p["role"], p["gpu"], PoolLayout(
             tp=p["tp"], pp=p["pp"], dp=p["dp"], ep=p["ep"], etp=p["etp"], batch=p["batch"],
-            workers=p["workers"], redundant=p.get("redundant", 0)))
+            workers=p["workers"], redundant=p.get("redundant", 0)), first.get(p["role"], 0))
         for p in plan.serving["pools"])
     return Deployment(plan.serving["mode"], pools, plan.serving.get("engine", "sglang"))
+
+
+def calibration_of_plan(plan: Plan) -> Calibration:
+    """The profiles a serving plan was made with (every GPU type's, when it has several)."""
+    if "profiles" in plan.inputs:
+        per = plan.inputs["profiles"]
+        return Calibration({g: Profile(**v["profile"]) for g, v in per.items()},
+                           {g: ServingProfile(**v["serving_profile"]) for g, v in per.items()})
+    gpu = plan.serving["pools"][0]["gpu"]
+    return Calibration({gpu: Profile(**plan.inputs["profile"])},
+                       {gpu: ServingProfile(**plan.inputs["serving_profile"])})
 
 
 def _stats(s) -> dict:
@@ -173,13 +199,11 @@ def simulate_plan(plan: Plan, requests: int = 4000, seed: int = 0) -> dict:
     if wl.rate_per_s is None and wl.concurrency is None and pred.get("request_rate_per_s"):
         wl = replace(wl, rate_per_s=float(pred["request_rate_per_s"]))
     dep = deployment_of_plan(plan)
-    gpu = cluster.slowest_gpu
-    cal = Calibration({gpu.name: Profile(**plan.inputs["profile"])},
-                      {gpu.name: ServingProfile(**plan.inputs["serving_profile"])})
+    cal = calibration_of_plan(plan)
     serving_pool = dep.pools[-1].layout if dep.mode == "colocated" else dep.pool("decode").layout
     requests = max(requests, MIN_ROUNDS * serving_pool.workers * serving_pool.batch
                    * serving_pool.dp)
-    problem = simulation_problem(model, dep, wl, cluster, gpu, cal, requests, seed,
+    problem = simulation_problem(model, dep, wl, cluster, cal, requests, seed,
                                  warmup_fraction=WARMUP)
     res: SimResult = simulate(problem)
     ttft_t = wl.ttft_ms / 1e3 if wl.ttft_ms else float("inf")

@@ -25,16 +25,19 @@ def whole_unit_step(g: int, unit: int) -> int:
     return unit // math.gcd(unit, g)
 
 
-def best_split(total: int, gp: int, rp: float, gd: int, rd: float, unit: int = 1
-               ) -> tuple[int, int, float] | None:
+def best_split(total: int, gp: int, rp: float, gd: int, rd: float, unit: int = 1,
+               decode_total: int | None = None) -> tuple[int, int, float] | None:
     """(prefill instances, decode instances, request rate), or None when one of each does not
-    fit in ``total`` GPUs. Each pool's GPUs are a multiple of ``unit`` (whole nodes)."""
+    fit in ``total`` GPUs. Each pool's GPUs are a multiple of ``unit`` (whole nodes). With
+    ``decode_total`` the pools draw on separate GPUs (two GPU types): ``total`` prefill GPUs
+    and ``decode_total`` decode GPUs."""
     if rp <= 0 or rd <= 0:
         return None
     sp, sd = whole_unit_step(gp, unit), whole_unit_step(gd, unit)
     best = None
     for n_p in range(sp, total // gp + 1, sp):
-        room = (total - n_p * gp) // gd // sd * sd
+        left = decode_total if decode_total is not None else total - n_p * gp
+        room = left // gd // sd * sd
         if room < sd:
             break
         balance = n_p * rp / rd
@@ -49,12 +52,13 @@ def best_split(total: int, gp: int, rp: float, gd: int, rd: float, unit: int = 1
     return n_p, n_d, rate
 
 
-def best_split_brute(total: int, gp: int, rp: float, gd: int, rd: float, unit: int = 1
-                     ) -> tuple[int, int, float] | None:
+def best_split_brute(total: int, gp: int, rp: float, gd: int, rd: float, unit: int = 1,
+                     decode_total: int | None = None) -> tuple[int, int, float] | None:
     """Every (np, nd) pair: the reference :func:`best_split` is tested against."""
     best = None
     for n_p in range(1, total // gp + 1):
-        for n_d in range(1, (total - n_p * gp) // gd + 1):
+        left = decode_total if decode_total is not None else total - n_p * gp
+        for n_d in range(1, left // gd + 1):
             if (n_p * gp) % unit or (n_d * gd) % unit:
                 continue
             cand = (_value(n_p, n_d, gp, rp, gd, rd), n_p, n_d)
