@@ -257,3 +257,29 @@ def test_mixed_gpu_cluster_refuses_min_gpus_and_estimate():
     assert result.exit_code == 2 and "--objective" in result.output
     result = _run("serve", "estimate", "--cluster", str(MIXED), "--colocated", "tp=8")
     assert result.exit_code == 2 and "one GPU type" in result.output
+
+
+def test_per_dollar_objective_trades_gpus_for_cheaper_ones(tmp_path):
+    priced = tmp_path / "priced.yaml"
+    priced.write_text(MIXED.read_text().replace(
+        "gpus_per_node: 8, fabric: nvswitch,\n     nics", "gpus_per_node: 8, fabric: nvswitch,"
+        " price_per_gpu_hour: PRICE,\n     nics").replace("PRICE", "3.0", 1).replace(
+        "PRICE", "0.5", 1))
+    got = {}
+    for objective in ("goodput", "per-dollar"):
+        result = _run("serve", "--model", "llama-3.1-70b", "--cluster", str(priced),
+                      "--objective", objective, "--format", "json")
+        assert result.exit_code == 0, result.output
+        got[objective] = json.loads(result.output)["plans"]
+    best = got["per-dollar"][0]
+    assert best["output_tokens_per_dollar"] >= max(
+        p["output_tokens_per_dollar"] for p in got["per-dollar"] + got["goodput"]) - 1e-6
+    assert best["output_tokens_per_s_per_gpu"] <= got["goodput"][0][
+        "output_tokens_per_s_per_gpu"] + 1e-6
+    assert best["cost_per_hour"] == pytest.approx(sum(
+        p["gpus"] * (3.0 if p["gpu"].startswith("H100") else 0.5) for p in best["pools"]))
+
+
+def test_per_dollar_needs_prices():
+    result = _run("serve", "--cluster", str(MIXED), "--objective", "per-dollar")
+    assert result.exit_code == 2 and "price_per_gpu_hour" in result.output

@@ -38,3 +38,17 @@ def test_split_over_two_gpu_types_matches_brute_force(total, gp, decode_total, g
         if ref is not None:
             assert value(got) == pytest.approx(value(ref), rel=1e-12)
             assert got[0] * gp <= total and got[1] * gd <= decode_total
+
+
+@pytest.mark.parametrize("prices", [(1.0, 1.0), (3.0, 1.0), (1.0, 2.5)])
+def test_split_by_cost_matches_brute_force(prices):
+    pp_, pd_ = prices
+    for total, gp, decode_total, gd, unit in ((16, 2, 16, 1, 8), (32, 8, 24, 4, 8)):
+        for rp, rd in itertools.product((0.5, 2.0, 7.0), (0.4, 3.0)):
+            got = best_split(total, gp, rp, gd, rd, unit, decode_total, pp_, pd_)
+            ref = best_split_brute(total, gp, rp, gd, rd, unit, decode_total, pp_, pd_)
+            cost = lambda s: s[0] * gp * pp_ + s[1] * gd * pd_  # noqa: E731
+            assert (got is None) == (ref is None)
+            if ref is not None:
+                assert min(got[0] * rp, got[1] * rd) / cost(got) == pytest.approx(
+                    min(ref[0] * rp, ref[1] * rd) / cost(ref), rel=1e-12)

@@ -62,6 +62,7 @@ class NodeGroup:
     nics: tuple[Nic, ...]
     nvlink_domain_nodes: int = 1  # nodes sharing one NVLink domain (GB200 NVL72: 18 trays)
     hosts: tuple[str, ...] = ()  # host names, one per node; () = "<name>-<index>"
+    price_per_gpu_hour: float | None = None  # what one GPU costs per hour (None: not given)
 
     def __post_init__(self) -> None:
         if self.hosts and len(self.hosts) != self.count:

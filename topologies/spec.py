@@ -114,6 +114,9 @@ class NodeGroupSpec(_Strict):
     hosts: list[str] | None = Field(
         default=None, description="Host names of the nodes, one per node in order (used by the "
         "launch emitters); default '<group name>-<index>'.")
+    price_per_gpu_hour: float | None = Field(
+        default=None, gt=0, description="What one GPU of this group costs per hour, in any "
+        "currency (planner serve --objective per-dollar).")
 
     @field_validator("gpu", mode="before")
     @classmethod
@@ -197,7 +200,7 @@ class NodeGroupSpec(_Strict):
         return NodeGroup(self.name, self.count, self._gpu_spec(), self.gpus_per_node,
                          self.fabric, self.intra_bw_bytes_per_s(), latency_us * 1e-6,
                          tuple(n.to_nic() for n in self.nics), self.nvlink_domain_nodes,
-                         tuple(self.hosts or ()))
+                         tuple(self.hosts or ()), self.price_per_gpu_hour)
 
 
 class NetworkTierSpec(_Strict):

@@ -1,11 +1,10 @@
 """Time of one prefill and of one decode step on a serving instance, split into named parts.
 
 Sources, per term:
-* GEMMs: 2*M*N*K FLOPs; time = max(FLOPs / (peak * eff(M)), bytes / (HBM * eff)), the roofline
-  (Williams et al. 2009). At decode M is the batch, so weight reads dominate (the "memory-bound
-  decode" of Pope et al., "Efficiently Scaling Transformer Inference", MLSys 2023, sec. 2);
-  eff(M) = gemm_efficiency * M / (M + gemm_half_dim) is the training model's tile term
-  (``cost_models/compute.py``).
+* GEMMs: 2*M*N*K FLOPs; time = max(FLOPs / (peak * gemm_efficiency), bytes / (HBM * eff)),
+  the roofline (Williams et al. 2009), with M padded to the 16-row tensor-core tile
+  (:func:`gemm_s`). At decode M is the batch, so weight reads dominate (the "memory-bound
+  decode" of Pope et al., "Efficiently Scaling Transformer Inference", MLSys 2023, sec. 2).
 * Attention core: prefill computes the causal triangle, 2*new*(cached + (new+1)/2)*heads*(dqk+dv)
   FLOPs per layer (FlashAttention-2 convention); decode reads every cached KV byte once per step
   (PagedAttention, Kwon et al. SOSP 2023) and computes 2*keys*heads*(dqk+dv) per query token;
@@ -94,12 +93,21 @@ def _speedup(c: Costing) -> float:
     return c.prof.fp8_speedup if c.precision in ("fp8", "fp4") else 1.0
 
 
+MMA_ROWS = 16  # rows of the smallest tensor-core tile a skinny GEMM runs on
+
+
 def gemm_s(c: Costing, flops: float, weight_params: float, m: float, act_bytes: float) -> float:
-    """One weight GEMM (or a group of them) with ``m`` rows: roofline of compute and reads."""
+    """One weight GEMM (or a group of them) with ``m`` rows: roofline of compute and reads.
+
+    A decode GEMM has as many rows as tokens in the batch; libraries run skinny GEMMs with the
+    token dimension on the narrow side of the tensor-core tile (cuBLAS/CUTLASS "swap AB"; the
+    PTX ``mma`` shapes are m16n8k16), so fewer than ``MMA_ROWS`` rows cost as many as
+    ``MMA_ROWS`` and the weights' reads decide. (The training model's ``gemm_half_dim`` term
+    prices thin *shards* of large GEMMs, not few rows, and is not used here.)"""
     if flops <= 0 and weight_params <= 0:
         return 0.0
-    eff = c.prof.gemm_efficiency * m / (m + c.prof.gemm_half_dim)
-    compute = flops / (c.hw.peak_flops * eff * _speedup(c)) if m > 0 else 0.0
+    padded = flops * max(m, MMA_ROWS) / m if m > 0 else 0.0
+    compute = padded / (c.hw.peak_flops * c.prof.gemm_efficiency * _speedup(c))
     memory = (weight_params * WEIGHT_BYTES[c.precision] + act_bytes) / (
         c.hw.hbm_bytes_per_s * c.prof.hbm_efficiency)
     return max(compute, memory)
@@ -279,8 +287,7 @@ def _layer_stack(c: Costing, tokens_rank: float, decode: bool) -> tuple[float, f
 def _head_s(c: Costing, tokens: float) -> float:
     """LM head on the last stage for ``tokens`` positions (bf16, vocab-parallel over TP)."""
     p = c.model.vocab_size * c.model.hidden_size / c.layout.tp
-    eff = c.prof.gemm_efficiency * tokens / (tokens + c.prof.gemm_half_dim)
-    return max(2.0 * tokens * p / (c.hw.peak_flops * eff),
+    return max(2.0 * max(tokens, MMA_ROWS) * p / (c.hw.peak_flops * c.prof.gemm_efficiency),
                p * BF16 / (c.hw.hbm_bytes_per_s * c.prof.hbm_efficiency))
 
 

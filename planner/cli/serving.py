@@ -22,7 +22,7 @@ from planner.inputs.models import load_model
 from planner.report.serving import render_serve, render_serve_estimate
 from planner.serving.build import build_serving_plan
 from planner.serving.estimate import Calibration, Deployment, PoolSpec, estimate
-from planner.serving.search import search
+from planner.serving.search import cost_per_hour, search
 from planner.serving.why import why
 from planner.training.estimation import ClusterChoice, load_profile, resolve_cluster
 
@@ -45,6 +45,7 @@ class WeightPrecision(str, Enum):
 class Objective(str, Enum):
     goodput = "goodput"
     min_gpus = "min-gpus"
+    per_dollar = "per-dollar"
 
 
 class KvDtype(str, Enum):
@@ -142,9 +143,13 @@ def _hardware(cluster, gpu, nodes, gpus_per_node, spec=None, precision: str = "b
     return hw, types
 
 
-def _plan_summary(c, wl: ServingWorkload) -> dict:
+def _plan_summary(c, wl: ServingWorkload, cluster) -> dict:
     d = c.estimate.as_dict(wl)
     d["pools"] = [{**p.as_dict(), "gpu": p.gpu} for p in c.estimate.pools]
+    cost = cost_per_hour(c.deployment, cluster)
+    if cost is not None:  # the cluster file prices its GPUs
+        d["cost_per_hour"] = cost
+        d["output_tokens_per_dollar"] = c.estimate.output_tokens_per_s * 3600.0 / cost
     d["engine"] = c.deployment.engine
     return d
 
@@ -165,8 +170,9 @@ def serve(
         help="colocated or disagg (default: both, side by side).")] = None,
     top_k: Annotated[int, typer.Option(min=1, help="Plans shown per mode.")] = 3,
     objective: Annotated[Objective, typer.Option(help=(
-        "goodput: most output tokens/s per GPU within the targets on the whole cluster; "
-        "min-gpus: fewest GPUs that serve --rate within the targets."))] = Objective.goodput,
+        "goodput: most output tokens/s per GPU within the targets; min-gpus: fewest GPUs that "
+        "serve --rate within the targets; per-dollar: most tokens per unit of GPU cost "
+        "(price_per_gpu_hour on every node group of the cluster file)."))] = Objective.goodput,
     calibration: CalOpt = None,
     model_path: Annotated[Optional[str], typer.Option(
         help="What the engine loads (HF id or path; default: the model name).")] = None,
@@ -191,6 +197,10 @@ def serve(
     if objective is Objective.min_gpus and len(types) > 1:
         raise SpecError(OPTIONS_SOURCE, "--objective", "goodput on a cluster of several GPU "
                         "types (min-gpus plans one type)", ", ".join(types))
+    if objective is Objective.per_dollar and any(
+            g.price_per_gpu_hour is None for g in hw.node_groups):
+        raise SpecError(cluster or OPTIONS_SOURCE, "node_groups.price_per_gpu_hour",
+                        "a price on every node group with --objective per-dollar")
     cal = _calibration(types, calibration)
     start = time.perf_counter()
     result = search(spec, wl, hw, cal, engine.value, top_k, modes, objective.value)
@@ -198,9 +208,14 @@ def serve(
     best_co = result.colocated[0] if result.colocated else None
     best_dis = result.disagg[0] if result.disagg else None
     fewest = objective is Objective.min_gpus
+
+    def value(c) -> float:
+        if objective is Objective.per_dollar:
+            return c.estimate.output_tokens_per_s / cost_per_hour(c.deployment, hw)
+        return -c.estimate.gpus if fewest else c.estimate.output_tokens_per_s_per_gpu
+
     ranked = sorted(result.colocated + result.disagg,
-                    key=lambda c: (c.meets_slo, -c.estimate.gpus if fewest else 0,
-                                   c.estimate.output_tokens_per_s_per_gpu), reverse=True)
+                    key=lambda c: (c.meets_slo, value(c)), reverse=True)
     best = ranked[0] if ranked else None
     if best is None and fewest:
         raise SpecError(OPTIONS_SOURCE, "--rate", f"a rate the cluster's {hw.num_gpus} GPUs can "
@@ -226,9 +241,9 @@ def serve(
     data = {"model": spec.name, "gpu": " + ".join(types), "gpus": hw.num_gpus, "isl": isl, "osl": osl,
             "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "search_s": elapsed,
             "layouts": result.layouts_evaluated, "why": reason,
-            "plans": [_plan_summary(c, wl) for c in ranked[:top_k]],
-            "best_colocated": _plan_summary(best_co, wl) if best_co else None,
-            "best_disagg": _plan_summary(best_dis, wl) if best_dis else None,
+            "plans": [_plan_summary(c, wl, hw) for c in ranked[:top_k]],
+            "best_colocated": _plan_summary(best_co, wl, hw) if best_co else None,
+            "best_disagg": _plan_summary(best_dis, wl, hw) if best_dis else None,
             "pareto": list(result.pareto)}
     if out is not None:
         from planner.plan.document import plan_to_json

@@ -212,6 +212,8 @@ def cluster_to_plain(cluster: Cluster) -> dict[str, Any]:
             "intra_latency_us": g.intra_latency_s * 1e6, "nics": [nic(n) for n in g.nics],
             "nvlink_domain_nodes": g.nvlink_domain_nodes,
             "hosts": [cluster.host_of_node(first + i) for i in range(g.count)]})
+        if g.price_per_gpu_hour is not None:  # only when given: older plans keep their bytes
+            groups[-1]["price_per_gpu_hour"] = g.price_per_gpu_hour
     tiers = [{"name": t.name, "nodes_per_switch": t.nodes_per_switch,
               "oversubscription": t.oversubscription, "latency_us": t.latency_s * 1e6}
              for t in cluster.tiers]

@@ -115,6 +115,7 @@ class Site:
     gpus: int
     gpus_per_node: int
     first_rank: int
+    price_per_gpu_hour: float | None = None  # the highest of its groups' (None: not given)
 
 
 def sites(cluster: Cluster) -> tuple[Site, ...]:
@@ -131,8 +132,10 @@ def sites(cluster: Cluster) -> tuple[Site, ...]:
         groups = [cluster.node_groups[cluster.group_of_node(n)] for n in nodes]
         first = sum(cluster.node_groups[cluster.group_of_node(n)].gpus_per_node
                     for n in range(nodes[0]))
+        prices = [g.price_per_gpu_hour for g in groups]
+        price = None if None in prices else max(prices)
         out.append(Site(specs[name], tuple(nodes), sum(g.gpus_per_node for g in groups),
-                        min(g.gpus_per_node for g in groups), first))
+                        min(g.gpus_per_node for g in groups), first, price))
     return tuple(out)
 
 
@@ -184,7 +187,20 @@ def _colocated_points(parts: LayoutParts, wl: ServingWorkload):
         yield lam, tpot_at(lam), ttft(lam), b
 
 
-OBJECTIVES = ("goodput", "min-gpus")
+OBJECTIVES = ("goodput", "min-gpus", "per-dollar")
+
+
+def prices(cluster: Cluster) -> dict[str, float | None]:
+    """Price per GPU hour of each GPU type (None where the cluster file gives none)."""
+    return {site.gpu.name: site.price_per_gpu_hour for site in sites(cluster)}
+
+
+def cost_per_hour(dep: Deployment, cluster: Cluster) -> float | None:
+    """What the deployment's GPUs cost per hour, if the cluster file prices them."""
+    price = prices(cluster)
+    if any(price[p.gpu] is None for p in dep.pools):
+        return None
+    return sum(p.layout.gpus * price[p.gpu] for p in dep.pools)
 
 
 def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibration,
@@ -197,12 +213,16 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
     site, a disaggregated deployment's prefill and decode pools on the same site or on two.
     ``goodput``: the most output tokens/s per GPU used meeting the targets. ``min-gpus``: the
     fewest GPUs (whole nodes) that serve ``wl.rate_per_s`` within the targets (one GPU type).
-    ``cal`` holds a profile for every GPU type of the cluster."""
+    ``per-dollar``: the most output tokens per unit of what the GPUs cost (every node group
+    priced). ``cal`` holds a profile for every GPU type of the cluster."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
     if objective == "min-gpus" and wl.rate_per_s is None:
         raise ValueError("objective min-gpus needs a target request rate (rate_per_s)")
     places = sites(cluster)
+    if objective == "per-dollar" and any(p.price_per_gpu_hour is None for p in places):
+        raise ValueError("objective per-dollar needs price_per_gpu_hour on every node group")
+    price = {p: (p.price_per_gpu_hour if objective == "per-dollar" else 1.0) for p in places}
     if objective == "min-gpus" and len(places) > 1:
         raise ValueError("objective min-gpus plans one GPU type; the cluster has "
                          f"{', '.join(p.gpu.name for p in places)}")
@@ -222,7 +242,7 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
     disagg: list[tuple[float, Deployment, float]] = []
     for pre_site, dec_site in ((a, b) for a in rates for b in rates):
         disagg += _disagg_pairs(pre_site, rates[pre_site][0], dec_site, rates[dec_site][1],
-                                wl, same_tp)
+                                wl, same_tp, price[pre_site], price[dec_site])
     disagg.sort(key=lambda x: (-x[0], x[1].gpus))
     layouts_seen = sum(len(p) for p in parts_of.values())
     if objective == "min-gpus":
@@ -236,14 +256,15 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
                         _fewest_key)
         return SearchResult(co, dis, tuple(_pareto_front(pareto)), layouts_seen,
                             cluster.num_gpus)
-    colocated.sort(key=lambda x: (not x[0], -x[1], x[3].gpus_per_instance, x[3].tp, x[3].dp,
-                                  x[3].batch))
+    colocated.sort(key=lambda x: (not x[0], -x[1] / price[x[2]], x[3].gpus_per_instance,
+                                  x[3].tp, x[3].dp, x[3].batch))
+    key = _dollar_key(cluster) if objective == "per-dollar" else None
     co = _finalise(model, wl, cluster, cal, engine,
                    [(Deployment("colocated", (PoolSpec("colocated", site.gpu.name, lay,
                                                        site.first_rank),), engine), rate)
-                    for _, _, site, lay, rate in colocated[:top_k * 4]], top_k)
+                    for _, _, site, lay, rate in colocated[:top_k * 4]], top_k, key)
     dis = _finalise(model, wl, cluster, cal, engine,
-                    [(dep, rate) for _, dep, rate in disagg[:top_k * 4]], top_k)
+                    [(dep, rate) for _, dep, rate in disagg[:top_k * 4]], top_k, key)
     return SearchResult(co, dis, tuple(_pareto_front(pareto)), layouts_seen, cluster.num_gpus)
 
 
@@ -310,9 +331,11 @@ def _pool_rates(model, wl, cluster, cal, site: Site, all_parts, tpot_t, pareto):
 
 
 def _disagg_pairs(pre_site: Site, prefill: list, dec_site: Site, decode: list,
-                  wl: ServingWorkload, same_tp: bool) -> list[tuple[float, Deployment, float]]:
+                  wl: ServingWorkload, same_tp: bool, price_p: float = 1.0,
+                  price_d: float = 1.0) -> list[tuple[float, Deployment, float]]:
     """The best prefill and decode layouts paired, instance counts splitting whole nodes:
-    one site's GPUs between both pools, or each pool its own site."""
+    one site's GPUs between both pools, or each pool its own site. Ranked by output tokens/s
+    per GPU, weighted by the prices (1: per GPU)."""
     found = []
     shared = pre_site == dec_site
     unit = min(pre_site.gpus_per_node, dec_site.gpus_per_node)
@@ -321,18 +344,19 @@ def _disagg_pairs(pre_site: Site, prefill: list, dec_site: Site, decode: list,
         for _, dp_, rd, b in fitting[:TOP_PAIRS]:
             split = best_split(pre_site.gpus, pp_.layout.gpus_per_instance, rp,
                                dp_.layout.gpus_per_instance, rd, unit,
-                               None if shared else dec_site.gpus)
+                               None if shared else dec_site.gpus, price_p, price_d)
             if split is None:
                 continue
             n_p, n_d, rate = split
-            gpus = n_p * pp_.layout.gpus_per_instance + n_d * dp_.layout.gpus_per_instance
+            cost = (n_p * pp_.layout.gpus_per_instance * price_p
+                    + n_d * dp_.layout.gpus_per_instance * price_d)
             dep = Deployment("disagg", (
                 PoolSpec("prefill", pre_site.gpu.name, replace(pp_.layout, workers=n_p),
                          pre_site.first_rank),
                 PoolSpec("decode", dec_site.gpu.name, replace(dp_.layout, batch=b,
                                                               workers=n_d),
                          dec_site.first_rank)))
-            found.append((rate * wl.osl / gpus, dep, rate))
+            found.append((rate * wl.osl / cost, dep, rate))
     return found
 
 
@@ -371,6 +395,13 @@ def _min_gpu_deployments(target: float, colocated: list, rates: tuple[list, list
                             x[1].pools[1].layout.gpus_per_instance))
     return ([(Deployment("colocated", (PoolSpec("colocated", name, lay, site.first_rank),)),
               target) for _, lay in co], [(dep, target) for _, dep in dis])
+
+
+def _dollar_key(cluster: Cluster):
+    def key(c: Candidate) -> tuple:
+        tokens_per_hour = c.estimate.output_tokens_per_s * 3600.0
+        return (c.meets_slo, round(tokens_per_hour / cost_per_hour(c.deployment, cluster), 6))
+    return key
 
 
 def _fewest_key(c: Candidate) -> tuple:

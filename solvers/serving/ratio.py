@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 
 
-def _value(n_p: int, n_d: int, gp: int, rp: float, gd: int, rd: float) -> tuple[float, float, int]:
+def _value(n_p: int, n_d: int, gp: int, rp: float, gd: int, rd: float, price_p: float = 1.0,
+           price_d: float = 1.0) -> tuple[float, float, int]:
     rate = min(n_p * rp, n_d * rd)
     gpus = n_p * gp + n_d * gd
-    return rate / gpus, rate, -gpus
+    return rate / (n_p * gp * price_p + n_d * gd * price_d), rate, -gpus
 
 
 def whole_unit_step(g: int, unit: int) -> int:
@@ -26,11 +27,13 @@ def whole_unit_step(g: int, unit: int) -> int:
 
 
 def best_split(total: int, gp: int, rp: float, gd: int, rd: float, unit: int = 1,
-               decode_total: int | None = None) -> tuple[int, int, float] | None:
+               decode_total: int | None = None, price_p: float = 1.0, price_d: float = 1.0
+               ) -> tuple[int, int, float] | None:
     """(prefill instances, decode instances, request rate), or None when one of each does not
     fit in ``total`` GPUs. Each pool's GPUs are a multiple of ``unit`` (whole nodes). With
     ``decode_total`` the pools draw on separate GPUs (two GPU types): ``total`` prefill GPUs
-    and ``decode_total`` decode GPUs."""
+    and ``decode_total`` decode GPUs. ``price_p``/``price_d`` weigh a prefill/decode GPU in
+    the rate per cost (1: the rate per GPU)."""
     if rp <= 0 or rd <= 0:
         return None
     sp, sd = whole_unit_step(gp, unit), whole_unit_step(gd, unit)
@@ -43,7 +46,7 @@ def best_split(total: int, gp: int, rp: float, gd: int, rd: float, unit: int = 1
         balance = n_p * rp / rd
         low = max(sd, min(room, math.floor(balance / sd) * sd))
         for n_d in {low, min(room, low + sd)}:
-            cand = (_value(n_p, n_d, gp, rp, gd, rd), n_p, n_d)
+            cand = (_value(n_p, n_d, gp, rp, gd, rd, price_p, price_d), n_p, n_d)
             if best is None or cand[0] > best[0]:
                 best = cand
     if best is None:
@@ -53,7 +56,8 @@ def best_split(total: int, gp: int, rp: float, gd: int, rd: float, unit: int = 1
 
 
 def best_split_brute(total: int, gp: int, rp: float, gd: int, rd: float, unit: int = 1,
-                     decode_total: int | None = None) -> tuple[int, int, float] | None:
+                     decode_total: int | None = None, price_p: float = 1.0,
+                     price_d: float = 1.0) -> tuple[int, int, float] | None:
     """Every (np, nd) pair: the reference :func:`best_split` is tested against."""
     best = None
     for n_p in range(1, total // gp + 1):
@@ -61,7 +65,7 @@ def best_split_brute(total: int, gp: int, rp: float, gd: int, rd: float, unit: i
         for n_d in range(1, left // gd + 1):
             if (n_p * gp) % unit or (n_d * gd) % unit:
                 continue
-            cand = (_value(n_p, n_d, gp, rp, gd, rd), n_p, n_d)
+            cand = (_value(n_p, n_d, gp, rp, gd, rd, price_p, price_d), n_p, n_d)
             if best is None or cand[0] > best[0]:
                 best = cand
     if best is None:
