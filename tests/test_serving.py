@@ -283,3 +283,48 @@ def test_per_dollar_objective_trades_gpus_for_cheaper_ones(tmp_path):
 def test_per_dollar_needs_prices():
     result = _run("serve", "--cluster", str(MIXED), "--objective", "per-dollar")
     assert result.exit_code == 2 and "price_per_gpu_hour" in result.output
+
+
+def _lengths_csv(path, pairs):
+    path.write_text("input_tokens,output_tokens\n" + "".join(f"{a},{b}\n" for a, b in pairs))
+    return path
+
+
+def test_length_distribution_sets_means_and_spread(tmp_path):
+    from planner.inputs.request_lengths import load_request_lengths
+    pairs = [(512 + 256 * (i % 7), 64 + 96 * (i % 5)) for i in range(700)]
+    sample = load_request_lengths(_lengths_csv(tmp_path / "l.csv", pairs))
+    (mi, si), (mo, so) = sample.input_mean_scv, sample.output_mean_scv
+    assert mi == pytest.approx(sum(a for a, _ in pairs) / 700)
+    assert si == pytest.approx(__import__("numpy").var([a for a, _ in pairs]) / mi ** 2)
+    out = tmp_path / "plan.json"
+    result = _run("serve", "--model", "llama-3.1-8b", "--lengths", str(tmp_path / "l.csv"),
+                  "--out", str(out), "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert (data["isl"], data["osl"]) == (round(mi), round(mo))
+    plan = json.loads(out.read_text())
+    assert plan["inputs"]["workload"]["isl_scv"] == pytest.approx(si)
+    assert len(plan["serving"]["workload"]["lengths"]) == 700
+    sim = _run("serve", "simulate", str(out), "--requests", "1500", "--format", "json")
+    assert sim.exit_code == 0, sim.output
+
+
+def test_variable_lengths_wait_longer_than_fixed_ones():
+    m, g = load_model("llama-3.1-70b"), get_gpu(H100)
+    cl, cal = homogeneous_cluster(g.name, 1), Calibration.defaults((g.name,))
+    dep = Deployment("colocated", (PoolSpec("colocated", g.name, PoolLayout(tp=8, batch=64)),))
+    fixed = ServingWorkload(isl=4096, osl=512, rate_per_s=3.0)
+    spread = ServingWorkload(isl=4096, osl=512, rate_per_s=3.0, isl_scv=0.5, osl_scv=0.5)
+    a, b = (estimate(m, dep, w, cl, {g.name: g}, cal) for w in (fixed, spread))
+    assert b.ttft_s > a.ttft_s and b.tpot_s == pytest.approx(a.tpot_s)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("a,b\n1,2\n", "header"), ("input_tokens,output_tokens\n5,x\n", "line 2"),
+    ("input_tokens,output_tokens\n0,4\n", "input_tokens"), ("", "header row")])
+def test_bad_lengths_file_is_one_line(tmp_path, text, needle):
+    bad = tmp_path / "bad.csv"
+    bad.write_text(text)
+    result = _run("serve", "--lengths", str(bad))
+    assert result.exit_code == 2 and needle in result.output and str(bad) in result.output

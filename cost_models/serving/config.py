@@ -42,6 +42,8 @@ class ServingWorkload:
     moe_imbalance: float = 1.0  # busiest EP rank's routed tokens / the mean (1: balanced)
     ttft_quantile: float | None = 0.9  # the TTFT target holds for this share of requests
     #                                    (None: for the mean)
+    isl_scv: float = 0.0  # squared coefficient of variation of input lengths (0: fixed)
+    osl_scv: float = 0.0  # ... of output lengths (isl and osl are then the means)
 
     def __post_init__(self) -> None:
         if self.isl < 1 or self.osl < 1:
@@ -58,6 +60,8 @@ class ServingWorkload:
         if self.ttft_quantile is not None and not 0 < self.ttft_quantile < 1:
             raise ConfigError("ttft_quantile", "a fraction in (0, 1), or none for the mean",
                               self.ttft_quantile)
+        if self.isl_scv < 0 or self.osl_scv < 0:
+            raise ConfigError("isl_scv/osl_scv", ">= 0", (self.isl_scv, self.osl_scv))
         if self.moe_imbalance < 1:
             raise ConfigError("moe_imbalance", ">= 1", self.moe_imbalance)
         for name in ("rate_per_s", "concurrency", "ttft_ms", "tpot_ms"):

@@ -19,6 +19,7 @@ from planner.errors import SpecError
 from planner.files import write_atomic
 from planner.inputs.clusters import OPTIONS_SOURCE
 from planner.inputs.models import load_model
+from planner.inputs.request_lengths import load_request_lengths
 from planner.report.serving import render_serve, render_serve_estimate
 from planner.serving.build import build_serving_plan
 from planner.serving.estimate import Calibration, Deployment, PoolSpec, estimate
@@ -76,6 +77,9 @@ PrefixOpt = Annotated[float, typer.Option(min=0.0, max=0.99, help="Prefix-cache 
 MtpOpt = Annotated[int, typer.Option(min=0, help="MTP / speculative draft depth.")]
 AccOpt = Annotated[float, typer.Option(min=0.0, max=1.0, help="Draft acceptance rate.")]
 CalOpt = Annotated[Optional[Path], typer.Option(help="Calibration JSON (see docs/serving.md).")]
+LengthsOpt = Annotated[Optional[Path], typer.Option(help=(
+    "CSV or JSON of per-request input_tokens and output_tokens: their means replace --isl and "
+    "--osl, their spread sets the queueing variance, and the simulator replays them."))]
 FormatOpt = Annotated[OutputFormat, typer.Option("--format", help="table or json.")]
 
 serve_app = typer.Typer(help="Plan LLM serving deployments: colocated or prefill/decode "
@@ -83,7 +87,12 @@ serve_app = typer.Typer(help="Plan LLM serving deployments: colocated or prefill
 
 
 def _workload(isl, osl, rate, concurrency, ttft_ms, tpot_ms, precision, kv_dtype, prefix_hit,
-              mtp, acceptance, ttft_percentile: float = 90.0) -> ServingWorkload:
+              mtp, acceptance, ttft_percentile: float = 90.0, lengths=None) -> ServingWorkload:
+    scv = {}
+    if lengths is not None:
+        (isl_mean, isl_scv), (osl_mean, osl_scv) = lengths.input_mean_scv, lengths.output_mean_scv
+        isl, osl = max(1, round(isl_mean)), max(1, round(osl_mean))
+        scv = {"isl_scv": isl_scv, "osl_scv": osl_scv}
     if rate is not None and concurrency is not None:
         raise SpecError(OPTIONS_SOURCE, "--rate", "either --rate or --concurrency, not both",
                         rate)
@@ -92,7 +101,7 @@ def _workload(isl, osl, rate, concurrency, ttft_ms, tpot_ms, precision, kv_dtype
                                ttft_ms=ttft_ms, tpot_ms=tpot_ms, prefix_hit=prefix_hit,
                                mtp_depth=mtp, mtp_acceptance=acceptance,
                                precision=precision.value, kv_dtype=kv_dtype.value,
-                               ttft_quantile=ttft_percentile / 100.0)
+                               ttft_quantile=ttft_percentile / 100.0, **scv)
     except ConfigError as err:
         raise SpecError(OPTIONS_SOURCE, f"--{err.quantity.replace('_', '-')}", err.expected,
                         err.got) from None
@@ -173,7 +182,7 @@ def serve(
         "goodput: most output tokens/s per GPU within the targets; min-gpus: fewest GPUs that "
         "serve --rate within the targets; per-dollar: most tokens per unit of GPU cost "
         "(price_per_gpu_hour on every node group of the cluster file)."))] = Objective.goodput,
-    calibration: CalOpt = None,
+    calibration: CalOpt = None, lengths: LengthsOpt = None,
     model_path: Annotated[Optional[str], typer.Option(
         help="What the engine loads (HF id or path; default: the model name).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Write the best plan here.")] = None,
@@ -186,8 +195,9 @@ def serve(
         return
     spec = load_model(model)
     hw, types = _hardware(cluster, gpu, nodes, gpus_per_node, spec, precision.value)
+    sample = load_request_lengths(lengths) if lengths is not None else None
     wl = _workload(isl, osl, rate, concurrency, ttft_ms, tpot_ms, precision, kv_dtype,
-                   prefix_hit, mtp, mtp_acceptance, ttft_percentile)
+                   prefix_hit, mtp, mtp_acceptance, ttft_percentile, sample)
     if mode not in (None, "colocated", "disagg"):
         raise SpecError(OPTIONS_SOURCE, "--mode", "colocated or disagg", mode)
     modes = (mode,) if mode else ("colocated", "disagg")
@@ -238,7 +248,8 @@ def serve(
                         f"{e.tpot_s * 1e3:.1f} ms"
                         f" ({binding} binds)", f"{ttft_ms} ms / {tpot_ms} ms")
     reason = why(best_co, best_dis, wl, fewest_gpus=fewest)
-    data = {"model": spec.name, "gpu": " + ".join(types), "gpus": hw.num_gpus, "isl": isl, "osl": osl,
+    data = {"model": spec.name, "gpu": " + ".join(types), "gpus": hw.num_gpus, "isl": wl.isl,
+            "osl": wl.osl,
             "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "search_s": elapsed,
             "layouts": result.layouts_evaluated, "why": reason,
             "plans": [_plan_summary(c, wl, hw) for c in ranked[:top_k]],
@@ -249,7 +260,7 @@ def serve(
         from planner.plan.document import plan_to_json
         from planner.plan.validate import validate_plan
         plan = build_serving_plan(spec, hw, best.deployment, wl, best.estimate, cal,
-                                  why=reason, model_path=model_path)
+                                  why=reason, model_path=model_path, lengths=sample)
         write_atomic(out, plan_to_json(validate_plan(plan, str(out))))
     if output_format is OutputFormat.json:
         data.pop("search_s")  # same inputs, same bytes
@@ -287,7 +298,7 @@ def serve_estimate(
     decode: Annotated[Optional[str], typer.Option(help="POOL of the decode instances.")] = None,
     two_batch_overlap: Annotated[bool, typer.Option(
         help="Hide EP all-to-all behind compute (SGLang --enable-two-batch-overlap).")] = False,
-    calibration: CalOpt = None,
+    calibration: CalOpt = None, lengths: LengthsOpt = None,
     output_format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Predict TTFT, TPOT, throughput and memory of one deployment. POOL is
@@ -296,8 +307,9 @@ def serve_estimate(
     spec = load_model(model)
     hw, types = _hardware(cluster, gpu, nodes, gpus_per_node, one_type=True)
     g = hw.node_groups[0].gpu
+    sample = load_request_lengths(lengths) if lengths is not None else None
     wl = _workload(isl, osl, rate, concurrency, ttft_ms, tpot_ms, precision, kv_dtype,
-                   prefix_hit, mtp, mtp_acceptance, ttft_percentile)
+                   prefix_hit, mtp, mtp_acceptance, ttft_percentile, sample)
     co = _pool(colocated, "--colocated", "colocated", g.name)
     pre, dec = _pool(prefill, "--prefill", "prefill", g.name), _pool(decode, "--decode",
                                                                      "decode", g.name)

@@ -48,6 +48,16 @@ def _instances(pool, role: str, lay) -> list[dict[str, Any]]:
     return out
 
 
+MAX_LENGTH_SAMPLE = 2000  # request lengths a plan keeps for the simulator (every k-th)
+
+
+def _sample(lengths) -> list[list[int]]:
+    """At most ``MAX_LENGTH_SAMPLE`` (input, output) pairs, evenly strided over the file."""
+    pairs = list(zip(lengths.input_tokens, lengths.output_tokens))
+    stride = max(1, -(-len(pairs) // MAX_LENGTH_SAMPLE))
+    return [list(p) for p in pairs[::stride]]
+
+
 def _ports(instances: list[dict[str, Any]]) -> None:
     """Ports count up from FIRST_PORT per instance on the host of its first node."""
     next_port: dict[str, int] = {}
@@ -60,7 +70,8 @@ def _ports(instances: list[dict[str, Any]]) -> None:
 def build_serving_plan(model: ModelSpec, cluster: Cluster, dep: Deployment,
                        wl: ServingWorkload, est: ServingEstimate, cal: Calibration,
                        objective: str = "goodput", why: str = "",
-                       model_path: str | None = None, notes: list[str] | None = None) -> Plan:
+                       model_path: str | None = None, notes: list[str] | None = None,
+                       lengths=None) -> Plan:
     """The Plan of ``dep`` (the caller validates it before writing)."""
     pools, instances, used = [], [], set()
     ordered = sorted(dep.pools, key=lambda p: ROLE_ORDER.index(p.role))
@@ -96,7 +107,8 @@ def build_serving_plan(model: ModelSpec, cluster: Cluster, dep: Deployment,
         "max_model_len": wl.isl + wl.osl,
         "workload": {"isl": wl.isl, "osl": wl.osl, "rate_per_s": wl.rate_per_s,
                      "concurrency": wl.concurrency, "ttft_ms": wl.ttft_ms,
-                     "tpot_ms": wl.tpot_ms, "prefix_hit": wl.prefix_hit},
+                     "tpot_ms": wl.tpot_ms, "prefix_hit": wl.prefix_hit,
+                     **({"lengths": _sample(lengths)} if lengths is not None else {})},
         "pools": [{"role": p.role, "gpu": p.gpu, **p.layout.as_dict(),
                    "gpus_per_instance": p.layout.gpus_per_instance} for p in ordered],
         "instances": instances,

@@ -169,18 +169,18 @@ def md1_wait_s(rho: float, service_s: float) -> float:
     return md1_mean_wait_s(rho / service_s, service_s) if service_s > 0 and rho > 0 else 0.0
 
 
-def slot_wait(lam: float, alone_s: float, tpot_s: float, out_tokens: int, slots: int
-              ) -> tuple[float, float]:
+def slot_wait(lam: float, alone_s: float, tpot_s: float, out_tokens: int, slots: int,
+              output_scv: float = 0.0) -> tuple[float, float]:
     """(mean wait, probability of waiting) for a free decode slot of an instance: each request
-    holds one of ``slots`` for its prefill and its decode (``alone + (L-1)*TPOT``); fixed
-    lengths make the holding time nearly deterministic (scv 0)."""
+    holds one of ``slots`` for its prefill and its decode (``alone + (L-1)*TPOT``), a time as
+    variable as the output lengths (scv 0 when they are fixed)."""
     hold = alone_s + out_tokens * tpot_s
-    return (mgc_mean_wait_s(lam, hold, slots, service_scv=0.0),
+    return (mgc_mean_wait_s(lam, hold, slots, service_scv=output_scv),
             mgc_wait_probability(lam, hold, slots))
 
 
-def prefill_pool_ttft(table: "PrefillTable", lam: float, workers: int, transfer_s: float
-                      ) -> Ttft:
+def prefill_pool_ttft(table: "PrefillTable", lam: float, workers: int, transfer_s: float,
+                      input_scv: float = 0.0) -> Ttft:
     """TTFT on a pool of ``workers`` prefill instances fed ``lam`` requests/s.
 
     An instance runs whatever waits in its next step (up to a full step), so the more wait,
@@ -188,23 +188,26 @@ def prefill_pool_ttft(table: "PrefillTable", lam: float, workers: int, transfer_
     ``n / P(1)`` while instances are free and ``W * m / P(m)`` beyond, ``m = n / W`` requests
     per instance's step (least-loaded routing spreads them). Little's law turns its mean
     occupancy into the time in the pool; the chain's waits are exponential, a step is not, so
-    the wait beyond one's own prefill is halved (Allen-Cunneen, scv 0); an arrival waits when
-    the pool is not empty. Then the KV transfer (SGLang and vLLM stream the first token from
+    the wait beyond one's own prefill is scaled by ``(1 + scv) / 2`` of the prefill times,
+    which follow the input lengths (Allen-Cunneen); an arrival waits when the pool is not
+    empty. Then the KV transfer (SGLang and vLLM stream the first token from
     the decode side)."""
     mean_n, p_empty = birth_death_in_system(lam, table.pool_rates(workers))
     if math.isinf(mean_n):
         return Ttft(table.alone_s + transfer_s, ((math.inf, 1.0),))
-    waiting = 0.5 * max(0.0, mean_n / lam - table.alone_s) if lam > 0 else 0.0
+    scale = (1.0 + input_scv) / 2.0
+    waiting = scale * max(0.0, mean_n / lam - table.alone_s) if lam > 0 else 0.0
     return Ttft(table.alone_s + transfer_s, ((waiting, 1.0 - p_empty),))
 
 
 def colocated_ttft(alone_s: float, step_s: float, lam: float, p: float, out_tokens: int,
-                   slot: tuple[float, float]) -> Ttft:
-    """One prefill, half a decode step, the M/D/1 prefill queue and the wait for a decode
-    slot ``slot`` = (mean, probability of waiting)."""
+                   slot: tuple[float, float], input_scv: float = 0.0) -> Ttft:
+    """One prefill, half a decode step, the prefill queue (M/G/1: the M/D/1 wait times
+    ``1 + scv`` of the prefill times, which follow the input lengths; Pollaczek-Khinchine) and
+    the wait for a decode slot ``slot`` = (mean, probability of waiting)."""
     rho = min(lam * p, MAX_UTILISATION)
     return Ttft(alone_s + (step_s / 2.0 if out_tokens else 0.0),
-                ((md1_wait_s(rho, p), rho), slot))
+                (((1.0 + input_scv) * md1_wait_s(rho, p), rho), slot))
 
 
 def instance_hardware(cluster: Cluster, gpu: GpuSpec, layout: PoolLayout,
@@ -381,11 +384,11 @@ def _colocated(model, pool, wl, cluster, cal, gpu, dep: Deployment) -> ServingEs
     rho = min(lam * p, MAX_UTILISATION)
     tpot = d / (s * (1.0 - rho)) if out else 0.0
     if wl.rate_per_s is not None:
-        slot = slot_wait(lam, alone, tpot, out, lay.requests_per_instance)
+        slot = slot_wait(lam, alone, tpot, out, lay.requests_per_instance, wl.osl_scv)
     else:  # closed loop: the requests beyond the slots wait their turn (Little's law)
         extra = (wl.concurrency or 0) / lay.workers - lay.requests_per_instance
         slot = (extra / lam, 1.0) if extra > 0 and lam > 0 else (0.0, 0.0)
-    ttft = colocated_ttft(alone, d, lam, p, out, slot)
+    ttft = colocated_ttft(alone, d, lam, p, out, slot, wl.isl_scv)
     pe = PoolEstimate("colocated", gpu.name, lay, mem, step, lam * lay.workers,
                       capacity * lay.workers, rho)
     return ServingEstimate("colocated", lay.gpus, ttft, tpot, lam * lay.workers,
@@ -447,7 +450,7 @@ def _disagg(model, dep: Deployment, wl, cluster, cal, gpus) -> ServingEstimate:
     p = table.per_request_at(lam / pre.layout.workers, 0.0)
     rho = lam * p / pre.layout.workers
     rho_q = min(rho, MAX_UTILISATION)
-    ttft = prefill_pool_ttft(table, lam, pre.layout.workers, transfer)
+    ttft = prefill_pool_ttft(table, lam, pre.layout.workers, transfer, wl.isl_scv)
     tpot = step.total_s / s if out else 0.0
     pes = (PoolEstimate("prefill", pre.gpu, pre.layout, mem_p,
                         prefill_step(cp, (max(1.0, wl.new_input_tokens),),

@@ -179,9 +179,9 @@ def _colocated_points(parts: LayoutParts, wl: ServingWorkload):
             return d / (s * (1 - min(lam * table.per_request_at(lam, d), MAX_UTILISATION)))
 
         def ttft(lam: float, d: float = d, n: int = n) -> float:
-            slot = slot_wait(lam, table.alone_s, tpot_at(lam), out, n)  # quick M/G/c form
+            slot = slot_wait(lam, table.alone_s, tpot_at(lam), out, n, wl.osl_scv)
             return colocated_ttft(table.alone_s, d, lam, table.per_request_at(lam, d), out,
-                                  slot).quantile_s(wl.ttft_quantile)
+                                  slot, wl.isl_scv).quantile_s(wl.ttft_quantile)
 
         lam = _bisect_rate(ttft, tt, cap * CAPACITY_HEADROOM, table.alone_s)
         yield lam, tpot_at(lam), ttft(lam), b
@@ -308,7 +308,8 @@ def _pool_rates(model, wl, cluster, cal, site: Site, all_parts, tpot_t, pareto):
         table = parts.prefill
 
         def ttft(lam: float, table: PrefillTable = table, transfer: float = transfer) -> float:
-            return prefill_pool_ttft(table, lam, 1, transfer).quantile_s(wl.ttft_quantile)
+            return prefill_pool_ttft(table, lam, 1, transfer, wl.isl_scv).quantile_s(
+                wl.ttft_quantile)
 
         rate = _bisect_rate(ttft, tt, MAX_UTILISATION / table.full_per_request_s,
                             table.alone_s)

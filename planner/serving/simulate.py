@@ -21,6 +21,8 @@ closed loop that keeps every attention rank at its full ``batch``.
 """
 from __future__ import annotations
 
+import random
+
 from dataclasses import replace
 from functools import lru_cache
 
@@ -112,12 +114,19 @@ def _gpu(cluster: Cluster, name: str) -> GpuSpec:
 
 def simulation_problem(model: ModelSpec, deployment: Deployment, wl: ServingWorkload,
                        cluster: Cluster, cal: Calibration, requests: int = 4000,
-                       seed: int = 0, warmup_fraction: float = 0.1) -> SimProblem:
+                       seed: int = 0, warmup_fraction: float = 0.1,
+                       lengths: list | None = None) -> SimProblem:
     """``requests`` requests of ``wl.isl`` in, ``wl.osl`` out on ``deployment`` (each pool on
     the GPU type it names), loaded as the module docstring says."""
     if requests < 1:
         raise ValueError(f"requests must be >= 1, got {requests}")
-    lens = {"input_lens": (wl.isl,) * requests, "output_lens": (wl.osl,) * requests}
+    if lengths:  # replay the sample, shuffled with the seed
+        order = random.Random(seed).sample(range(len(lengths)), len(lengths))
+        picked = [lengths[order[i % len(order)]] for i in range(requests)]
+        lens = {"input_lens": tuple(int(a) for a, _ in picked),
+                "output_lens": tuple(int(b) for _, b in picked)}
+    else:
+        lens = {"input_lens": (wl.isl,) * requests, "output_lens": (wl.osl,) * requests}
     if deployment.mode == "colocated":
         pool = deployment.pool("colocated")
         gpu = _gpu(cluster, pool.gpu)
@@ -204,7 +213,8 @@ def simulate_plan(plan: Plan, requests: int = 4000, seed: int = 0) -> dict:
     requests = max(requests, MIN_ROUNDS * serving_pool.workers * serving_pool.batch
                    * serving_pool.dp)
     problem = simulation_problem(model, dep, wl, cluster, cal, requests, seed,
-                                 warmup_fraction=WARMUP)
+                                 warmup_fraction=WARMUP,
+                                 lengths=plan.serving["workload"].get("lengths"))
     res: SimResult = simulate(problem)
     ttft_t = wl.ttft_ms / 1e3 if wl.ttft_ms else float("inf")
     tpot_t = wl.tpot_ms / 1e3 if wl.tpot_ms else float("inf")
