@@ -43,6 +43,7 @@ PARAMS = {"gemm_efficiency": ("train", 0.3, 1.0), "attention_efficiency": ("trai
           "hbm_efficiency": ("train", 0.4, 1.0), "kv_read_efficiency": ("serve", 0.2, 1.0),
           "decode_step_overhead_s": ("serve", 1e-4, 0.03),
           "prefill_step_overhead_s": ("serve", 1e-4, 0.05),
+          "per_request_overhead_s": ("serve", 1e-7, 1e-3),
           "all_reduce_latency_factor": ("comm", 1.0, 50.0)}
 PREFILL_BATCHES = [(n,) for n in (128, 256, 512, 1024, 2048)] + [
     (256,) * 4, (512,) * 4, (128,) * 16, (1024,) * 2]
@@ -158,7 +159,8 @@ def start_params() -> dict:
     return out
 
 
-SERVING_DEFAULTS = ("decode_step_overhead_s", "prefill_step_overhead_s", "kv_read_efficiency")
+SERVING_DEFAULTS = ("decode_step_overhead_s", "prefill_step_overhead_s", "kv_read_efficiency",
+                    "per_request_overhead_s")
 
 
 def write_serving_defaults(params: dict) -> None:
@@ -171,7 +173,7 @@ def write_serving_defaults(params: dict) -> None:
                 "DistServe's published OPT-13B/66B A100 latency fits (DistServe engine) by "
                 "benchmarks/serving_calibration.py --write-defaults; the physical efficiencies "
                 "stay the training profile's.",
-        "common": {k: round(params[k], 6 if k.endswith("_s") else 4) for k in SERVING_DEFAULTS}}
+        "common": {k: round(params[k], 9 if k.endswith("_s") else 4) for k in SERVING_DEFAULTS}}
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 

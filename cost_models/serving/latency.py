@@ -18,8 +18,10 @@ Sources, per term:
   dispatches and combines tokens by all-to-all over the EP group (DeepEP: fp8 dispatch, bf16
   combine, DeepSeek-V3 report sec. 3.4); pipeline stages pass the hidden state by send/recv.
   Collective times are ``cost_models/communication.py``'s alpha-beta model.
-* Overheads: one fixed cost per engine iteration (scheduling, sampling; fitted), plus a launch
-  gap per kernel when CUDA graphs are off.
+* Overheads: one fixed cost per engine iteration (scheduling, sampling; fitted), a cost per
+  running request per decode iteration (the scheduler's and sampler's per-sequence work; the
+  ``c * batch`` term of DistServe's fitted decode latency; fitted), plus a launch gap per
+  kernel when CUDA graphs are off.
 """
 from __future__ import annotations
 
@@ -327,7 +329,9 @@ def decode_step(c: Costing, batch: float, context: float, tokens_per_request: fl
     head = _head_s(c, q)
     # every micro-batch is an engine iteration of its own (vLLM's virtual engines, one
     # scheduler): a request's step pays the iteration cost once per stage it crosses
-    overhead = pp * (c.sprof.decode_step_overhead_s + _launch_s(c))
+    # per running request: each attention-DP rank schedules and samples its own requests
+    overhead = pp * (c.sprof.decode_step_overhead_s + _launch_s(c)) + (
+        batch * c.sprof.per_request_overhead_s)
     comm = _exposed_comm(c, comm, g + attn + moe)
     return StepTime(gemm_s=pp * g + head, attention_s=pp * attn, moe_s=pp * moe,
                     comm_s=pp * comm + _stage_hops_s(c, q), overhead_s=overhead)

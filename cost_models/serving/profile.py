@@ -22,6 +22,7 @@ class ServingProfile:
 
     decode_step_overhead_s: float = 0.004  # one decode iteration's fixed cost, CUDA graphs on
     prefill_step_overhead_s: float = 0.010  # one prefill iteration's fixed cost
+    per_request_overhead_s: float = 0.0  # each running request's share of a decode iteration
     eager_kernel_overhead_s: float = 8e-6  # launch gap per kernel when CUDA graphs are off
     kv_read_efficiency: float = 0.8  # paged-attention KV reads, fraction of HBM bandwidth
     # decode attention kernels when compute bound (MLA, long MTP chains): FlashMLA reaches
