@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
@@ -25,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from cost_models.profile import default_profile  # noqa: E402
 from cost_models.serving.config import PoolLayout  # noqa: E402
-from cost_models.serving.fit import fit, log_loss  # noqa: E402
+from cost_models.serving.fit import fit  # noqa: E402
 from cost_models.serving.latency import Costing, decode_step, prefill_step  # noqa: E402
 from cost_models.serving.profile import default_serving_profile  # noqa: E402
 from planner.inputs.models import load_model  # noqa: E402

@@ -295,7 +295,7 @@ def test_length_distribution_sets_means_and_spread(tmp_path):
     from planner.inputs.request_lengths import load_request_lengths
     pairs = [(512 + 256 * (i % 7), 64 + 96 * (i % 5)) for i in range(700)]
     sample = load_request_lengths(_lengths_csv(tmp_path / "l.csv", pairs))
-    (mi, si), (mo, so) = sample.input_mean_scv, sample.output_mean_scv
+    (mi, si), (mo, _) = sample.input_mean_scv, sample.output_mean_scv
     assert mi == pytest.approx(sum(a for a, _ in pairs) / 700)
     assert si == pytest.approx(__import__("numpy").var([a for a, _ in pairs]) / mi ** 2)
     out = tmp_path / "plan.json"

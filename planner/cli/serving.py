@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional

@@ -428,7 +428,6 @@ def _disagg(model, dep: Deployment, wl, cluster, cal, gpus) -> ServingEstimate:
                         cd.prof.reserved_bytes)
     s, out = wl.tokens_per_step, max(wl.osl - 1, 0)
     table = prefill_table(cp, wl)
-    alone = table.alone_s
     prefill_cap = pre.layout.workers / table.full_per_request_s
     n = _running_per_instance(dec.layout, wl, dec.layout.workers)
     step = _decode(cd, wl, n / dec.layout.dp)
@@ -449,7 +448,6 @@ def _disagg(model, dep: Deployment, wl, cluster, cal, gpus) -> ServingEstimate:
     transfer = _transfer_s(model, wl, cluster, cal, pre, dec, pre.gpu)
     p = table.per_request_at(lam / pre.layout.workers, 0.0)
     rho = lam * p / pre.layout.workers
-    rho_q = min(rho, MAX_UTILISATION)
     ttft = prefill_pool_ttft(table, lam, pre.layout.workers, transfer, wl.isl_scv)
     tpot = step.total_s / s if out else 0.0
     pes = (PoolEstimate("prefill", pre.gpu, pre.layout, mem_p,
