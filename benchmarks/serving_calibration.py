@@ -43,7 +43,8 @@ PARAMS = {"gemm_efficiency": ("train", 0.3, 1.0), "attention_efficiency": ("trai
           "decode_step_overhead_s": ("serve", 1e-4, 0.03),
           "prefill_step_overhead_s": ("serve", 1e-4, 0.05),
           "per_request_overhead_s": ("serve", 1e-7, 1e-3),
-          "all_reduce_latency_factor": ("comm", 1.0, 50.0)}
+          "all_reduce_latency_factor": ("comm", 1.0, 50.0),
+          "nvswitch_efficiency": ("comm", 0.2, 1.0)}
 PREFILL_BATCHES = [(n,) for n in (128, 256, 512, 1024, 2048)] + [
     (256,) * 4, (512,) * 4, (128,) * 16, (1024,) * 2]
 DECODE = [(b, ctx) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) for ctx in (128, 256, 512, 1024,
@@ -108,6 +109,9 @@ def _profiles(params: dict):
             train = replace(train, collective_latency_factor={
                 **train.collective_latency_factor,
                 "all_reduce": params["all_reduce_latency_factor"]})
+        if "nvswitch_efficiency" in params:
+            train = replace(train, link_efficiency={**train.link_efficiency,
+                                                    "nvswitch": params["nvswitch_efficiency"]})
         _PROFILES[key] = (
             train,
             replace(default_serving_profile(GPU), **{k: v for k, v in params.items()
@@ -155,6 +159,7 @@ def start_params() -> dict:
     out = {k: getattr(prof if where == "train" else sprof, k)
            for k, (where, _, _) in PARAMS.items() if where != "comm"}
     out["all_reduce_latency_factor"] = prof.op_factors("all_reduce")[0]
+    out["nvswitch_efficiency"] = prof.link_eff("nvswitch")
     return out
 
 
