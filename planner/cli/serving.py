@@ -240,12 +240,19 @@ def serve(
     if not best.meets_slo:
         e = best.estimate
         ttft = e.ttft.quantile_s(wl.ttft_quantile)
-        binding = ("TTFT" if wl.ttft_ms and ttft * 1e3 > wl.ttft_ms else "TPOT")
+        missed = [name for name, got, target in (("TTFT", ttft, wl.ttft_ms),
+                                                 ("TPOT", e.tpot_s, wl.tpot_ms))
+                  if target is not None and got * 1e3 > target]
+        binding = " and ".join(missed) or "memory"
+        fastest = max((p["tokens_per_s_per_user"] for p in result.pareto), default=0.0)
+        floor = (f"; no layout decodes faster than {1e3 / fastest:.1f} ms per token"
+                 if "TPOT" in missed and fastest > 0 else "")
         raise SpecError(OPTIONS_SOURCE, "--ttft-ms/--tpot-ms",
                         f"targets some plan meets; the best plan ({best.deployment.mode}) "
                         f"reaches p{ttft_percentile:g} TTFT {ttft * 1e3:.0f} ms and TPOT "
-                        f"{e.tpot_s * 1e3:.1f} ms"
-                        f" ({binding} binds)", f"{ttft_ms} ms / {tpot_ms} ms")
+                        f"{e.tpot_s * 1e3:.1f} ms ({binding} "
+                        f"{'bind' if len(missed) > 1 else 'binds'}){floor}",
+                        f"{ttft_ms} ms / {tpot_ms} ms")
     reason = why(best_co, best_dis, wl, fewest_gpus=fewest)
     data = {"model": spec.name, "gpu": " + ".join(types), "gpus": hw.num_gpus, "isl": wl.isl,
             "osl": wl.osl,
