@@ -16,15 +16,16 @@ def _layout(pool: dict) -> str:
 
 
 def layout_text(plan: dict) -> str:
-    return " | ".join(f"{p['role'][:3]} {_layout(p)}" for p in plan["pools"])
+    """One line per pool: role, degrees, batch and instances."""
+    return "\n".join(f"{p['role'][:3]} {_layout(p)}" for p in plan["pools"])
 
 
 def plans_table(plans: list[dict], title: str) -> Table:
     t = Table(title=title, title_justify="left")
     for name, just in (("#", "right"), ("mode", "left"), ("layout", "left"),
-                       ("GPUs", "right"), ("tok/s/GPU", "right"), ("tok/s/user", "right"),
-                       ("TTFT ms", "right"), ("TPOT ms", "right"), ("SLO", "left")):
-        t.add_column(name, justify=just, overflow="fold")
+                       ("GPUs", "right"), ("tok/s\n/GPU", "right"), ("tok/s\n/user", "right"),
+                       ("TTFT\nms", "right"), ("TPOT\nms", "right"), ("SLO", "left")):
+        t.add_column(name, justify=just, overflow="fold", no_wrap=name != "layout")
     for i, p in enumerate(plans, 1):
         t.add_row(str(i), p["mode"], layout_text(p), str(p["gpus"]),
                   f"{p['output_tokens_per_s_per_gpu']:.0f}",
