@@ -330,3 +330,14 @@ def test_bad_lengths_file_is_one_line(tmp_path, text, needle):
     bad.write_text(text)
     result = _run("serve", "--lengths", str(bad))
     assert result.exit_code == 2 and needle in result.output and str(bad) in result.output
+
+
+def test_serve_report_keeps_its_decision_columns_at_80_columns():
+    args = ("serve", "--model", "qwen3-30b-a3b", "--nodes", "2")
+    data = json.loads(_run(*args, "--format", "json").output)
+    table = runner.invoke(app, list(args), env={"COLUMNS": "80"}).output
+    assert max(len(line) for line in table.splitlines()) <= 80
+    for plan in data["plans"]:  # every number whole on one line
+        assert f"{plan['output_tokens_per_s_per_gpu']:.0f}" in table
+        assert f"{plan['tpot_s'] * 1e3:.1f}" in table
+        assert f"{plan['ttft_s'] * 1e3:.0f}" in table
