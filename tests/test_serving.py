@@ -341,3 +341,16 @@ def test_serve_report_keeps_its_decision_columns_at_80_columns():
         assert f"{plan['output_tokens_per_s_per_gpu']:.0f}" in table
         assert f"{plan['tpot_s'] * 1e3:.1f}" in table
         assert f"{plan['ttft_s'] * 1e3:.0f}" in table
+
+
+def test_an_overloaded_deployment_says_so_in_standard_json():
+    result = _run("serve", "estimate", "--model", "llama-3.1-70b", "--colocated",
+                  "tp=8,batch=64", "--rate", "50", "--ttft-ms", "2000", "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert "Infinity" not in result.output and "NaN" not in result.output
+    d = json.loads(result.output)
+    assert d["overloaded"] and d["ttft_s"] is None and not d["meets_slo"]
+    assert d["request_rate_per_s"] < d["offered_rate_per_s"] == 50
+    table = _run("serve", "estimate", "--model", "llama-3.1-70b", "--colocated",
+                 "tp=8,batch=64", "--rate", "50")
+    assert table.exit_code == 0 and "unbounded" in table.output and "overloaded" in table.output

@@ -29,7 +29,8 @@ def plans_table(plans: list[dict], title: str) -> Table:
     for i, p in enumerate(plans, 1):
         t.add_row(str(i), p["mode"], layout_text(p), str(p["gpus"]),
                   f"{p['output_tokens_per_s_per_gpu']:.0f}",
-                  f"{p['output_tokens_per_s_per_user']:.1f}", f"{p['ttft_s'] * 1e3:.0f}",
+                  f"{p['output_tokens_per_s_per_user']:.1f}",
+                  "inf" if p["ttft_s"] is None else f"{p['ttft_s'] * 1e3:.0f}",
                   f"{p['tpot_s'] * 1e3:.1f}", "met" if p["meets_slo"] else "missed")
     return t
 
@@ -73,8 +74,12 @@ def render_serve_estimate(est: dict) -> Group:
     t = Table(title=f"{est['mode']} deployment, {est['gpus']} GPUs", title_justify="left")
     t.add_column("quantity")
     t.add_column("value", justify="right")
-    for key, fmt in (("ttft_s", "{:.1f} ms"), ("tpot_s", "{:.2f} ms")):
-        t.add_row(key[:-2].upper(), fmt.format(est[key] * 1e3))
+    for key, label in (("ttft_s", "TTFT mean"), ("ttft_p90_s", "TTFT p90")):
+        t.add_row(label, "unbounded" if est[key] is None else f"{est[key] * 1e3:.1f} ms")
+    t.add_row("TPOT", f"{est['tpot_s'] * 1e3:.2f} ms")
+    if est.get("overloaded"):
+        t.add_row("overloaded", f"offered {est['offered_rate_per_s']:.3g} req/s, serves "
+                  f"{est['request_rate_per_s']:.3g}")
     for key in ("output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user",
                 "request_rate_per_s", "kv_transfer_s"):
         t.add_row(key.replace("_", " "), f"{est[key]:.3g}")

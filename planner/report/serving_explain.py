@@ -37,8 +37,10 @@ def pool_layout(pool: Mapping) -> str:
     return "·".join(parts)
 
 
-def _ms(seconds: float) -> str:
-    """Milliseconds: one decimal below 100 ms, none above."""
+def _ms(seconds: float | None) -> str:
+    """Milliseconds: one decimal below 100 ms, none above; an unbounded wait is "inf"."""
+    if seconds is None:
+        return "inf"
     return f"{seconds * 1e3:.1f}" if seconds < 0.1 else f"{seconds * 1e3:,.0f}"
 
 
@@ -69,7 +71,12 @@ def _header(plan: Plan, met: Mapping[str, bool | None]) -> Text:
     text.append(f"loads {s['model_path']} · {s['precision']} weights · KV {s['kv_dtype']} · "
                 f"max model len {s['max_model_len']:,}\n")
     text.append(_workload_line(s) + "\n")
-    text.append(f"TTFT {_ms(p['ttft_s'])} ms", style="bold")
+    q = p.get("ttft_quantile")
+    if q is not None and "ttft_at_quantile_s" in p:  # the target holds for this share
+        text.append(f"TTFT p{q * 100:g} {_ms(p['ttft_at_quantile_s'])} ms", style="bold")
+        text.append(f" (mean {_ms(p['ttft_s'])} ms)")
+    else:
+        text.append(f"TTFT {_ms(p['ttft_s'])} ms", style="bold")
     if w.get("ttft_ms") is not None:
         text.append(f" (target {w['ttft_ms']:g}: {_met(met.get('ttft'))})")
     text.append(f" · TPOT {_ms(p['tpot_s'])} ms", style="bold")

@@ -134,12 +134,26 @@ class ServingEstimate:
 
     def meets(self, wl: ServingWorkload) -> bool:
         ttft = self.ttft.quantile_s(wl.ttft_quantile)
-        return self.fits and (wl.ttft_ms is None or ttft * 1e3 <= wl.ttft_ms + 1e-9) and (
+        return self.fits and not self.overloaded(wl) and math.isfinite(ttft) and (wl.ttft_ms is None or ttft * 1e3 <= wl.ttft_ms + 1e-9) and (
             wl.tpot_ms is None or self.tpot_s * 1e3 <= wl.tpot_ms + 1e-9)
 
+    def overloaded(self, wl: ServingWorkload) -> bool:
+        """The offered rate is more than the deployment serves: the queue grows without end."""
+        return wl.rate_per_s is not None and wl.rate_per_s > self.request_rate_per_s * (
+            1 + 1e-9)
+
     def as_dict(self, wl: ServingWorkload) -> dict:
-        return {"mode": self.mode, "gpus": self.gpus, "ttft_s": self.ttft_s,
-                "ttft_p90_s": self.ttft.quantile_s(0.9), "ttft_p99_s": self.ttft.quantile_s(0.99),
+        """The estimate's JSON: an unbounded wait (an overloaded queue) is ``null``, so that
+        the document stays standard JSON."""
+        def finite(x: float) -> float | None:
+            return x if math.isfinite(x) else None
+
+        return {"mode": self.mode, "gpus": self.gpus, "ttft_s": finite(self.ttft_s),
+                "ttft_p90_s": finite(self.ttft.quantile_s(0.9)),
+                "ttft_p99_s": finite(self.ttft.quantile_s(0.99)),
+                "ttft_quantile": wl.ttft_quantile,  # the share of requests the target holds for
+                "ttft_at_quantile_s": finite(self.ttft.quantile_s(wl.ttft_quantile)),
+                "overloaded": self.overloaded(wl), "offered_rate_per_s": wl.rate_per_s,
                 "tpot_s": self.tpot_s, "request_rate_per_s": self.request_rate_per_s,
                 "output_tokens_per_s": self.output_tokens_per_s,
                 "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu,
