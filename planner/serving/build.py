@@ -17,6 +17,7 @@ from planner import __version__
 from planner.plan.document import SCHEMA_VERSION, Plan, inputs_hash, model_to_plain, cluster_to_plain
 from planner.plan.ranks import make_pool
 from planner.serving.estimate import Calibration, Deployment, ServingEstimate
+from planner.serving.search import sites
 from cost_models.model_spec import ModelSpec
 from cost_models.profile import profile_to_dict
 from topologies.cluster import Cluster
@@ -74,13 +75,13 @@ def build_serving_plan(model: ModelSpec, cluster: Cluster, dep: Deployment,
                        lengths=None) -> Plan:
     """The Plan of ``dep`` (the caller validates it before writing)."""
     pools, instances, used = [], [], set()
+    site_of = {site.gpu.name: site for site in sites(cluster)}
     ordered = sorted(dep.pools, key=lambda p: ROLE_ORDER.index(p.role))
     for spec in ordered:
         d = pool_degrees(spec)
-        free = [n for n in range(cluster.num_nodes) if n not in used
-                and cluster.node_groups[cluster.group_of_node(n)].gpu.name == spec.gpu]
-        per_node = cluster.node_groups[cluster.group_of_node(free[0])].gpus_per_node if free \
-            else cluster.gpus_per_node
+        site = site_of[spec.gpu]  # the nodes of the pool's GPU type
+        free = [n for n in site.nodes if n not in used]
+        per_node = site.gpus_per_node
         count = -(-d.num_gpus // per_node)
         if d.num_gpus % per_node or count > len(free):
             raise ValueError(f"pool {spec.role}: {d.num_gpus} GPUs is not whole nodes of "
