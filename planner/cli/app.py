@@ -20,8 +20,9 @@ from typing import Annotated, Any, Optional
 import typer
 from typer.core import TyperGroup
 
-from planner.cli.common import (OutputFormat, fail, help_markup_mode, plain_help_width,
-                                 print_report, progress_bar, set_help_markup_mode)
+from planner.cli.common import (ClusterOpt, GpuOpt, GpusPerNodeOpt, OutputFormat, fail,
+                                help_markup_mode, nodes_option, plain_help_width, print_report,
+                                progress_bar, set_help_markup_mode)
 from planner.errors import PlannerError, SpecError
 from planner.training.estimate_json import estimate_to_dict
 from planner.files import write_atomic
@@ -113,13 +114,7 @@ OptimizerOpt = Annotated[Optimizer, typer.Option(
     help="adam (two fp32 moments) or sgd (no state; e.g. the reference job).")]
 
 
-ClusterOpt = Annotated[Optional[str], typer.Option(
-    "--cluster", help="Cluster preset name (see 'planner presets clusters') or YAML/JSON file.")]
-GpuOpt = Annotated[Optional[str], typer.Option(
-    help="GPU type for a standard cluster (see 'planner presets gpus').")]
-NodesOpt = Annotated[Optional[int], typer.Option(min=1, help="Nodes of --gpu (default 8).")]
-GpusPerNodeOpt = Annotated[Optional[int], typer.Option(
-    min=1, help="GPUs per node (default: the GPU's usual node).")]
+NodesOpt = nodes_option("default 8")
 
 
 @app.command()

@@ -14,19 +14,34 @@ from __future__ import annotations
 import os
 import sys
 from enum import Enum
-from typing import Any, Callable, NoReturn
+from typing import Annotated, Any, Callable, NoReturn, Optional
 
 import typer
 
 from rich.console import Console, RenderableType
 from rich.markup import escape
 
-__all__ = ["OutputFormat", "progress_bar", "print_report", "report_width",
+__all__ = ["ClusterOpt", "GpuOpt", "GpusPerNodeOpt", "nodes_option", "OutputFormat", "progress_bar", "print_report", "report_width",
            "help_markup_mode", "plain_help_width", "set_help_markup_mode", "fail",
            "RICH_HELP_MIN_COLUMNS", "PIPED_HELP_COLUMNS"]
 
 RICH_HELP_MIN_COLUMNS = 100
 PIPED_HELP_COLUMNS = 120
+
+
+# How every command names its hardware: a cluster file or preset, or a standard cluster of
+# --nodes x --gpus-per-node of one --gpu type (planner.training.estimation.resolve_cluster).
+ClusterOpt = Annotated[Optional[str], typer.Option(
+    "--cluster", help="Cluster preset name (see 'planner presets clusters') or YAML/JSON file.")]
+GpuOpt = Annotated[Optional[str], typer.Option(
+    help="GPU type for a standard cluster (see 'planner presets gpus').")]
+GpusPerNodeOpt = Annotated[Optional[int], typer.Option(
+    min=1, help="GPUs per node (default: the GPU's usual node).")]
+
+
+def nodes_option(default_help: str) -> Any:
+    """``--nodes`` of a standard cluster; commands differ only in what they default to."""
+    return Annotated[Optional[int], typer.Option(min=1, help=f"Nodes of --gpu ({default_help}).")]
 
 
 class OutputFormat(str, Enum):

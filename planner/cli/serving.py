@@ -13,7 +13,8 @@ import typer
 from cost_models.parallel import ConfigError
 from cost_models.serving.config import ServingWorkload, parse_pool
 from cost_models.serving.profile import serving_overrides
-from planner.cli.common import OutputFormat, print_report
+from planner.cli.common import (ClusterOpt, GpuOpt, GpusPerNodeOpt, OutputFormat, nodes_option,
+                                 print_report)
 from planner.errors import SpecError
 from planner.files import write_atomic
 from planner.inputs.clusters import OPTIONS_SOURCE
@@ -55,11 +56,8 @@ class KvDtype(str, Enum):
 
 ModelOpt = Annotated[str, typer.Option(
     help="Model preset (see 'planner presets models'), model YAML/JSON or HF config.json.")]
-ClusterOpt = Annotated[Optional[str], typer.Option(
-    "--cluster", help="Cluster preset name or YAML/JSON file.")]
-GpuOpt = Annotated[Optional[str], typer.Option(help="GPU type of a standard cluster.")]
-NodesOpt = Annotated[Optional[int], typer.Option(min=1, help="Nodes of --gpu (default 1).")]
-PerNodeOpt = Annotated[Optional[int], typer.Option(min=1, help="GPUs per node.")]
+NodesOpt = nodes_option("default: the fewest whose memory holds the weights twice over")
+EstimateNodesOpt = nodes_option("default 1")
 IslOpt = Annotated[int, typer.Option(min=1, help="Input tokens per request.")]
 OslOpt = Annotated[int, typer.Option(min=1, help="Output tokens per request.")]
 TtftOpt = Annotated[Optional[float], typer.Option(help="Target mean time to first token, ms.")]
@@ -167,7 +165,7 @@ def serve(
     ctx: typer.Context,
     model: ModelOpt = "llama-3.1-70b",
     cluster: ClusterOpt = None, gpu: GpuOpt = None, nodes: NodesOpt = None,
-    gpus_per_node: PerNodeOpt = None,
+    gpus_per_node: GpusPerNodeOpt = None,
     isl: IslOpt = 4096, osl: OslOpt = 512,
     ttft_ms: TtftOpt = 2000.0, tpot_ms: TpotOpt = 50.0, ttft_percentile: PctOpt = 90.0,
     rate: RateOpt = None, concurrency: ConcOpt = None,
@@ -199,60 +197,21 @@ def serve(
                    prefix_hit, mtp, mtp_acceptance, ttft_percentile, sample)
     if mode not in (None, "colocated", "disagg"):
         raise SpecError(OPTIONS_SOURCE, "--mode", "colocated or disagg", mode)
-    modes = (mode,) if mode else ("colocated", "disagg")
-    if objective is Objective.min_gpus and rate is None:
-        raise SpecError(OPTIONS_SOURCE, "--rate", "a target request rate with --objective "
-                        "min-gpus")
-    if objective is Objective.min_gpus and len(types) > 1:
-        raise SpecError(OPTIONS_SOURCE, "--objective", "goodput on a cluster of several GPU "
-                        "types (min-gpus plans one type)", ", ".join(types))
-    if objective is Objective.per_dollar and any(
-            g.price_per_gpu_hour is None for g in hw.node_groups):
-        raise SpecError(cluster or OPTIONS_SOURCE, "node_groups.price_per_gpu_hour",
-                        "a price on every node group with --objective per-dollar")
+    _check_objective(objective, rate, types, hw, cluster)
     cal = _calibration(types, calibration)
     start = time.perf_counter()
-    result = search(spec, wl, hw, cal, engine.value, top_k, modes, objective.value)
+    result = search(spec, wl, hw, cal, engine.value, top_k, (mode,) if mode else (
+        "colocated", "disagg"), objective.value)
     elapsed = time.perf_counter() - start
     best_co = result.colocated[0] if result.colocated else None
     best_dis = result.disagg[0] if result.disagg else None
     fewest = objective is Objective.min_gpus
-
-    def value(c) -> float:
-        if objective is Objective.per_dollar:
-            return c.estimate.output_tokens_per_s / cost_per_hour(c.deployment, hw)
-        return -c.estimate.gpus if fewest else c.estimate.output_tokens_per_s_per_gpu
-
-    ranked = sorted(result.colocated + result.disagg,
-                    key=lambda c: (c.meets_slo, value(c)), reverse=True)
-    best = ranked[0] if ranked else None
-    if best is None and fewest:
-        raise SpecError(OPTIONS_SOURCE, "--rate", f"a rate the cluster's {hw.num_gpus} GPUs can "
-                        f"serve within the targets (no layout reaches it; try --objective "
-                        f"goodput to see the most it serves)", rate)
-    if best is None:
-        need = _weights_bytes(spec, precision.value) / 1e9
-        have = sum(g.num_gpus * g.gpu.hbm_bytes for g in hw.node_groups) / 1e9
-        raise SpecError(OPTIONS_SOURCE, "--model", f"a model whose weights and KV fit: "
-                        f"{model} needs {need:.0f} GB of {precision.value} weights plus KV, the "
-                        f"cluster has {have:.0f} GB in {hw.num_gpus} x {' + '.join(types)} and "
-                        f"no layout fits", model)
+    ranked = _ranked(result, objective, hw)
+    if not ranked:
+        _no_plan(fewest, rate, hw, spec, model, precision.value, types)
+    best = ranked[0]
     if not best.meets_slo:
-        e = best.estimate
-        ttft = e.ttft.quantile_s(wl.ttft_quantile)
-        missed = [name for name, got, target in (("TTFT", ttft, wl.ttft_ms),
-                                                 ("TPOT", e.tpot_s, wl.tpot_ms))
-                  if target is not None and got * 1e3 > target]
-        binding = " and ".join(missed) or "memory"
-        fastest = max((p["tokens_per_s_per_user"] for p in result.pareto), default=0.0)
-        floor = (f"; no layout decodes faster than {1e3 / fastest:.1f} ms per token"
-                 if "TPOT" in missed and fastest > 0 else "")
-        raise SpecError(OPTIONS_SOURCE, "--ttft-ms/--tpot-ms",
-                        f"targets some plan meets; the best plan ({best.deployment.mode}) "
-                        f"reaches p{ttft_percentile:g} TTFT {ttft * 1e3:.0f} ms and TPOT "
-                        f"{e.tpot_s * 1e3:.1f} ms ({binding} "
-                        f"{'bind' if len(missed) > 1 else 'binds'}){floor}",
-                        f"{ttft_ms} ms / {tpot_ms} ms")
+        _unmet_targets(best, wl, result.pareto, ttft_percentile, ttft_ms, tpot_ms)
     reason = why(best_co, best_dis, wl, fewest_gpus=fewest)
     data = {"model": spec.name, "gpu": " + ".join(types), "gpus": hw.num_gpus, "isl": wl.isl,
             "osl": wl.osl,
@@ -277,6 +236,67 @@ def serve(
             typer.echo(f"wrote {out}")
 
 
+def _check_objective(objective: Objective, rate, types: tuple[str, ...], hw, cluster) -> None:
+    """What each objective needs: a target rate and one GPU type (min-gpus), prices
+    (per-dollar)."""
+    if objective is Objective.min_gpus and rate is None:
+        raise SpecError(OPTIONS_SOURCE, "--rate", "a target request rate with --objective "
+                        "min-gpus")
+    if objective is Objective.min_gpus and len(types) > 1:
+        raise SpecError(OPTIONS_SOURCE, "--objective", "goodput on a cluster of several GPU "
+                        "types (min-gpus plans one type)", ", ".join(types))
+    if objective is Objective.per_dollar and any(
+            g.price_per_gpu_hour is None for g in hw.node_groups):
+        raise SpecError(cluster or OPTIONS_SOURCE, "node_groups.price_per_gpu_hour",
+                        "a price on every node group with --objective per-dollar")
+
+
+def _ranked(result, objective: Objective, hw) -> list:
+    """Every candidate of both modes, those meeting the targets first, best objective first."""
+    def value(c) -> float:
+        if objective is Objective.per_dollar:
+            return c.estimate.output_tokens_per_s / cost_per_hour(c.deployment, hw)
+        if objective is Objective.min_gpus:
+            return -c.estimate.gpus
+        return c.estimate.output_tokens_per_s_per_gpu
+    return sorted(result.colocated + result.disagg, key=lambda c: (c.meets_slo, value(c)),
+                  reverse=True)
+
+
+def _no_plan(fewest: bool, rate, hw, spec, model: str, precision: str, types) -> None:
+    """No layout at all: the target rate is out of reach, or nothing fits in memory."""
+    if fewest:
+        raise SpecError(OPTIONS_SOURCE, "--rate", f"a rate the cluster's {hw.num_gpus} GPUs can "
+                        f"serve within the targets (no layout reaches it; try --objective "
+                        f"goodput to see the most it serves)", rate)
+    need = _weights_bytes(spec, precision) / 1e9
+    have = sum(g.num_gpus * g.gpu.hbm_bytes for g in hw.node_groups) / 1e9
+    raise SpecError(OPTIONS_SOURCE, "--model", f"a model whose weights and KV fit: "
+                    f"{model} needs {need:.0f} GB of {precision} weights plus KV, the "
+                    f"cluster has {have:.0f} GB in {hw.num_gpus} x {' + '.join(types)} and "
+                    f"no layout fits", model)
+
+
+def _unmet_targets(best, wl: ServingWorkload, pareto, ttft_percentile: float, ttft_ms,
+                   tpot_ms) -> None:
+    """The best plan misses a target: say its TTFT/TPOT and which target binds."""
+    e = best.estimate
+    ttft = e.ttft.quantile_s(wl.ttft_quantile)
+    missed = [name for name, got, target in (("TTFT", ttft, wl.ttft_ms),
+                                             ("TPOT", e.tpot_s, wl.tpot_ms))
+              if target is not None and got * 1e3 > target]
+    binding = " and ".join(missed) or "memory"
+    fastest = max((p["tokens_per_s_per_user"] for p in pareto), default=0.0)
+    floor = (f"; no layout decodes faster than {1e3 / fastest:.1f} ms per token"
+             if "TPOT" in missed and fastest > 0 else "")
+    raise SpecError(OPTIONS_SOURCE, "--ttft-ms/--tpot-ms",
+                    f"targets some plan meets; the best plan ({best.deployment.mode}) "
+                    f"reaches p{ttft_percentile:g} TTFT {ttft * 1e3:.0f} ms and TPOT "
+                    f"{e.tpot_s * 1e3:.1f} ms ({binding} "
+                    f"{'bind' if len(missed) > 1 else 'binds'}){floor}",
+                    f"{ttft_ms} ms / {tpot_ms} ms")
+
+
 def _pool(text: str | None, option: str, role: str, gpu: str):
     if text is None:
         return None
@@ -290,8 +310,8 @@ def _pool(text: str | None, option: str, role: str, gpu: str):
 @serve_app.command("estimate")
 def serve_estimate(
     model: ModelOpt = "llama-3.1-70b",
-    cluster: ClusterOpt = None, gpu: GpuOpt = None, nodes: NodesOpt = None,
-    gpus_per_node: PerNodeOpt = None,
+    cluster: ClusterOpt = None, gpu: GpuOpt = None, nodes: EstimateNodesOpt = None,
+    gpus_per_node: GpusPerNodeOpt = None,
     isl: IslOpt = 4096, osl: OslOpt = 512,
     rate: RateOpt = None, concurrency: ConcOpt = None,
     ttft_ms: TtftOpt = None, tpot_ms: TpotOpt = None, ttft_percentile: PctOpt = 90.0,
