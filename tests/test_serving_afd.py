@@ -1,0 +1,133 @@
+"""Attention/FFN disaggregated decode: the unit's cost terms and the exact search
+(planner/serving/afd.py) against brute force on small clusters."""
+import dataclasses
+
+import pytest
+
+from cost_models.serving.afd import AfdLayout, distinct_gpus_per_token
+from cost_models.serving.config import ServingWorkload
+from planner.inputs.clusters import load_cluster
+from planner.inputs.models import load_model
+from planner.serving import afd
+from planner.serving.estimate import Calibration
+from planner.serving.search import sites
+from topologies.standard import homogeneous_cluster
+
+MIXTRAL = load_model("mixtral-8x7b")
+
+
+def _cal(cluster):
+    return Calibration.defaults(tuple(dict.fromkeys(g.gpu.name for g in cluster.node_groups)))
+
+
+def _small(gpu="H100", per_node=4):
+    return homogeneous_cluster(gpu, 1, gpus_per_node=per_node)
+
+
+def test_distinct_destination_gpus():
+    assert distinct_gpus_per_token(1, 8) == pytest.approx(1.0)
+    assert distinct_gpus_per_token(1000, 2) == pytest.approx(2.0, rel=1e-3)
+    # a token's 2 experts on 2 GPUs: same GPU with probability 1/2 -> 1.5 GPUs on average
+    assert distinct_gpus_per_token(2, 2) == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize("tpot_ms, isl", [(None, 512), (20.0, 512), (25.0, 4096), (None, 16384)])
+def test_search_equals_brute_force(tpot_ms, isl):
+    """Every layout and every batch up to the cap tried one by one gives the search's best
+    (the TPOT target binds at 20 and 25 ms, KV memory at 16k context)."""
+    cluster = _small()
+    cal = _cal(cluster)
+    wl = ServingWorkload(isl=isl, osl=128, tpot_ms=tpot_ms)
+    cap = 48
+    got = afd.search(MIXTRAL, wl, cluster, cal, top_k=1, max_batch=cap)
+    ref = afd.brute_force(MIXTRAL, wl, cluster, cal, max_batch=cap)
+    assert ref is not None and got.best
+    assert got.best[0].layout == ref.layout
+    assert got.best[0].output_tokens_per_s_per_gpu == pytest.approx(
+        ref.output_tokens_per_s_per_gpu)
+    if tpot_ms is not None:
+        assert got.best[0].tpot_s * 1e3 <= tpot_ms
+
+
+def test_search_equals_brute_force_on_two_gpu_types():
+    """Attention and FFN pools may take different GPU types; the search tries every pairing."""
+    import yaml
+    spec = {"name": "tiny-mixed", "node_groups": [
+        {"name": "a", "count": 1, "gpu": "H20", "gpus_per_node": 2, "fabric": "nvswitch",
+         "nics": [{"count": 2, "gbps": 400, "transport": "ib"}]},
+        {"name": "b", "count": 1, "gpu": "L40S", "gpus_per_node": 2, "fabric": "pcie",
+         "nics": [{"count": 2, "gbps": 200, "transport": "roce"}]}],
+        "network": {"tiers": [{"name": "leaf", "nodes_per_switch": 2}]}}
+    import pathlib
+    import tempfile
+    path = pathlib.Path(tempfile.mkdtemp()) / "c.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    cluster = load_cluster(str(path))
+    cal = _cal(cluster)
+    wl = ServingWorkload(isl=1024, osl=128, tpot_ms=60.0, precision="fp8")
+    got = afd.search(MIXTRAL, wl, cluster, cal, top_k=1, max_batch=32)
+    ref = afd.brute_force(MIXTRAL, wl, cluster, cal, max_batch=32)
+    assert ref is not None and got.best
+    assert got.best[0].layout == ref.layout
+    assert (got.best[0].attention_gpu, got.best[0].ffn_gpu) == (ref.attention_gpu, ref.ffn_gpu)
+
+
+def test_throughput_never_falls_with_batch():
+    """The property the search's bisection rests on, checked across degrees and m."""
+    cluster = _small(per_node=8)
+    cal = _cal(cluster)
+    wl = ServingWorkload(isl=2048, osl=256)
+    site = sites(cluster)[0]
+    for tp, ranks, n_e, m in ((1, 4, 4, 1), (2, 2, 4, 3), (1, 6, 2, 4), (4, 1, 4, 8)):
+        prev = 0.0
+        for b in range(m, 257, m):
+            e = afd.evaluate(MIXTRAL, wl, cluster, cal, site, site, AfdLayout(tp, ranks, n_e, m, b))
+            assert e.output_tokens_per_s >= prev * (1 - 1e-12)
+            prev = e.output_tokens_per_s
+
+
+def test_micro_batches_hide_transfers():
+    """With one micro-batch each stage idles while the others run (the ring binds); with three,
+    compute-bound stages overlap and throughput at the same batch rises until the slowest stage
+    binds. Beyond that, more micro-batches only re-read weights (each micro-batch reads the
+    attention and expert weights again), so throughput falls: m has an interior optimum."""
+    cluster = homogeneous_cluster("H100", 2, gpus_per_node=8)
+    cal = _cal(cluster)
+    site = sites(cluster)[0]
+    wl = ServingWorkload(isl=256, osl=64)
+    est = {m: afd.evaluate(MIXTRAL, wl, cluster, cal, site, site, AfdLayout(1, 8, 8, m, 384))
+           for m in (1, 3, 8)}
+    assert est[1].bound == "ring" and est[3].bound == "experts"
+    assert est[3].output_tokens_per_s > 1.3 * est[1].output_tokens_per_s
+    assert est[8].output_tokens_per_s < est[3].output_tokens_per_s
+
+
+def test_memory_caps_the_batch():
+    cluster = _small(per_node=8)
+    cal = _cal(cluster)
+    site = sites(cluster)[0]
+    short = afd.evaluate(MIXTRAL, ServingWorkload(isl=1024, osl=128), cluster, cal, site, site,
+                         AfdLayout(2, 2, 4, 2, 2))
+    long = afd.evaluate(MIXTRAL, ServingWorkload(isl=32768, osl=128), cluster, cal, site, site,
+                        AfdLayout(2, 2, 4, 2, 2))
+    assert long.memory.max_batch < short.memory.max_batch / 10
+    # the expert GPUs hold the routed experts only: 8 experts over 4 GPUs, two each
+    assert short.memory.ffn_weights_bytes == pytest.approx(
+        long.memory.ffn_weights_bytes)
+    assert short.memory.ffn_fits
+
+
+def test_dense_model_has_no_afd_plan():
+    cluster = _small()
+    assert afd.search(load_model("llama-3.1-8b"), ServingWorkload(isl=512, osl=64), cluster,
+                      _cal(cluster)).best == ()
+
+
+def test_search_is_deterministic():
+    cluster = _small()
+    cal = _cal(cluster)
+    wl = ServingWorkload(isl=512, osl=128, tpot_ms=30.0)
+    a = afd.search(MIXTRAL, wl, cluster, cal, top_k=3, max_batch=48)
+    b = afd.search(MIXTRAL, wl, cluster, cal, top_k=3, max_batch=48)
+    assert [dataclasses.astuple(e.layout) for e in a.best] == [
+        dataclasses.astuple(e.layout) for e in b.best]
