@@ -75,6 +75,11 @@ class AfdLayout:
     def requests(self) -> int:
         return self.batch * self.attention_ranks
 
+    def as_dict(self) -> dict[str, float]:
+        return {"attention_tp": self.attention_tp, "attention_instances": self.attention_ranks,
+                "ffn_gpus": self.ffn_gpus, "micro_batches": self.micro_batches,
+                "batch": self.batch}
+
     def attention_pool(self) -> PoolLayout:
         return PoolLayout(tp=self.attention_tp, dp=1, ep=1, batch=self.batch,
                           workers=self.attention_ranks)

@@ -21,10 +21,11 @@ from planner.inputs.clusters import OPTIONS_SOURCE
 from planner.inputs.models import load_model
 from planner.inputs.request_lengths import load_request_lengths
 from planner.report.serving import render_serve, render_serve_estimate
+from planner.serving.afd import sensitivity
 from planner.serving.build import build_serving_plan
 from planner.serving.estimate import Calibration, Deployment, PoolSpec, estimate
 from planner.serving.search import cost_per_hour, search
-from planner.serving.why import why
+from planner.serving.why import afd_verdict, why
 from planner.training.estimation import ClusterChoice, load_profile, resolve_cluster
 
 DEFAULT_SERVE_GPU = "H100-SXM5-80GB"
@@ -157,6 +158,8 @@ def _plan_summary(c, wl: ServingWorkload, cluster) -> dict:
         d["cost_per_hour"] = cost
         d["output_tokens_per_dollar"] = c.estimate.output_tokens_per_s * 3600.0 / cost
     d["engine"] = c.deployment.engine
+    if c.deployment.mode == "afd":
+        d["micro_batches"] = c.deployment.micro_batches
     return d
 
 
@@ -173,7 +176,8 @@ def serve(
     engine: EngineOpt = Engine.sglang, prefix_hit: PrefixOpt = 0.0,
     mtp: MtpOpt = 0, mtp_acceptance: AccOpt = 0.0,
     mode: Annotated[Optional[str], typer.Option(
-        help="colocated or disagg (default: both, side by side).")] = None,
+        help="colocated, disagg or afd (attention/FFN disaggregated decode; MoE models). "
+             "Default: all that apply, side by side.")] = None,
     top_k: Annotated[int, typer.Option(min=1, help="Plans shown per mode.")] = 3,
     objective: Annotated[Objective, typer.Option(help=(
         "goodput: most output tokens/s per GPU within the targets; min-gpus: fewest GPUs that "
@@ -195,16 +199,24 @@ def serve(
     sample = load_request_lengths(lengths) if lengths is not None else None
     wl = _workload(isl, osl, rate, concurrency, ttft_ms, tpot_ms, precision, kv_dtype,
                    prefix_hit, mtp, mtp_acceptance, ttft_percentile, sample)
-    if mode not in (None, "colocated", "disagg"):
-        raise SpecError(OPTIONS_SOURCE, "--mode", "colocated or disagg", mode)
+    if mode not in (None, "colocated", "disagg", "afd"):
+        raise SpecError(OPTIONS_SOURCE, "--mode", "colocated, disagg or afd", mode)
+    if mode == "afd" and not spec.is_moe:
+        raise SpecError(OPTIONS_SOURCE, "--mode", "colocated or disagg for a dense model "
+                        "(attention/FFN disaggregation splits off the MoE experts)", mode)
+    if mode == "afd" and objective is Objective.min_gpus:
+        raise SpecError(OPTIONS_SOURCE, "--objective", "goodput or per-dollar with --mode afd",
+                        objective.value)
     _check_objective(objective, rate, types, hw, cluster)
     cal = _calibration(types, calibration)
+    modes = (mode,) if mode else ("colocated", "disagg") + (
+        ("afd",) if spec.is_moe and objective is not Objective.min_gpus else ())
     start = time.perf_counter()
-    result = search(spec, wl, hw, cal, engine.value, top_k, (mode,) if mode else (
-        "colocated", "disagg"), objective.value)
+    result = search(spec, wl, hw, cal, engine.value, top_k, modes, objective.value)
     elapsed = time.perf_counter() - start
     best_co = result.colocated[0] if result.colocated else None
     best_dis = result.disagg[0] if result.disagg else None
+    best_afd = result.afd[0] if result.afd else None
     fewest = objective is Objective.min_gpus
     ranked = _ranked(result, objective, hw)
     if not ranked:
@@ -221,6 +233,11 @@ def serve(
             "best_colocated": _plan_summary(best_co, wl, hw) if best_co else None,
             "best_disagg": _plan_summary(best_dis, wl, hw) if best_dis else None,
             "pareto": list(result.pareto)}
+    if "afd" in modes:
+        data["best_afd"] = _plan_summary(best_afd, wl, hw) if best_afd else None
+        data["afd_verdict"] = afd_verdict(best_afd, best_co, best_dis, result.afd_units, wl)
+        data["afd_sensitivity"] = sensitivity(spec, wl, hw, cal, result.afd_units[0]) if (
+            result.afd_units) else None
     if out is not None:
         from planner.plan.document import plan_to_json
         from planner.plan.validate import validate_plan
@@ -259,8 +276,8 @@ def _ranked(result, objective: Objective, hw) -> list:
         if objective is Objective.min_gpus:
             return -c.estimate.gpus
         return c.estimate.output_tokens_per_s_per_gpu
-    return sorted(result.colocated + result.disagg, key=lambda c: (c.meets_slo, value(c)),
-                  reverse=True)
+    return sorted(result.colocated + result.disagg + result.afd,
+                  key=lambda c: (c.meets_slo, value(c)), reverse=True)
 
 
 def _no_plan(fewest: bool, rate, hw, spec, model: str, precision: str, types) -> None:

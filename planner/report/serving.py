@@ -8,6 +8,8 @@ from rich.text import Text
 
 
 def _layout(pool: dict) -> str:
+    if pool["role"] == "ffn":  # expert GPUs of each AFD unit, expert parallel
+        return f"ep{pool['ep']} x{pool['workers']}"
     parts = [f"tp{pool['tp']}"]
     for key in ("pp", "dp", "ep"):
         if pool.get(key, 1) > 1:
@@ -16,8 +18,11 @@ def _layout(pool: dict) -> str:
 
 
 def layout_text(plan: dict) -> str:
-    """One line per pool: role, degrees, batch and instances."""
-    return "\n".join(f"{p['role'][:3]} {_layout(p)}" for p in plan["pools"])
+    """One line per pool: role, degrees, batch and instances (AFD: the micro-batches)."""
+    m = plan.get("micro_batches")
+    return "\n".join(f"{p['role'][:3]} {_layout(p)}" + (f" m{m}" if m and p["role"] ==
+                                                           "attention" else "")
+                     for p in plan["pools"])
 
 
 def plans_table(plans: list[dict], title: str) -> Table:
@@ -46,12 +51,14 @@ def pareto_plot(points: list[dict], width: int = 56, height: int = 12) -> Text:
     for p in points:
         col = int((p["tokens_per_s_per_user"] - x0) / max(x1 - x0, 1e-9) * (width - 1))
         row = height - 1 - int(p["tokens_per_s_per_gpu"] / max(y1, 1e-9) * (height - 1))
-        grid[row][col] = "c" if p["mode"] == "colocated" else "d"
+        grid[row][col] = {"colocated": "c", "afd-decode": "a"}.get(p["mode"], "d")
     lines = [f"{y1:8.0f} ┤" + "".join(grid[0])]
     lines += ["         │" + "".join(r) for r in grid[1:]]
     lines.append("       0 └" + "─" * width)
-    lines.append(f"          {x0:<10.1f}tokens/s/user (c colocated, d disaggregated decode)"
-                 f"{x1:>8.1f}"[: width + 10])
+    legend = "c colocated, d disaggregated decode" + (
+        ", a AFD decode" if any(p["mode"] == "afd-decode" for p in points) else "")
+    lines.append(f"          {x0:<10.1f}tokens/s/user{x1:>8.1f}")
+    lines.append(f"          ({legend})")
     return Text("Pareto front: tokens/s/GPU vs tokens/s/user\n" + "\n".join(lines))
 
 
@@ -61,13 +68,36 @@ def render_serve(result: dict) -> Group:
                 f"OSL {result['osl']}, TTFT <= {result['ttft_ms']} ms, "
                 f"TPOT <= {result['tpot_ms']} ms; {result['layouts']} layouts in "
                 f"{result['search_s']:.2f} s")
-    side = [p for p in (result.get("best_colocated"), result.get("best_disagg")) if p]
-    parts = [head, plans_table(side, "Best colocated vs best disaggregated"),
-             Text(f"Why: {result['why']}")]
+    afd = "best_afd" in result
+    side = [p for p in (result.get("best_colocated"), result.get("best_disagg"),
+                        result.get("best_afd")) if p]
+    title = "Best colocated vs disaggregated" + (" vs AFD" if afd else "")
+    parts = [head, plans_table(side, title), Text(f"Why: {result['why']}")]
+    if afd:
+        parts.append(Text(f"AFD: {result['afd_verdict']}"))
     if best:
         parts.append(plans_table(best, "Top plans"))
+    for key, title in (("micro_batches", "AFD unit by micro-batch count"),
+                       ("ratio", "AFD unit by attention:FFN GPUs")):
+        rows = (result.get("afd_sensitivity") or {}).get(key)
+        if rows:
+            parts.append(sensitivity_table(rows, title))
     parts.append(pareto_plot(result["pareto"]))
     return Group(*parts)
+
+
+def sensitivity_table(rows: list[dict], title: str) -> Table:
+    """Decode tokens/s/GPU of an AFD unit, one row per variant, at its best batch."""
+    t = Table(title=title, title_justify="left")
+    for name in ("attn:FFN\nGPUs", "m", "batch", "TPOT\nms", "tok/s\n/GPU", "bound"):
+        t.add_column(name, justify="left" if name == "bound" else "right", no_wrap=True)
+    for r in rows:
+        ok = r["batch"] is not None
+        t.add_row(f"{r['attention_gpus']}:{r['ffn_gpus']}", str(r["micro_batches"]),
+                  str(r["batch"]) if ok else "-",
+                  f"{r['tpot_s'] * 1e3:.1f}" if ok else "-",
+                  f"{r['output_tokens_per_s_per_gpu']:.0f}" if ok else "-", r["bound"])
+    return t
 
 
 def render_serve_estimate(est: dict) -> Group:

@@ -17,14 +17,14 @@ from planner import __version__
 from planner.plan.document import SCHEMA_VERSION, Plan, inputs_hash, model_to_plain, cluster_to_plain
 from planner.plan.ranks import make_pool
 from planner.serving.estimate import Calibration, Deployment, ServingEstimate
-from planner.serving.search import sites
+from planner.serving.sites import sites
 from cost_models.model_spec import ModelSpec
 from cost_models.profile import profile_to_dict
 from topologies.cluster import Cluster
 
 FIRST_PORT = 30000
 ROUTER_PORT = 8000
-ROLE_ORDER = ("prefill", "colocated", "decode")
+ROLE_ORDER = ("prefill", "colocated", "decode", "attention", "ffn")
 
 
 def pool_degrees(dep_pool) -> Degrees:
@@ -112,6 +112,7 @@ def build_serving_plan(model: ModelSpec, cluster: Cluster, dep: Deployment,
                      **({"lengths": _sample(lengths)} if lengths is not None else {})},
         "pools": [{"role": p.role, "gpu": p.gpu, **p.layout.as_dict(),
                    "gpus_per_instance": p.layout.gpus_per_instance} for p in ordered],
+        **({"micro_batches": dep.micro_batches} if dep.mode == "afd" else {}),
         "instances": instances,
         "router": {"host": instances[0]["nodes"][0]["host"], "port": ROUTER_PORT},
     }

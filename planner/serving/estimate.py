@@ -49,7 +49,7 @@ class PoolSpec:
     """One pool of a deployment: its role, GPU type and layout; ``first_rank`` is the cluster
     rank its GPUs start from (its node group's, on a cluster of several GPU types)."""
 
-    role: str  # colocated | prefill | decode
+    role: str  # colocated | prefill | decode | attention | ffn
     gpu: str
     layout: PoolLayout
     first_rank: int = 0
@@ -57,11 +57,12 @@ class PoolSpec:
 
 @dataclass(frozen=True)
 class Deployment:
-    mode: str  # colocated | disagg
+    mode: str  # colocated | disagg | afd
     pools: tuple[PoolSpec, ...]
     engine: str = "sglang"
     cuda_graphs: bool = True
     overlap_comm: bool = False
+    micro_batches: int = 1  # afd: micro-batches each attention instance ping-pongs
 
     @property
     def gpus(self) -> int:
@@ -430,48 +431,72 @@ def _transfer_s(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Ca
                          cal.serving[gpu_name].kv_transfer_efficiency)
 
 
+@dataclass(frozen=True)
+class DecodeSide:
+    """What the prefill/decode arithmetic needs of a decode side: ``step_at(n)`` is the decode
+    step with ``n`` requests running per worker (decode instance, or AFD unit), ``full`` the
+    most a worker runs, ``workers`` how many there are, and ``transfer_to`` the pool the
+    prefill pool sends KV to."""
+
+    step_at: object  # Callable[[float], StepTime]
+    full: float
+    workers: int
+    transfer_to: PoolSpec
+
+
 def _disagg(model, dep: Deployment, wl, cluster, cal, gpus) -> ServingEstimate:
-    pre, dec = dep.pool("prefill"), dep.pool("decode")
-    cp = costing(model, pre, wl, cluster, cal, gpus[pre.gpu], dep.cuda_graphs,
-                 dep.overlap_comm)
+    dec = dep.pool("decode")
     cd = costing(model, dec, wl, cluster, cal, gpus[dec.gpu], dep.cuda_graphs,
+                 dep.overlap_comm)
+    mem_d = pool_memory(model, dec.layout, wl, gpus[dec.gpu].hbm_bytes, cd.sprof,
+                        cd.prof.reserved_bytes)
+    side = DecodeSide(lambda n: _decode(cd, wl, n / dec.layout.dp),
+                      _running_per_instance(dec.layout, wl, dec.layout.workers),
+                      dec.layout.workers, dec)
+    pre_est, lam, step, decode_cap, ttft, transfer, bound = prefill_and_decode(
+        model, dep, wl, cluster, cal, gpus, side)
+    tpot = step.total_s / wl.tokens_per_step if wl.osl > 1 else 0.0
+    pes = (pre_est, PoolEstimate("decode", dec.gpu, dec.layout, mem_d, step, lam, decode_cap,
+                                 lam / decode_cap if decode_cap else 0.0))
+    return ServingEstimate("disagg", dep.gpus, ttft, tpot, lam, lam * wl.osl, pes,
+                           pre_est.memory.fits and mem_d.fits, transfer, bound)
+
+
+def prefill_and_decode(model, dep: Deployment, wl: ServingWorkload, cluster: Cluster,
+                       cal: Calibration, gpus: dict[str, GpuSpec], side: DecodeSide):
+    """A prefill pool feeding a decode side (module docstring, disaggregated): the prefill
+    pool's estimate, the rate, the decode step at that rate, the decode side's capacity,
+    TTFT, the KV transfer time and what bounds the rate."""
+    pre = dep.pool("prefill")
+    cp = costing(model, pre, wl, cluster, cal, gpus[pre.gpu], dep.cuda_graphs,
                  dep.overlap_comm)
     mem_p = pool_memory(model, pre.layout, wl, gpus[pre.gpu].hbm_bytes, cp.sprof,
                         cp.prof.reserved_bytes)
-    mem_d = pool_memory(model, dec.layout, wl, gpus[dec.gpu].hbm_bytes, cd.sprof,
-                        cd.prof.reserved_bytes)
     s, out = wl.tokens_per_step, max(wl.osl - 1, 0)
     table = prefill_table(cp, wl)
     prefill_cap = pre.layout.workers / table.full_per_request_s
-    n = _running_per_instance(dec.layout, wl, dec.layout.workers)
-    step = _decode(cd, wl, n / dec.layout.dp)
-    decode_cap = dec.layout.workers * (n * s / (step.total_s * out) if out else math.inf)
+    n = side.full
+    step = side.step_at(n)
+    decode_cap = side.workers * (n * s / (step.total_s * out) if out else math.inf)
     lam = min(prefill_cap * MAX_UTILISATION, decode_cap)
     bound = "prefill" if prefill_cap * MAX_UTILISATION < decode_cap else "decode"
     if wl.rate_per_s is not None:  # the decode batch settles where Little's law puts it
         if wl.rate_per_s < lam * (1 - 1e-9):
             bound = "load"
         lam = min(lam, wl.rate_per_s)
-        per_inst = lam / dec.layout.workers
-        n = min(float(dec.layout.requests_per_instance),
-                max(1.0, per_inst * out * step.total_s / s))
+        per_worker = lam / side.workers
+        n = min(side.full, max(1.0, per_worker * out * step.total_s / s))
         for _ in range(20):
-            step = _decode(cd, wl, n / dec.layout.dp)
-            n = min(float(dec.layout.requests_per_instance),
-                    max(1.0, per_inst * out * step.total_s / s))
-    transfer = _transfer_s(model, wl, cluster, cal, pre, dec, pre.gpu)
+            step = side.step_at(n)
+            n = min(side.full, max(1.0, per_worker * out * step.total_s / s))
+    transfer = _transfer_s(model, wl, cluster, cal, pre, side.transfer_to, pre.gpu)
     p = table.per_request_at(lam / pre.layout.workers, 0.0)
     rho = lam * p / pre.layout.workers
     ttft = prefill_pool_ttft(table, lam, pre.layout.workers, transfer, wl.isl_scv)
-    tpot = step.total_s / s if out else 0.0
-    pes = (PoolEstimate("prefill", pre.gpu, pre.layout, mem_p,
-                        prefill_step(cp, (max(1.0, wl.new_input_tokens),),
-                                     wl.isl - max(1.0, wl.new_input_tokens)),
-                        lam, prefill_cap, rho),
-           PoolEstimate("decode", dec.gpu, dec.layout, mem_d, step, lam, decode_cap,
-                        lam / decode_cap if decode_cap else 0.0))
-    return ServingEstimate("disagg", dep.gpus, ttft, tpot, lam, lam * wl.osl, pes,
-                           mem_p.fits and mem_d.fits, transfer, bound)
+    new = max(1.0, wl.new_input_tokens)
+    pre_est = PoolEstimate("prefill", pre.gpu, pre.layout, mem_p,
+                           prefill_step(cp, (new,), wl.isl - new), lam, prefill_cap, rho)
+    return pre_est, lam, step, decode_cap, ttft, transfer, bound
 
 
 def estimate(model: ModelSpec, dep: Deployment, wl: ServingWorkload, cluster: Cluster,
@@ -480,6 +505,9 @@ def estimate(model: ModelSpec, dep: Deployment, wl: ServingWorkload, cluster: Cl
     """Predict ``dep`` under ``wl`` (module docstring). ConfigError for a layout that cannot
     shard the model."""
     dep = replace(dep, overlap_comm=overlap_comm or dep.overlap_comm)
+    if dep.mode == "afd":
+        from planner.serving.afd import estimate_afd  # afd builds on this module
+        return estimate_afd(model, dep, wl, cluster, gpus, cal)
     if dep.mode == "colocated":
         pool = dep.pool("colocated")
         return _colocated(model, pool, wl, cluster, cal, gpus[pool.gpu], dep)

@@ -29,6 +29,8 @@ from planner.serving.estimate import (
     MAX_UTILISATION, Calibration, Deployment, PoolSpec, PrefillTable, ServingEstimate,
     _decode, _transfer_s, colocated_rate, colocated_ttft, costing, estimate, prefill_pool_ttft,
     prefill_table, slot_wait)
+from planner.serving import afd
+from planner.serving.sites import Site, sites
 from solvers.serving.ratio import best_split, whole_unit_step
 from topologies.catalog import GpuSpec
 from topologies.cluster import Cluster
@@ -64,9 +66,11 @@ class SearchResult:
     pareto: tuple[dict, ...]  # {"mode", "tokens_per_s_per_gpu", "tokens_per_s_per_user", ...}
     layouts_evaluated: int
     total_gpus: int
+    afd: tuple[Candidate, ...] = ()
+    afd_units: tuple[afd.AfdEstimate, ...] = ()  # the unit of each ``afd`` plan, full batch
 
     def best(self) -> Candidate | None:
-        both = [c for c in (self.colocated[:1] + self.disagg[:1])]
+        both = [c for c in (self.colocated[:1] + self.disagg[:1] + self.afd[:1])]
         if not both:
             return None
         return max(both, key=_rank_key)
@@ -104,39 +108,6 @@ def layouts(model: ModelSpec, gpus_per_node: int, total_gpus: int) -> list[PoolL
                         continue
                     out.append(lay)
     return out
-
-
-@dataclass(frozen=True)
-class Site:
-    """Where a pool can run: the nodes of one GPU type (the whole cluster when it has one)."""
-
-    gpu: GpuSpec
-    nodes: tuple[int, ...]
-    gpus: int
-    gpus_per_node: int
-    first_rank: int
-    price_per_gpu_hour: float | None = None  # the highest of its groups' (None: not given)
-
-
-def sites(cluster: Cluster) -> tuple[Site, ...]:
-    """One site per GPU type, in the order the cluster first lists it."""
-    by_type: dict[str, list[int]] = {}
-    specs: dict[str, GpuSpec] = {}
-    node = 0
-    for g in cluster.node_groups:
-        by_type.setdefault(g.gpu.name, []).extend(range(node, node + g.count))
-        specs[g.gpu.name] = g.gpu
-        node += g.count
-    out = []
-    for name, nodes in by_type.items():
-        groups = [cluster.node_groups[cluster.group_of_node(n)] for n in nodes]
-        first = sum(cluster.node_groups[cluster.group_of_node(n)].gpus_per_node
-                    for n in range(nodes[0]))
-        prices = [g.price_per_gpu_hour for g in groups]
-        price = None if None in prices else max(prices)
-        out.append(Site(specs[name], tuple(nodes), sum(g.gpus_per_node for g in groups),
-                        min(g.gpus_per_node for g in groups), first, price))
-    return tuple(out)
 
 
 def layout_parts(model, lay, wl, cluster, cal, gpu: GpuSpec, first_rank: int = 0
@@ -238,9 +209,9 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
         for site, all_parts in parts_of.items():
             colocated += _colocated_candidates(site, all_parts, wl, tpot_t, pareto)
     rates = {site: _pool_rates(model, wl, cluster, cal, site, parts, tpot_t, pareto)
-             for site, parts in parts_of.items()} if "disagg" in modes else {}
+             for site, parts in parts_of.items()} if {"disagg", "afd"} & set(modes) else {}
     disagg: list[tuple[float, Deployment, float]] = []
-    for pre_site, dec_site in ((a, b) for a in rates for b in rates):
+    for pre_site, dec_site in ((a, b) for a in rates for b in rates if "disagg" in modes):
         disagg += _disagg_pairs(pre_site, rates[pre_site][0], dec_site, rates[dec_site][1],
                                 wl, same_tp, price[pre_site], price[dec_site])
     disagg.sort(key=lambda x: (-x[0], x[1].gpus))
@@ -265,7 +236,98 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
                     for _, _, site, lay, rate in colocated[:top_k * 4]], top_k, key)
     dis = _finalise(model, wl, cluster, cal, engine,
                     [(dep, rate) for _, dep, rate in disagg[:top_k * 4]], top_k, key)
-    return SearchResult(co, dis, tuple(_pareto_front(pareto)), layouts_seen, cluster.num_gpus)
+    units: tuple[afd.AfdEstimate, ...] = ()
+    af: tuple[Candidate, ...] = ()
+    if "afd" in modes and model.is_moe:
+        by_gpu = {p.gpu.name: price[p] for p in places}
+        pairs = []
+        unit_of: dict[tuple, afd.AfdEstimate] = {}
+        for pre_site, (prefill, _) in rates.items():
+            # units leave room for the smallest prefill pool (whole nodes) on its site
+            least = min((_whole_nodes(pp_.layout.gpus_per_instance, pre_site)
+                         for _, pp_, _ in prefill), default=None)
+            if least is None or least >= pre_site.gpus and len(places) == 1:
+                continue
+            within = tuple(replace(p, gpus=p.gpus - least) if p == pre_site else p
+                           for p in places)
+            found = afd.search(model, wl, cluster, cal, top_k=TOP_PAIRS, price=by_gpu,
+                               within=tuple(p for p in within if p.gpus > 0))
+            pairs += _afd_pairs(found.best, {pre_site: rates[pre_site]}, places, wl, engine,
+                                price)
+            unit_of.update({(e.attention_gpu, e.ffn_gpu, e.layout): e for e in found.best})
+        for e in sorted(unit_of.values(), key=lambda e: afd.rank_key(e, by_gpu)):
+            pareto.append({"mode": "afd-decode",
+                           "tokens_per_s_per_gpu": e.output_tokens_per_s_per_gpu,
+                           "tokens_per_s_per_user": 1.0 / e.tpot_s, "layout": e.layout,
+                           "batch": e.layout.batch, "gpu": f"{e.attention_gpu}+{e.ffn_gpu}"})
+        pairs.sort(key=lambda x: (-x[0], x[1].gpus))
+        af = _finalise(model, wl, cluster, cal, engine, [(d, r) for _, d, r in pairs[:top_k * 4]],
+                       top_k, key)
+        # each AFD plan's unit at its full batch, for the verdict and the sensitivity tables
+        units = tuple(unit_of[(c.deployment.pool("attention").gpu,
+                               c.deployment.pool("ffn").gpu, afd.afd_layout_of(c.deployment))]
+                      for c in af)
+    return SearchResult(co, dis, tuple(_pareto_front(pareto)), layouts_seen, cluster.num_gpus,
+                        af, units)
+
+
+def _whole_nodes(gpus: int, site: Site) -> int:
+    return -(-gpus // site.gpus_per_node) * site.gpus_per_node
+
+
+def _afd_pairs(units, rates: dict, places: tuple[Site, ...], wl: ServingWorkload, engine: str,
+               price: dict) -> list[tuple[float, Deployment, float]]:
+    """Each of the best AFD units with each of the best prefill layouts: how many prefill
+    instances and units (:func:`afd_split`), on the sites' GPUs."""
+    by_name = {p.gpu.name: p for p in places}
+    s, out = wl.tokens_per_step, max(wl.osl - 1, 1)
+    found = []
+    for e in units:
+        att, ffn = by_name[e.attention_gpu], by_name[e.ffn_gpu]
+        place = afd.placement(att, ffn, e.layout)
+        rd = CAPACITY_HEADROOM * e.layout.requests * s / (e.step_s * out)
+        for pre_site, (prefill, _) in rates.items():
+            for _, pp_, rp in prefill[:TOP_PAIRS * 2]:
+                split = afd_split(pre_site, pp_.layout.gpus_per_instance, rp, att, ffn,
+                                  e.layout, rd, price)
+                if split is None:
+                    continue
+                n_p, n_d, rate, cost = split
+                pre = PoolSpec("prefill", pre_site.gpu.name, replace(pp_.layout, workers=n_p),
+                               pre_site.first_rank)
+                found.append((rate * wl.osl / cost,
+                              afd.afd_deployment(pre, place, e.layout, n_d, engine), rate))
+    return found
+
+
+def afd_split(pre: Site, gp: int, rp: float, att: Site, ffn: Site, lay: afd.AfdLayout,
+              rd: float, price: dict) -> tuple[int, int, float, float] | None:
+    """(prefill instances, AFD units, request rate, cost) with the highest rate per cost,
+    ``min(np*rp, nd*rd) / cost``: the prefill, attention and FFN pools each fill whole nodes
+    and each site holds what is put on it; ties to the higher rate, then fewer GPUs. Every
+    pair of counts is tried."""
+    unit_cost = lay.attention_gpus * price[att] + lay.ffn_gpus * price[ffn]
+    step_p = whole_unit_step(gp, pre.gpus_per_node)
+    step_d = math.lcm(whole_unit_step(lay.attention_gpus, att.gpus_per_node),
+                      whole_unit_step(lay.ffn_gpus, ffn.gpus_per_node))
+    best = None
+    for n_p in range(step_p, pre.gpus // gp + 1, step_p):
+        for n_d in range(step_d, att.gpus // lay.attention_gpus + 1, step_d):
+            use = {pre.gpu.name: 0, att.gpu.name: 0, ffn.gpu.name: 0}
+            use[pre.gpu.name] += n_p * gp
+            use[att.gpu.name] += n_d * lay.attention_gpus
+            use[ffn.gpu.name] += n_d * lay.ffn_gpus
+            if any(use[p.gpu.name] > p.gpus for p in (pre, att, ffn)):
+                break
+            rate = min(n_p * rp, n_d * rd)
+            cost = n_p * gp * price[pre] + n_d * unit_cost
+            cand = (rate / cost, rate, -(n_p * gp + n_d * lay.gpus))
+            if best is None or cand > best[0]:
+                best = (cand, n_p, n_d, rate, cost)
+    if best is None:
+        return None
+    _, n_p, n_d, rate, cost = best
+    return n_p, n_d, rate, cost
 
 
 def _colocated_candidates(site: Site, all_parts: list[LayoutParts], wl: ServingWorkload,

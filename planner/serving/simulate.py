@@ -134,6 +134,8 @@ def simulation_problem(model: ModelSpec, deployment: Deployment, wl: ServingWork
                           latency=latency_model(model, pool, wl, cluster, gpu, cal, deployment),
                           pool=pool_sim(model, pool, wl, gpu, cal), seed=seed,
                           warmup_fraction=warmup_fraction, **lens, **_load(wl, pool.layout))
+    if deployment.mode == "afd":
+        return _afd_problem(model, deployment, wl, cluster, cal, seed, warmup_fraction, lens)
     pre, dec = deployment.pool("prefill"), deployment.pool("decode")
     transfers: dict[int, float] = {}
 
@@ -154,6 +156,50 @@ def simulation_problem(model: ModelSpec, deployment: Deployment, wl: ServingWork
                       warmup_fraction=warmup_fraction, **lens, **_load(wl, dec.layout))
 
 
+def _afd_problem(model: ModelSpec, dep: Deployment, wl: ServingWorkload, cluster: Cluster,
+                 cal: Calibration, seed: int, warmup_fraction: float, lens: dict) -> SimProblem:
+    """A prefill pool feeding AFD units: each unit is one decode "instance" of the simulator
+    whose step is the unit's ping-pong step (:func:`planner.serving.afd.unit_step_s`) for the
+    requests it runs; its KV room is its attention instances'."""
+    from planner.serving.afd import unit_of_deployment, unit_step_s
+    pre, att = dep.pool("prefill"), dep.pool("attention")
+    gpus = {g.gpu.name: g.gpu for g in cluster.node_groups}
+    lay, unit = unit_of_deployment(model, dep, wl, cluster, gpus, cal)
+
+    @lru_cache(maxsize=None)
+    def decode_at(batch: int, context_per_request: int) -> float:
+        return unit_step_s(unit, wl, lay, float(batch), float(context_per_request))
+
+    def decode_s(batch: int, context_tokens: int) -> float:
+        return decode_at(batch, max(1, round(context_tokens / max(batch, 1))))
+
+    kv_token = unit.memory.kv_bytes_per_request / max(1.0, float(wl.isl + wl.osl))
+    per_instance = int(max(0.0, unit.memory.attention_capacity_bytes
+                           - unit.memory.attention_weights_bytes) // kv_token)
+    if per_instance < wl.isl + wl.osl:
+        raise ValueError(f"attention pool: one instance holds {per_instance} KV tokens, a "
+                         f"request needs isl + osl = {wl.isl + wl.osl}")
+    decode_pool = PoolSim(instances=dep.pool("ffn").layout.workers, max_batch=lay.requests,
+                          kv_capacity_tokens=per_instance * lay.attention_ranks,
+                          max_prefill_tokens=PREFILL_CHUNK_TOKENS)
+    transfers: dict[int, float] = {}
+
+    def transfer_s(tokens: int) -> float:
+        if tokens not in transfers:
+            transfers[tokens] = _transfer_s(model, replace(wl, isl=max(1, int(tokens))),
+                                            cluster, cal, pre, att, pre.gpu)
+        return transfers[tokens]
+
+    g_pre = _gpu(cluster, pre.gpu)
+    load = _load(wl, PoolLayout(batch=lay.requests, workers=decode_pool.instances))
+    return SimProblem(mode="disagg", latency=LatencyModel(lambda lens: 0.0, decode_s),
+                      pool=decode_pool,
+                      prefill_latency=latency_model(model, pre, wl, cluster, g_pre, cal, dep),
+                      prefill_pool=pool_sim(model, pre, wl, g_pre, cal),
+                      kv_transfer_s=transfer_s, seed=seed, warmup_fraction=warmup_fraction,
+                      **lens, **load)
+
+
 def _first_rank(cluster: Cluster, node: int) -> int:
     """The cluster rank of ``node``'s first GPU."""
     return sum(cluster.node_groups[cluster.group_of_node(n)].gpus_per_node for n in range(node))
@@ -169,7 +215,8 @@ def deployment_of_plan(plan: Plan) -> Deployment:
             tp=p["tp"], pp=p["pp"], dp=p["dp"], ep=p["ep"], etp=p["etp"], batch=p["batch"],
             workers=p["workers"], redundant=p.get("redundant", 0)), first.get(p["role"], 0))
         for p in plan.serving["pools"])
-    return Deployment(plan.serving["mode"], pools, plan.serving.get("engine", "sglang"))
+    return Deployment(plan.serving["mode"], pools, plan.serving.get("engine", "sglang"),
+                      micro_batches=int(plan.serving.get("micro_batches", 1)))
 
 
 def calibration_of_plan(plan: Plan) -> Calibration:
@@ -209,9 +256,13 @@ def simulate_plan(plan: Plan, requests: int = 4000, seed: int = 0) -> dict:
         wl = replace(wl, rate_per_s=float(pred["request_rate_per_s"]))
     dep = deployment_of_plan(plan)
     cal = calibration_of_plan(plan)
-    serving_pool = dep.pools[-1].layout if dep.mode == "colocated" else dep.pool("decode").layout
-    requests = max(requests, MIN_ROUNDS * serving_pool.workers * serving_pool.batch
-                   * serving_pool.dp)
+    if dep.mode == "afd":  # in flight: every attention instance's batch
+        att = dep.pool("attention").layout
+        in_flight = att.workers * att.batch
+    else:
+        lay = dep.pools[-1].layout if dep.mode == "colocated" else dep.pool("decode").layout
+        in_flight = lay.workers * lay.batch * lay.dp
+    requests = max(requests, MIN_ROUNDS * in_flight)
     problem = simulation_problem(model, dep, wl, cluster, cal, requests, seed,
                                  warmup_fraction=WARMUP,
                                  lengths=plan.serving["workload"].get("lengths"))

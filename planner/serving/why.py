@@ -44,3 +44,53 @@ def why(co: Candidate | None, dis: Candidate | None, wl: ServingWorkload,
             f"prefills take {share:.0%} of each instance's time and stall its decode steps "
             f"(TPOT {a.tpot_s * 1e3:.1f} ms at batch {co.deployment.pools[0].layout.batch}), "
             f"a separate decode pool runs batch {dec.batch} at TPOT {b.tpot_s * 1e3:.1f} ms")
+
+
+def decode_tokens_per_s_per_gpu(c: Candidate, wl: ServingWorkload) -> float:
+    """What a deployment's decode side delivers per decode GPU at its full batch: the decode
+    pool (disagg), the attention and FFN pools (afd), the whole instance (colocated, whose
+    GPUs also prefill)."""
+    e = c.estimate
+    roles = {"disagg": ("decode",), "afd": ("attention", "ffn")}.get(c.deployment.mode)
+    if roles is None:
+        return e.output_tokens_per_s_per_gpu
+    pools = [p for p in e.pools if p.role in roles]
+    gpus = sum(p.layout.gpus for p in pools)
+    return pools[0].capacity_per_s * wl.osl / gpus if gpus else 0.0
+
+
+def afd_verdict(best: Candidate | None, co: Candidate | None, dis: Candidate | None,
+                units, wl: ServingWorkload) -> str:
+    """Whether attention/FFN disaggregation pays against the best other decode side, and
+    which term decides: the transfers between the pools, the attention GPUs' KV capacity, or
+    the expert GPUs' utilisation (few tokens per expert)."""
+    if not units:
+        return ("afd does not apply: no attention/FFN split fits the cluster in whole nodes "
+                "and meets the TPOT target")
+    u = units[0]
+    st, lay = u.stages, u.layout
+    trip = sum(st.moe_stages)
+    transfer = (st.dispatch_s + st.combine_s) / trip if trip else 0.0
+    busy_experts = lay.micro_batches * st.experts_s / max(
+        lay.micro_batches * max(st.moe_stages), trip)
+    others = [(c.deployment.mode, decode_tokens_per_s_per_gpu(c, wl)) for c in (co, dis)
+              if c is not None and c.meets_slo]
+    mine = u.output_tokens_per_s_per_gpu
+    detail = (f"unit of {lay.attention_gpus} attention + {lay.ffn_gpus} FFN GPUs, "
+              f"{lay.micro_batches} micro-batches of {lay.micro_batch:g}; a MoE layer's round "
+              f"is bound by {u.bound}; transfers are {transfer:.0%} of a micro-batch's trip; "
+              f"expert GPUs busy {busy_experts:.0%}")
+    if lay.batch >= u.memory.max_batch:
+        detail += "; the attention batch is capped by KV capacity"
+    if not others:
+        return f"afd: {mine:.0f} decode tokens/s/GPU ({detail})"
+    mode, theirs = max(others, key=lambda x: x[1])
+    if mine > theirs:
+        return (f"afd pays: {mine:.0f} vs {theirs:.0f} decode tokens/s/GPU of the best "
+                f"{mode} plan ({mine / theirs:.2f}x; {detail})")
+    killer = ("the transfers between the pools" if transfer > 0.35 or u.bound in (
+        "dispatch", "combine", "ring") else "KV capacity on the attention GPUs"
+        if lay.batch >= u.memory.max_batch else "idle expert GPUs (too few tokens per expert)"
+        if busy_experts < 0.6 else "re-reading the weights once per micro-batch")
+    return (f"afd does not pay: {mine:.0f} vs {theirs:.0f} decode tokens/s/GPU of the best "
+            f"{mode} plan; {killer} ({detail})")
