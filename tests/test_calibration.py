@@ -154,6 +154,11 @@ def test_calibrate_solve_launch_check_run(tmp_path):
                                                             "send_recv"}
     prof = doc["profile"]
     assert 0 < prof["gemm_efficiency"] <= 1 and prof["kernel_overhead_s"] >= 0
+    # the serving fit: the decode benchmarks ran and set the KV read efficiency
+    assert "kv_read_efficiency" in result.output and "decode_attention" in result.output
+    assert 0 < doc["serving"]["kv_read_efficiency"] <= 1
+    assert {r["kind"] for r in doc["fit"]["serving"]["residuals"]} == {"decode_gemm",
+                                                                        "decode_attention"}
     cluster = load_cluster(str(machine))
     assert cluster.num_gpus == 2 and cluster.node_groups[0].fabric == "host"
     assert yaml.safe_load(machine.read_text())["node_groups"][0]["gpu"]["peak_tflops"]["fp32"] > 0

@@ -41,12 +41,14 @@ def calibrate_command(
                      ] = False,
     master_port: Annotated[Optional[int], typer.Option(min=1, max=65535)] = None,
 ) -> None:
-    """Measure this machine (GEMM, attention, memory bandwidth, every collective by message
-    and group size), fit the cost models' profile to it, and write the profile and this
-    machine as a cluster file. Use both with 'planner solve/estimate --cluster FILE
-    --calibration OUT'."""
+    """Measure this machine (GEMM, attention, memory bandwidth, decode kernels, every
+    collective by message and group size), fit the cost models' profile and the serving
+    model's KV read efficiency to it, and write them and this machine as a cluster file. Use
+    both with 'planner solve/estimate --cluster FILE --calibration OUT' ('planner serve
+    --calibration OUT' applies the serving fields too)."""
     from cost_models.fitting import fit_all
     from cost_models.profile import profile_to_dict
+    from cost_models.serving.calibration import fit_serving
     from planner.run.calibrate import (CalibrateOptions, calibration_document, default_nproc,
                                        element_bytes, link_tier, measure, residual_summary,
                                        write_calibration)
@@ -57,7 +59,8 @@ def calibrate_command(
     with progress_bar(f"calibrating ({opts.nproc} x {backend.value})", True) as update:
         raw = measure(opts, (lambda d, t, _label: update(d, t)) if update else None)
     fit = fit_all(raw, tier=link_tier(opts.backend), elem_bytes=element_bytes(opts.backend))
-    doc = calibration_document(fit, profile_to_dict(fit.profile), raw, opts.nproc)
+    doc = calibration_document(fit, profile_to_dict(fit.profile), raw, opts.nproc,
+                               fit_serving(raw, fit))
     write_calibration(doc, out, cluster_path)
     prof, dev = doc["profile"], doc["cluster"]["node_groups"][0]
     table = Table(title=f"Calibration of {doc['machine']['device']} "
@@ -73,7 +76,8 @@ def calibrate_command(
             ("memory bandwidth", f"{dev['gpu']['memory_bw_GBps']:,.1f} GB/s"),
             ("kernel_overhead_s", f"{prof['kernel_overhead_s'] * 1e6:.1f} us"),
             ("link bandwidth (all-reduce)", f"{dev.get('intra_bw_GBps', 0):,.3f} GB/s"),
-            ("link latency (all-reduce)", f"{dev.get('intra_latency_us', 0):,.1f} us")):
+            ("link latency (all-reduce)", f"{dev.get('intra_latency_us', 0):,.1f} us"),
+            *_serving_rows(doc)):
         table.add_row(name, value)
     fits = Table(title="Fit residuals (predicted / measured - 1)")
     for col in ("benchmark", "cases", "median |error|", "worst |error|"):
@@ -84,6 +88,19 @@ def calibrate_command(
     console.print(table)
     console.print(fits)
     console.print(f"wrote {out} and {cluster_path}")
+
+
+def _serving_rows(doc: dict) -> list[tuple[str, str]]:
+    """The serving fit's rows of the calibrate table: the field it sets, and the skinny-GEMM
+    check (weight reads at M = 1 against the profile's ``hbm_efficiency``, which serve uses)."""
+    fit = doc["fit"].get("serving")
+    if fit is None:
+        return []
+    return [("serving kv_read_efficiency",
+             f"{fit['kv_read_efficiency']:.3f} ({fit['kv_read_bytes_per_s'] / 1e9:,.1f} GB/s)"),
+            ("decode GEMM weight reads (check)",
+             f"{fit['weight_read_efficiency']:.3f} (hbm_efficiency "
+             f"{doc['profile']['hbm_efficiency']:.3f})")]
 
 
 def check_run_command(

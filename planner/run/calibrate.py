@@ -2,18 +2,21 @@
 
 1. torchrun starts one process per device (``--nproc``; on CPU each gets ``cores / nproc``
    threads) running :mod:`planner.run.calibrate_job`: GEMMs by size, causal attention forward +
-   backward, a small transformer layer, memory bandwidth, and every collective by message and
-   group size. Its progress lines drive a progress bar; the whole process group is ended on
-   any failure or Ctrl-C (:func:`planner.run.launch.kill_group`).
+   backward, a small transformer layer, memory bandwidth, a decode step's skinny GEMMs and
+   decode attention, and every collective by message and group size. Its progress lines drive
+   a progress bar; the whole process group is ended on any failure or Ctrl-C
+   (:func:`planner.run.launch.kill_group`).
 2. The CLI (:func:`planner.cli.run.calibrate_command`) hands the raw timings to
    the cost models' fit (``fitting.fit_all``), which fits the profile (GEMM efficiency curve, attention
    efficiency, per-kernel overhead, bandwidth, and alpha-beta of the machine's link with a
-   factor per collective) using the cost model's own formulas; this module fits nothing and
-   imports no cost model.
+   factor per collective) using the cost model's own formulas, and the serving fit
+   (``cost_models.serving.calibration.fit_serving``: ``kv_read_efficiency``, and a check of the
+   skinny-GEMM regime); this module fits nothing and imports no cost model.
 3. :func:`calibration_document` and :func:`write_calibration`: one JSON file (``planner.calibration/v1``) holds the ``profile`` that ``--calibration``
-   applies, the machine as a ``cluster`` (an inline device with the measured peaks, one node,
-   fabric ``host`` with the fitted bandwidth and latency), the residual of every case, and the
-   raw timings. The cluster is also written as a YAML file for ``--cluster``.
+   applies, the ``serving`` fields measured (what ``planner serve --calibration`` applies
+   besides the profile), the machine as a ``cluster`` (an inline device with the measured peaks,
+   one node, fabric ``host`` with the fitted bandwidth and latency), the residual of every case,
+   and the raw timings. The cluster is also written as a YAML file for ``--cluster``.
 """
 from __future__ import annotations
 
@@ -143,24 +146,42 @@ def machine_cluster(fit: Any, raw: dict, nproc: int, name: str = "local") -> dic
             "node_groups": [group]}
 
 
-def calibration_document(fit: Any, profile: dict, raw: dict, nproc: int) -> dict:
+def _residuals(residuals) -> list[dict]:
+    return [{**asdict(r), "error": r.error} for r in residuals]
+
+
+def calibration_document(fit: Any, profile: dict, raw: dict, nproc: int,
+                         serving: Any = None) -> dict:
     """The ``planner.calibration/v1`` object (see module docstring). ``fit``: the
-    cost models' ``CalibrationFit``; ``profile``: its profile as plain data."""
+    cost models' ``CalibrationFit``; ``profile``: its profile as plain data; ``serving``: the
+    serving fit (``cost_models.serving.calibration.ServingFit``: ``profile_fields()``, the
+    read rates and efficiencies, ``residuals``), None when the benchmarks had no decode cases.
+    Its ``serving`` object holds only the measured fields, as ``serving_overrides`` reads it."""
     tier = link_tier(raw["backend"])
     profile = dict(profile)
     profile["link_efficiency"] = {tier: 1.0}
     profile["reserved_bytes"] = 0.0 if raw["backend"] == "gloo" else profile["reserved_bytes"]
-    return {
+    doc: dict = {
         "schema": SCHEMA,
         "machine": {k: raw[k] for k in ("device", "backend", "threads", "torch", "world_size",
                                         "quick")},
         "profile": profile,
-        "cluster": machine_cluster(fit, raw, nproc),
-        "fit": {"peak_flops": fit.peak_flops, "memory_bw_bytes_per_s": fit.memory_bw_bytes_per_s,
-                "link": asdict(fit.link),
-                "residuals": [{**asdict(r), "error": r.error} for r in fit.residuals]},
-        "raw": raw,
     }
+    if serving is not None:
+        doc["serving"] = dict(serving.profile_fields())
+    doc["cluster"] = machine_cluster(fit, raw, nproc)
+    doc["fit"] = {"peak_flops": fit.peak_flops,
+                  "memory_bw_bytes_per_s": fit.memory_bw_bytes_per_s,
+                  "link": asdict(fit.link), "residuals": _residuals(fit.residuals)}
+    if serving is not None:
+        doc["fit"]["serving"] = {
+            "kv_read_bytes_per_s": serving.kv_read_bytes_per_s,
+            "kv_read_efficiency": serving.kv_read_efficiency,
+            "weight_read_bytes_per_s": serving.weight_read_bytes_per_s,
+            "weight_read_efficiency": serving.weight_read_efficiency,
+            "residuals": _residuals(serving.residuals)}
+    doc["raw"] = raw
+    return doc
 
 
 def write_calibration(doc: dict, out: Path, cluster_out: Path) -> None:
@@ -172,9 +193,10 @@ def write_calibration(doc: dict, out: Path, cluster_out: Path) -> None:
 
 
 def residual_summary(doc: dict) -> list[tuple[str, int, float, float]]:
-    """Per benchmark kind: (kind, cases, median |error|, worst |error|)."""
+    """Per benchmark kind, the training fit's then the serving fit's: (kind, cases, median
+    |error|, worst |error|)."""
     by_kind: dict[str, list[float]] = {}
-    for r in doc["fit"]["residuals"]:
+    for r in doc["fit"]["residuals"] + doc["fit"].get("serving", {}).get("residuals", []):
         by_kind.setdefault(r["kind"], []).append(abs(r["error"]))
     out = []
     for kind, errs in by_kind.items():

@@ -1,5 +1,9 @@
 """Microbenchmarks of ``planner calibrate``, one process per device, under torchrun.
 
+Training kernels (GEMMs by shape, causal attention forward + backward, a transformer layer,
+memory bandwidth) and a decode step's kernels (skinny GEMMs against a weight larger than the
+caches, one query per sequence against its KV cache), then collectives.
+
 Every rank runs the same compute benchmarks at the same time (so shared caches, memory
 bandwidth and cores are contended as in a real job), then the collectives run over the whole
 world and over every power-of-two group size below it. Rank 0 gathers the timings and writes
@@ -24,7 +28,7 @@ import json
 import os
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -45,6 +49,9 @@ class Sizes:
     comm_bytes: tuple[int, ...]
     min_time_s: float
     min_reps: int
+    decode_rows: tuple[int, ...] = ()  # M of the skinny GEMMs x[M, K] @ W[K, N]
+    decode_dim: int = 0  # K = N of their weight (fp32: 4 * K * N bytes, beyond the caches)
+    decode_attention: tuple[tuple[int, int, int, int], ...] = ()  # batch, heads, context, head_dim
 
 
 FULL = Sizes(
@@ -57,14 +64,31 @@ FULL = Sizes(
            (4, 128, 256, 4)),
     copy_bytes=(2**20, 4 * 2**20, 16 * 2**20, 64 * 2**20),
     comm_bytes=tuple(2**k for k in range(10, 27, 2)),  # 1 KiB to 64 MiB (gradient buckets)
-    min_time_s=0.15, min_reps=5)
+    min_time_s=0.15, min_reps=5,
+    # decode: a 64 MiB fp32 weight (two ranks: 128 MiB, beyond a server CPU's L3); KV caches
+    # of 1 to 256 MiB per rank (4 KiB per token), from cache-resident to streaming
+    decode_rows=(1, 2, 4, 8, 16, 32, 64, 128, 256), decode_dim=4096,
+    decode_attention=((1, 8, 256, 64), (1, 8, 1024, 64), (1, 8, 4096, 64), (4, 8, 2048, 64),
+                      (4, 8, 4096, 64), (8, 8, 4096, 64), (16, 8, 4096, 64)))
 QUICK = Sizes(
     gemm=((32, 32, 32), (128, 128, 128), (256, 256, 256), (256, 1024, 256)),
     attention=((1, 4, 64, 64), (2, 4, 128, 64)),
     layer=((1, 16, 32, 4), (1, 32, 64, 4)),
     copy_bytes=(2**20,),
     comm_bytes=(2**10, 2**16, 2**20),
-    min_time_s=0.01, min_reps=2)
+    min_time_s=0.01, min_reps=2,
+    decode_rows=(1, 16, 64), decode_dim=3072,  # a 36 MiB weight
+    decode_attention=((1, 8, 1024, 64), (2, 8, 4096, 64), (4, 8, 4096, 64)))  # 4 to 64 MiB
+# On a GPU the decode kernels' buffers must leave a 50 MiB L2 (H100) by far, and the bytes
+# read must dwarf a launch (~10 us at 3 TB/s is 30 MB): fp32 weight of 256 MiB, KV caches of
+# 4 MiB to 4 GiB (8 KiB per token).
+GPU_DECODE = {
+    False: {"decode_dim": 8192,
+            "decode_attention": ((1, 8, 512, 128), (1, 8, 4096, 128), (8, 8, 8192, 128),
+                                 (32, 8, 8192, 128), (64, 8, 8192, 128))},
+    True: {"decode_dim": 8192,
+           "decode_attention": ((1, 8, 4096, 128), (16, 8, 8192, 128))},
+}
 
 
 DEVICE = torch.device("cpu")  # set by main(): this rank's GPU with nccl
@@ -142,6 +166,38 @@ def copy_cases(sizes: Sizes) -> list[dict]:
         out.append({"bytes": nbytes, "moved_bytes": 3 * nbytes,
                     "time_s": _timeit(lambda: torch.add(a, b, out=c), sizes.min_time_s,
                                       sizes.min_reps)})
+    return out
+
+
+def decode_gemm_cases(sizes: Sizes) -> list[dict]:
+    """A decode step's weight GEMMs: ``x[M, K] @ W[K, N]`` with M the batch's tokens (few) and a
+    weight larger than the caches, so that few rows stream the weight from memory and many rows
+    are compute-bound (the roofline of ``cost_models/serving/latency.py``'s ``gemm_s``)."""
+    if not sizes.decode_rows:
+        return []
+    k = n = sizes.decode_dim
+    w = _rand(k, n)
+    out = []
+    for m in sizes.decode_rows:
+        x = _rand(m, k)
+        out.append({"m": m, "n": n, "k": k, "elem_bytes": w.element_size(),
+                    "time_s": _timeit(lambda: torch.mm(x, w), sizes.min_time_s,
+                                      sizes.min_reps)})
+    return out
+
+
+def decode_attention_cases(sizes: Sizes) -> list[dict]:
+    """Decode attention: one query per sequence, ``q[B, H, 1, D]``, against its KV cache
+    ``k, v[B, H, L, D]`` (SDPA without a mask: the query sees every cached key). Memory-bound:
+    it reads every KV byte once (``kv_bytes``) for 4 * B * H * L * D FLOPs."""
+    out = []
+    for b, h, ctx, d in sizes.decode_attention:
+        q, k, v = _rand(b, h, 1, d), _rand(b, h, ctx, d), _rand(b, h, ctx, d)
+        out.append({"batch": b, "heads": h, "context": ctx, "head_dim": d,
+                    "elem_bytes": k.element_size(),
+                    "kv_bytes": 2 * k.numel() * k.element_size(),
+                    "time_s": _timeit(lambda: F.scaled_dot_product_attention(q, k, v),
+                                      sizes.min_time_s, sizes.min_reps)})
     return out
 
 
@@ -255,6 +311,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
+    if args.backend == "nccl":
+        sizes = replace(sizes, **GPU_DECODE[args.quick])
     if os.environ.get("OMP_NUM_THREADS"):
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     global DEVICE
@@ -264,7 +322,7 @@ def main(argv: list[str] | None = None) -> None:
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     total = (len(sizes.gemm) + len(sizes.attention) + len(sizes.layer) + len(sizes.copy_bytes)
-             + _count_comm(sizes, world))
+             + len(sizes.decode_rows) + len(sizes.decode_attention) + _count_comm(sizes, world))
     done = [0]
 
     def report(label: str) -> None:
@@ -276,7 +334,10 @@ def main(argv: list[str] | None = None) -> None:
     for name, bench, count in (("gemm", gemm_cases, len(sizes.gemm)),
                                ("attention", attention_cases, len(sizes.attention)),
                                ("layer", layer_cases, len(sizes.layer)),
-                               ("copy", copy_cases, len(sizes.copy_bytes))):
+                               ("copy", copy_cases, len(sizes.copy_bytes)),
+                               ("decode_gemm", decode_gemm_cases, len(sizes.decode_rows)),
+                               ("decode_attention", decode_attention_cases,
+                                len(sizes.decode_attention))):
         dist.barrier()
         results[name] = bench(sizes)
         for _ in range(count):
