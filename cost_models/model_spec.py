@@ -4,13 +4,17 @@ Parameter counts follow the weight shapes of the Hugging Face implementations
 (``modeling_llama.py``, ``modeling_mixtral.py``, ``modeling_qwen3_moe.py``,
 ``modeling_deepseek_v3.py``, ``modeling_gpt_oss.py``, ``modeling_gpt2.py``,
 ``modeling_glm4_moe.py``, ``modeling_minimax_m2.py``, ``modeling_llama4.py``,
-``modeling_qwen3_next.py`` / ``modular_qwen3_5.py``), so that a count can be checked against the
-totals their model cards publish.
+``modeling_qwen3_next.py`` / ``modular_qwen3_5.py``, ``modular_deepseek_v32.py``,
+``modular_glm_moe_dsa.py``), so that a count can be checked against the totals their model cards
+publish.
 
 Three per-layer attention kinds besides full causal attention: sliding-window layers
 (``sliding_layers``), chunked layers (``chunk_layers``: Llama-4, a query sees only the keys of its
 own ``attention_chunk``-token block) and linear-attention layers (``linear_layers``: Gated
-DeltaNet, which keep a fixed-size recurrent state per request instead of a KV cache).
+DeltaNet, which keep a fixed-size recurrent state per request instead of a KV cache). On top of
+MLA, DeepSeek Sparse Attention (``sparse_attn``: DeepSeek-V3.2, GLM-5) lets each query attend to
+the ``index_topk`` keys a lightning indexer picks; ``indexer_layers`` says which layers run
+their own indexer (GLM-5.2's "shared" layers reuse the previous indexer layer's choice).
 """
 from __future__ import annotations
 
@@ -105,6 +109,22 @@ class LinearAttnSpec:
 
 
 @dataclass(frozen=True)
+class SparseAttnSpec:
+    """DeepSeek Sparse Attention (DSA; DeepSeek-V3.2-Exp technical report, "Prototype of DSA",
+    eqs. 1-2): a lightning indexer of ``index_n_heads`` heads of ``index_head_dim`` scores every
+    preceding token for each query (one key per token shared by the heads; "can be implemented
+    in FP8"), and the main MLA attention attends only to the ``index_topk`` best-scoring ones."""
+
+    index_topk: int
+    index_n_heads: int
+    index_head_dim: int
+
+    def __post_init__(self) -> None:
+        if min(self.index_topk, self.index_n_heads, self.index_head_dim) < 1:
+            raise ValueError(f"sparse attention sizes must be >= 1: {self}")
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only transformer. ``moe_layers[i]`` says whether layer i uses the MoE FFN."""
 
@@ -137,6 +157,8 @@ class ModelSpec:
     linear_layers: tuple[bool, ...] = ()  # layer i uses linear attention (no KV cache)
     attention_chunk: int | None = None  # Llama-4 chunked attention: block length in tokens
     chunk_layers: tuple[bool, ...] = ()  # layer i uses chunked attention (default: all)
+    sparse_attn: SparseAttnSpec | None = None  # DSA on every MLA layer
+    indexer_layers: tuple[bool, ...] = ()  # layer i runs its own indexer (default: all)
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -157,7 +179,7 @@ class ModelSpec:
         if self.moe_layers and len(self.moe_layers) != self.num_layers:
             raise ValueError(f"model '{self.name}': moe_layers has {len(self.moe_layers)} entries "
                              f"for {self.num_layers} layers")
-        for key in ("sliding_layers", "linear_layers", "chunk_layers"):
+        for key in ("sliding_layers", "linear_layers", "chunk_layers", "indexer_layers"):
             flags = getattr(self, key)
             if flags and len(flags) != self.num_layers:
                 raise ValueError(f"model '{self.name}': {key} has {len(flags)} entries for "
@@ -171,6 +193,22 @@ class ModelSpec:
                              "must be >= 1")
         if self.attention_chunk is None and any(self.chunk_layers):
             raise ValueError(f"model '{self.name}': chunk_layers set but no attention_chunk")
+        self._check_sparse_attn()
+
+    def _check_sparse_attn(self) -> None:
+        if self.sparse_attn is None:
+            if any(self.indexer_layers):
+                raise ValueError(f"model '{self.name}': indexer_layers set but no sparse_attn")
+            return
+        if self.mla is None or not self.mla.q_lora_rank:
+            raise ValueError(f"model '{self.name}': sparse_attn needs mla with a q_lora_rank "
+                             "(the indexer's queries come from the MLA query latent)")
+        if any(self.linear_layers) or self.sliding_window or self.attention_chunk:
+            raise ValueError(f"model '{self.name}': sparse_attn does not combine with linear, "
+                             "sliding-window or chunked attention layers")
+        if self.indexer_layers and not self.indexer_layers[0]:
+            raise ValueError(f"model '{self.name}': indexer_layers[0] must be true (a layer "
+                             "without an indexer reuses the top-k of an earlier one)")
 
     @property
     def is_moe(self) -> bool:
@@ -212,6 +250,19 @@ class ModelSpec:
     def num_kv_layers(self) -> int:
         """Layers that keep a KV cache (every layer but the linear-attention ones)."""
         return self.num_layers - self.num_linear_layers
+
+    def sparse_topk(self, i: int) -> int | None:
+        """Keys one query of layer i attends to at most under sparse attention (None: dense)."""
+        return self.sparse_attn.index_topk if self.sparse_attn is not None else None
+
+    def has_indexer(self, i: int) -> bool:
+        """Layer i runs its own lightning indexer (and keeps an indexer key cache)."""
+        return self.sparse_attn is not None and (not self.indexer_layers
+                                                 or self.indexer_layers[i])
+
+    @property
+    def num_indexer_layers(self) -> int:
+        return sum(self.has_indexer(i) for i in range(self.num_layers))
 
     @property
     def linear_state_elems(self) -> int:
@@ -264,6 +315,18 @@ def attention_params(model: ModelSpec) -> int:
     return proj + bias + norms
 
 
+def indexer_params(model: ModelSpec) -> int:
+    """One layer's DSA lightning indexer (``DeepseekV32Indexer`` in ``modular_deepseek_v32.py``;
+    DeepSeek-V3.2-Exp ``inference/model.py`` ``Indexer``): wq_b, q_lora_rank -> heads x dim;
+    wk, h -> dim; k_norm, a LayerNorm (weight and bias) of dim; weights_proj, h -> heads; no
+    biases. 0 without sparse attention."""
+    sa = model.sparse_attn
+    if sa is None:
+        return 0
+    heads, dim, h = sa.index_n_heads, sa.index_head_dim, model.hidden_size
+    return model.mla.q_lora_rank * heads * dim + h * dim + 2 * dim + h * heads
+
+
 def linear_attention_params(model: ModelSpec) -> int:
     """One Gated DeltaNet layer (``Qwen3NextGatedDeltaNet``) and its two layer norms.
 
@@ -300,14 +363,17 @@ def count_params(model: ModelSpec) -> ParamCounts:
     n_moe = model.num_moe_layers
     attn = attention_params(model)
     n_linear = model.num_linear_layers
-    # DeepSeek MTP module: embedding/head shared; own 2 norms, a 2h->h projection, one layer.
-    mtp_layer = attn + (experts + shared + routers if model.is_moe else dense)
+    # DeepSeek MTP module: embedding/head shared; own 2 norms, a 2h->h projection, one layer
+    # (with an indexer under sparse attention: GLM-5.2's checkpoint has layers.78...indexer.*).
+    mtp_layer = attn + indexer_params(model) + (
+        experts + shared + routers if model.is_moe else dense)
     mtp = model.mtp_layers * (mtp_layer + 2 * h + 2 * h * h + h)
     return ParamCounts(
         embedding=v * h + model.position_embeddings * h,
         lm_head=0 if model.tied_embeddings else v * h,
         attention=(model.num_layers - n_linear) * attn
-        + n_linear * linear_attention_params(model),
+        + n_linear * linear_attention_params(model)
+        + model.num_indexer_layers * indexer_params(model),
         dense_mlp=model.num_dense_layers * dense,
         experts=n_moe * experts,
         shared_experts=n_moe * shared,

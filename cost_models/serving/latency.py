@@ -10,6 +10,19 @@ Sources, per term:
   (PagedAttention, Kwon et al. SOSP 2023) and computes 2*keys*heads*(dqk+dv) per query token;
   MLA decode runs absorbed, over the latent: dqk = kv_lora + rope, dv = kv_lora (DeepSeek-V2
   sec. 2.1.3, the weight-absorption remark). Sliding-window layers see at most the window.
+* DeepSeek Sparse Attention (DeepSeek-V3.2-Exp technical report, "Prototype of DSA", eqs. 1-2:
+  "the lightning indexer ... can be implemented in FP8"; top-k = 2048): the main MLA attention
+  of a query attends only to min(position, index_topk) keys, gathered from the cache, in MLA's
+  MQA mode (over the latent, as absorbed decode: the report builds DSA on the MQA mode of MLA);
+  a prefill takes the cheaper of that and the dense causal MHA mode (the report's masked MHA
+  mode that simulates DSA for short prefills). The lightning indexer scores every preceding
+  token with 2*index_n_heads*index_head_dim FLOPs per key per query token at the FP8 rate
+  (``fp8_speedup``), reading each token's FP8 indexer key and its scale at decode. Past top-k,
+  prefill stays quadratic in the indexer term only. The indexer (its GEMMs, scores and key
+  cache) is replicated over TP (vLLM ``Indexer``: "no tensor parallel, just replicated").
+  Not priced: the top-k selection over the scores, the fp32 score matrix's traffic (8 bytes a
+  key against the key's 132), and the larger gathered set when MTP queries of one request pick
+  different keys.
 * MoE: T tokens choosing top_k of E experts touch E*(1-(1-k/E)^T) distinct experts in
   expectation (each expert is missed by a token with probability 1-k/E); only touched experts'
   weights are read. The busiest EP rank gets ``moe_imbalance`` times the mean tokens.
@@ -31,10 +44,11 @@ from functools import lru_cache
 from cost_models.communication import (
     all_gather_s, all_reduce_s, all_to_all_s, reduce_scatter_s, send_recv_s)
 from cost_models.model_spec import (
-    ModelSpec, attention_params, linear_attention_params, mlp_params)
+    ModelSpec, attention_params, indexer_params, linear_attention_params, mlp_params)
 from cost_models.profile import Profile
 from cost_models.serving.config import KV_BYTES, WEIGHT_BYTES, PoolLayout
-from cost_models.serving.memory import BF16, _kv_values_per_layer, linear_state_bytes
+from cost_models.serving.memory import (
+    BF16, _kv_values_per_layer, indexer_key_bytes, linear_state_bytes)
 from cost_models.serving.profile import ServingProfile
 from topologies.cluster import GroupView
 
@@ -183,28 +197,40 @@ def _comm_layer_s(c: Costing, tokens_rank: float, moe_layer: bool) -> float:
 @dataclass(frozen=True)
 class LayerKind:
     """Layers that cost the same: MoE or dense FFN, and the attention they run (full, a
-    sliding ``window``, a Llama-4 ``chunk``, or ``linear``), ``count`` of them in a stage."""
+    sliding ``window``, a Llama-4 ``chunk``, ``linear``, or sparse over the ``topk`` keys an
+    indexer picks, with an ``indexer`` of its own or reusing an earlier layer's choice),
+    ``count`` of them in a stage."""
 
     moe: bool
     linear: bool
     window: int | None
     chunk: int | None
+    topk: int | None
+    indexer: bool
     count: int
 
     def decode_keys(self, context: float) -> float:
-        """Keys one decode query reads: the window, or its position inside the current chunk
-        (half a chunk on average once the context is longer), or the whole context."""
+        """Keys one decode query reads: the window, the top-k, or its position inside the
+        current chunk (half a chunk on average once the context is longer), or the whole
+        context."""
         if self.window:
             return min(context, self.window)
+        if self.topk:
+            return min(context, self.topk)
         if self.chunk and context > self.chunk:
             return self.chunk / 2.0
         return context
 
     def prefill_keys(self, new: float, cached: float) -> float:
-        """Mean keys per query of a prompt's ``new`` tokens after ``cached`` ones (causal)."""
+        """Mean keys per query of a prompt's ``new`` tokens after ``cached`` ones (causal: the
+        query at position p sees p keys; sparse attention caps each at ``topk``)."""
         keys = cached + (new + 1) / 2.0
         if self.window:
             return min(keys, self.window)
+        if self.topk and cached + new > self.topk:
+            below = max(0.0, self.topk - cached)  # queries still seeing fewer than topk keys
+            return ((cached + 1 + self.topk) * below / 2.0 + (new - below) * self.topk) / max(
+                new, 1e-9)
         if self.chunk and cached + new > self.chunk:
             return (self.chunk + 1) / 2.0
         return keys
@@ -221,44 +247,62 @@ def _linear_flops_per_token(model: ModelSpec, tp: int) -> float:
 
 def _attention_core_s(c: Costing, queries: float, keys_of, requests: float,
                       context: float, decode: bool) -> float:
-    """Attention core over the first stage's layers. ``queries`` query tokens on this GPU,
-    each seeing ``keys_of(kind)`` keys; at decode ``requests`` requests of ``context`` tokens
-    read their cached KV (and linear layers read and write their state) once per step."""
+    """Attention core over the first stage's layers. ``queries`` query tokens on this GPU;
+    ``keys_of(kind)`` gives (keys each attends to, keys of its full causal span): a
+    sparse-attention indexer scores the latter. At decode ``requests`` requests of ``context``
+    tokens read their cached KV and indexer keys (and linear layers read and write their
+    state) once per step."""
     model, lay = c.model, c.layout
     dqk, dv = _attention_dims(model, decode)
+    latent = sum(_attention_dims(model, True))  # MLA in MQA mode: over the latent
     heads = model.num_heads / lay.tp
     kv_values = _kv_values_per_layer(model, lay.tp) * KV_BYTES[c.kv_dtype]
-    flops = reads = 0.0
+    sa = model.sparse_attn
+    index_macs = sa.index_n_heads * sa.index_head_dim if sa is not None else 0.0  # per key
+    flops = index_flops = reads = 0.0
     for kind in _layer_kinds(model, lay.pp):
         if kind.linear:
             flops += kind.count * queries * _linear_flops_per_token(model, lay.tp)
             reads += kind.count * requests * 2.0 * linear_state_bytes(model, lay.tp)
             continue
-        flops += kind.count * 2.0 * queries * keys_of(kind) * heads * (dqk + dv)
+        keys, causal = keys_of(kind)
+        per_query = keys * (dqk + dv)
+        if kind.topk:  # DSA's sparse kernels run MLA's MQA mode; a short prompt's prefill the
+            #            masked MHA mode, whichever is cheaper (module docstring)
+            per_query = min(keys * latent, causal * (dqk + dv))
+        flops += kind.count * 2.0 * queries * per_query * heads
         reads += kind.count * requests * kv_values * kind.decode_keys(context)
+        if kind.indexer:  # replicated over TP: every head on every rank (module docstring)
+            index_flops += kind.count * 2.0 * queries * causal * index_macs
+            reads += kind.count * requests * indexer_key_bytes(model) * context
     efficiency = c.sprof.decode_attention_efficiency if decode else c.prof.attention_efficiency
-    compute = flops / (c.hw.peak_flops * efficiency)
+    compute = (flops + index_flops / c.prof.fp8_speedup) / (c.hw.peak_flops * efficiency)
     memory = reads / (c.hw.hbm_bytes_per_s * c.sprof.kv_read_efficiency) if decode else 0.0
     return max(compute, memory)
 
 
 def _layer_kinds(model: ModelSpec, pp: int) -> tuple[LayerKind, ...]:
     """The first stage's layers grouped by :class:`LayerKind`: each kind is priced once."""
+    topk = model.sparse_attn.index_topk if model.sparse_attn is not None else None
+    indexer = tuple(model.has_indexer(i) for i in range(model.num_layers)) if topk else ()
     return _kinds(model.num_layers, tuple(model.moe_layers), model.sliding_window,
                   tuple(model.sliding_layers), model.attention_chunk,
-                  tuple(model.chunk_layers), tuple(model.linear_layers), pp)
+                  tuple(model.chunk_layers), tuple(model.linear_layers), topk, indexer, pp)
 
 
 @lru_cache(maxsize=256)
 def _kinds(num_layers: int, moe_layers: tuple[bool, ...], window: int | None,
            sliding: tuple[bool, ...], chunk: int | None, chunked: tuple[bool, ...],
-           linear: tuple[bool, ...], pp: int) -> tuple[LayerKind, ...]:
+           linear: tuple[bool, ...], topk: int | None, indexer: tuple[bool, ...], pp: int
+           ) -> tuple[LayerKind, ...]:
     counts: dict[tuple, int] = {}
     for i in range(-(-num_layers // pp)):
         is_linear = bool(linear) and linear[i]
         w = window if window and (not sliding or sliding[i]) and not is_linear else None
         ch = chunk if chunk and (not chunked or chunked[i]) and not is_linear else None
-        key = (bool(moe_layers) and moe_layers[i], is_linear, w, ch)
+        k = topk if not is_linear else None
+        key = (bool(moe_layers) and moe_layers[i], is_linear, w, ch, k,
+               bool(k) and bool(indexer) and indexer[i])
         counts[key] = counts.get(key, 0) + 1
     return tuple(LayerKind(*key, n) for key, n in sorted(
         counts.items(), key=lambda kv: tuple(x or 0 for x in kv[0])))
@@ -274,10 +318,13 @@ def _layer_stack(c: Costing, tokens_rank: float, decode: bool) -> tuple[float, f
     act = tokens_rank * model.hidden_size * BF16 * 4
     attn_g = gemm_s(c, 2.0 * tokens_rank * attn_p, attn_p, tokens_rank, act)
     linear_g = gemm_s(c, 2.0 * tokens_rank * linear_p, linear_p, tokens_rank, act)
+    index_p = float(indexer_params(model))  # replicated over TP (module docstring)
+    index_g = gemm_s(c, 2.0 * tokens_rank * index_p, index_p, tokens_rank,
+                     tokens_rank * model.hidden_size * BF16)
     g = moe = comm = 0.0
     for kind in _layer_kinds(model, lay.pp):
         is_moe, n = kind.moe, kind.count
-        g += n * (linear_g if kind.linear else attn_g)
+        g += n * (linear_g if kind.linear else attn_g) + (n * index_g if kind.indexer else 0.0)
         if is_moe:
             moe += n * _moe_layer_s(c, tokens_rank, all_pairs_touch=not decode)
         else:
@@ -324,8 +371,8 @@ def decode_step(c: Costing, batch: float, context: float, tokens_per_request: fl
     micro = batch / pp
     q = micro * tokens_per_request
     g, moe, comm = _layer_stack(c, q, decode=True)
-    attn = _attention_core_s(c, q, lambda kind: kind.decode_keys(context), micro, context,
-                             decode=True)
+    attn = _attention_core_s(c, q, lambda kind: (kind.decode_keys(context), context), micro,
+                             context, decode=True)
     head = _head_s(c, q)
     # every micro-batch is an engine iteration of its own (vLLM's virtual engines, one
     # scheduler): a request's step pays the iteration cost once per stage it crosses
@@ -346,9 +393,11 @@ def prefill_step(c: Costing, new_tokens: tuple[float, ...], cached_tokens: float
     pp = c.layout.pp
     g, moe, comm = _layer_stack(c, n, decode=False)
 
-    def flops_keys(kind: LayerKind) -> float:  # mean keys per query, weighted by length
-        return sum(new * kind.prefill_keys(new, cached_tokens)
-                   for new in new_tokens) / max(n, 1e-9)
+    def flops_keys(kind: LayerKind) -> tuple[float, float]:
+        """Mean keys per query (attended, full causal span), weighted by prompt length."""
+        return (sum(new * kind.prefill_keys(new, cached_tokens) for new in new_tokens)
+                / max(n, 1e-9),
+                sum(new * (cached_tokens + (new + 1) / 2.0) for new in new_tokens) / max(n, 1e-9))
 
     attn = _attention_core_s(c, n, flops_keys, 0.0, 0.0, decode=False)
     head = _head_s(c, float(len(new_tokens)))

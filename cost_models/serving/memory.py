@@ -10,7 +10,10 @@ bf16 (FP8 checkpoints such as DeepSeek-V3 keep them in bf16).
 KV per token (per layer): MHA/GQA stores K and V, ``2*kv_heads*head_dim`` values, with the KV
 heads split over TP (replicated when ``kv_heads < tp``, as vLLM does); MLA stores the latent and
 the rope key, ``kv_lora_rank + qk_rope_head_dim`` values, on every TP rank (DeepSeek-V2 sec.
-2.1.3); a sliding-window layer keeps at most ``window`` tokens.
+2.1.3); a sliding-window layer keeps at most ``window`` tokens. DeepSeek Sparse Attention adds,
+on every layer that runs a lightning indexer, the indexer's key of every token: ``index_head_dim``
+FP8 values and one fp32 scale per 128 of them, whatever the KV dtype, on every TP rank (the
+indexer is replicated; :func:`indexer_key_bytes`).
 """
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ import math
 from dataclasses import dataclass
 
 from cost_models.model_spec import (
-    ModelSpec, attention_params, count_params, linear_attention_params, mlp_params)
+    ModelSpec, attention_params, count_params, indexer_params, linear_attention_params,
+    mlp_params)
 from cost_models.serving.config import KV_BYTES, WEIGHT_BYTES, PoolLayout, ServingWorkload
 from cost_models.serving.profile import ServingProfile
 
@@ -58,6 +62,10 @@ def weight_bytes_per_gpu(model: ModelSpec, layout: PoolLayout, precision: str) -
     tp, pp = layout.tp, layout.pp
     attn = (model.num_kv_layers * attention_params(model)
             + model.num_linear_layers * linear_attention_params(model)) * w / tp
+    # DSA indexers are replicated over TP (vLLM ``Indexer``: ReplicatedLinear wq_b and an
+    # unsplit wk/weights_proj); counted at the GEMM weights' precision, though vLLM keeps wk and
+    # weights_proj (10% of the indexer) in bf16
+    attn += model.num_indexer_layers * indexer_params(model) * w
     dense = mlp_params(model.hidden_size, model.ffn_hidden_size, model.glu, model.mlp_bias)
     layers_dense = model.num_dense_layers / pp
     layers_moe = model.num_moe_layers / pp
@@ -81,6 +89,20 @@ def _kv_values_per_layer(model: ModelSpec, tp: int) -> float:
         return model.mla.kv_lora_rank + model.mla.qk_rope_head_dim
     heads = max(1.0, model.num_kv_heads / tp) if model.num_kv_heads >= tp else 1.0
     return 2.0 * math.ceil(heads) * model.head_dim
+
+
+INDEX_SCALE_BLOCK = 128  # indexer key elements sharing one fp32 scale
+
+
+def indexer_key_bytes(model: ModelSpec) -> float:
+    """One token's key in one DSA indexer layer: ``index_head_dim`` FP8 bytes plus an fp32 scale
+    per 128 (DeepSeek-V3.2-Exp ``inference/model.py``: fp8 ``k_cache`` and fp32
+    ``k_scale_cache`` per ``block_size`` 128; vLLM's indexer cache: ``head_dim + head_dim //
+    128 * 4`` bytes, 132 for V3.2). Every TP rank holds it. 0 without sparse attention."""
+    sa = model.sparse_attn
+    if sa is None:
+        return 0.0
+    return sa.index_head_dim + 4.0 * math.ceil(sa.index_head_dim / INDEX_SCALE_BLOCK)
 
 
 def linear_state_bytes(model: ModelSpec, tp: int) -> float:
@@ -108,13 +130,15 @@ def kv_bytes_per_request(model: ModelSpec, layout: PoolLayout, kv_dtype: str,
     per_layer = _kv_values_per_layer(model, layout.tp) * KV_BYTES[kv_dtype]
     tokens = sum(_cached_tokens(model, i, context) for i in range(model.num_layers))
     state = model.num_linear_layers * linear_state_bytes(model, layout.tp)
-    return (per_layer * tokens + state) / layout.pp
+    index = indexer_key_bytes(model) * model.num_indexer_layers * context  # every token
+    return (per_layer * tokens + state + index) / layout.pp
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_dtype: str) -> float:
     """KV bytes of one token over the whole model, unsharded (what a transfer moves): every
-    layer that keeps a KV cache."""
-    return _kv_values_per_layer(model, 1) * KV_BYTES[kv_dtype] * model.num_kv_layers
+    layer that keeps a KV cache, and the indexer keys of the sparse-attention layers."""
+    return (_kv_values_per_layer(model, 1) * KV_BYTES[kv_dtype] * model.num_kv_layers
+            + indexer_key_bytes(model) * model.num_indexer_layers)
 
 
 def activation_bytes(model: ModelSpec, layout: PoolLayout) -> float:

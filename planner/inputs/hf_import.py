@@ -6,6 +6,9 @@ Families name the same thing differently (experts: ``num_local_experts`` / ``num
 ``n_routed_experts``; top-k: ``num_experts_per_tok`` / ``experts_per_token``); this module is
 the one place that knows. A missing or bad key raises :class:`SpecError` naming file and key.
 
+DeepSeek Sparse Attention (DeepSeek-V3.2 ``deepseek_v32``, GLM-5 ``glm_moe_dsa``) is imported as
+MLA plus ``sparse_attn`` (the indexer's sizes and top-k) and ``indexer_layers``.
+
 Multimodal checkpoints (Llama-4, Qwen3.5) nest the language model under ``text_config``; only
 that part is imported (the vision tower is not part of the ModelSpec), and errors name the key
 as ``text_config.<key>``.
@@ -24,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from cost_models.model_spec import ACTIVATIONS, LinearAttnSpec, MLASpec, ModelSpec, MoESpec
+from cost_models.model_spec import (
+    ACTIVATIONS, LinearAttnSpec, MLASpec, ModelSpec, MoESpec, SparseAttnSpec)
 from planner.errors import SpecError
 
 _MISSING = object()
@@ -222,6 +226,57 @@ def _deepseek_v3(c: _Config) -> dict[str, Any]:
         mtp_layers=c.int("num_nextn_predict_layers", default=0, minimum=0))
 
 
+def _indexer_layers(c: _Config, num_layers: int) -> tuple[bool, ...]:
+    """GLM-MoE-DSA per-layer indexer (``GlmMoeDsaConfig``): ``indexer_types`` ("full" runs the
+    indexer, "shared" reuses the previous full layer's top-k), else ``index_topk_pattern``
+    (a string of F/S), else every ``index_topk_freq``-th layer from ``index_skip_topk_offset``
+    (default 2) runs it; with no ``index_topk_freq`` (1) every layer does. ``()``: all layers."""
+    types, pattern = c.data.get("indexer_types"), c.data.get("index_topk_pattern")
+    key, kinds = "indexer_types", ("full", "shared")
+    if types is None and isinstance(pattern, str):
+        key, types = "index_topk_pattern", [{"F": "full", "S": "shared"}.get(ch, ch)
+                                            for ch in pattern]
+    elif types is None and pattern is not None:
+        key, types = "index_topk_pattern", pattern
+    if types is None:
+        freq = c.int("index_topk_freq", default=1)
+        offset = c.int("index_skip_topk_offset", default=2, minimum=0)
+        flags = tuple(max(i - offset + 1, 0) % freq == 0 for i in range(num_layers))
+    else:
+        if not isinstance(types, list) or len(types) != num_layers or any(
+                t not in kinds for t in types):
+            raise c.error(key, f"{num_layers} entries, each one of {', '.join(kinds)}",
+                          types if not isinstance(types, list) else f"{len(types)} entries")
+        flags = tuple(t == "full" for t in types)
+    if not flags[0]:
+        raise c.error(key, "'full' on layer 0 (a shared layer reuses an earlier one's top-k)",
+                      "shared")
+    return () if all(flags) else flags
+
+
+def _deepseek_v32(c: _Config) -> dict[str, Any]:
+    """modular_deepseek_v32.py (DeepSeek-V3.2, V3.2-Exp) and modular_glm_moe_dsa.py (GLM-5):
+    DeepSeek-V3 plus a DSA lightning indexer on every layer (``index_topk``, ``index_n_heads``,
+    ``index_head_dim``); GLM-5's config may mark layers that reuse an earlier indexer's top-k.
+    The MLP kinds follow ``mlp_layer_types`` when given, else ``first_k_dense_replace``."""
+    kw = _deepseek_v3(c)
+    n = kw["num_layers"]
+    kinds = c.data.get("mlp_layer_types")
+    if kinds is not None:
+        if not isinstance(kinds, list) or len(kinds) != n or any(
+                k not in ("dense", "sparse") for k in kinds):
+            raise c.error("mlp_layer_types", f"{n} entries, each one of dense, sparse",
+                          kinds if not isinstance(kinds, list) else f"{len(kinds)} entries")
+        kw["moe_layers"] = tuple(k == "sparse" for k in kinds)
+    if not kw["mla"].q_lora_rank:
+        raise c.error("q_lora_rank", "an integer >= 1 (the DSA indexer's queries come from "
+                      "the query latent)")
+    sparse = SparseAttnSpec(index_topk=c.int("index_topk"),
+                            index_n_heads=c.int("index_n_heads"),
+                            index_head_dim=c.int("index_head_dim"))
+    return kw | dict(sparse_attn=sparse, indexer_layers=_indexer_layers(c, n))
+
+
 def _gpt_oss(c: _Config) -> dict[str, Any]:
     """modeling_gpt_oss.py: every layer MoE with biased experts and router; alternating
     sliding/full attention from ``layer_types``."""
@@ -363,7 +418,8 @@ def _qwen3_5(c: _Config) -> dict[str, Any]:
 _BUILDERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "llama": _llama, "mistral": _llama, "mixtral": _mixtral,
     "qwen2": _qwen2, "qwen2_moe": _qwen2_moe, "qwen3": _llama, "qwen3_moe": _qwen3_moe,
-    "deepseek_v3": _deepseek_v3, "kimi_k2": _deepseek_v3, "gpt_oss": _gpt_oss, "gpt2": _gpt2,
+    "deepseek_v3": _deepseek_v3, "kimi_k2": _deepseek_v3, "deepseek_v32": _deepseek_v32,
+    "glm_moe_dsa": _deepseek_v32, "gpt_oss": _gpt_oss, "gpt2": _gpt2,
     "gpt_neox": _gpt_neox, "glm4_moe": _glm4_moe, "minimax_m2": _minimax_m2,
     "llama4": _llama4, "llama4_text": _llama4, "qwen3_next": _qwen3_next,
     "qwen3_5_moe": _qwen3_next, "qwen3_5_moe_text": _qwen3_next,

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from cost_models.model_spec import (
-    ACTIVATIONS, NORMS, LinearAttnSpec, MLASpec, ModelSpec, MoESpec)
+    ACTIVATIONS, NORMS, LinearAttnSpec, MLASpec, ModelSpec, MoESpec, SparseAttnSpec)
 from planner.errors import SpecError
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
@@ -67,6 +67,19 @@ class LinearAttnFile(BaseModel):
     conv_kernel: int = Field(ge=1, description="Depthwise causal conv kernel length.")
 
 
+class SparseAttnFile(BaseModel):
+    """DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): a lightning indexer picks the keys
+    each query of the MLA attention sees."""
+
+    model_config = _STRICT
+
+    index_topk: int = Field(ge=1, description="Keys each query attends to (top-k of the "
+                            "indexer's scores).")
+    index_n_heads: int = Field(ge=1, description="Indexer heads.")
+    index_head_dim: int = Field(ge=1, description="Indexer query/key width (one key per "
+                                "token, cached in FP8).")
+
+
 class ModelFile(BaseModel):
     """A decoder-only transformer as written in a model YAML (fields as in ModelSpec)."""
 
@@ -112,6 +125,12 @@ class ModelFile(BaseModel):
                                         "tokens (Llama-4; null: none).")
     chunk_layers: list[bool] | None = Field(None, description="Per layer: uses chunked "
                                             "attention (default: every layer).")
+    sparse_attn: SparseAttnFile | None = Field(None, description="DeepSeek Sparse Attention "
+                                               "on every MLA layer, if any.")
+    indexer_layers: list[bool] | None = Field(None, description="Per layer: runs its own "
+                                              "sparse-attention indexer (default: every "
+                                              "layer; the others reuse the previous one's "
+                                              "top-k).")
 
     @field_validator("num_kv_heads")
     @classmethod
@@ -130,7 +149,8 @@ class ModelFile(BaseModel):
                              f"num_heads={heads}")
         return head_dim
 
-    @field_validator("moe_layers", "sliding_layers", "linear_layers", "chunk_layers")
+    @field_validator("moe_layers", "sliding_layers", "linear_layers", "chunk_layers",
+                     "indexer_layers")
     @classmethod
     def _one_per_layer(cls, flags: list[bool] | None, info: ValidationInfo) -> list[bool] | None:
         layers = info.data.get("num_layers")
@@ -142,12 +162,14 @@ class ModelFile(BaseModel):
 
 
 _BLOCKS: dict[str, type[BaseModel]] = {"moe": MoEFile, "mla": MLAFile,
-                                       "linear_attn": LinearAttnFile}
+                                       "linear_attn": LinearAttnFile,
+                                       "sparse_attn": SparseAttnFile}
 
 
 def to_model_spec(file: ModelFile, name: str, source: str) -> ModelSpec:
     """Convert a validated file to the frozen ModelSpec (defaults filled in)."""
-    fields = file.model_dump(exclude={"description", "moe", "mla", "linear_attn"})
+    fields = file.model_dump(exclude={"description", "moe", "mla", "linear_attn",
+                                      "sparse_attn"})
     fields.update(
         name=file.name or name, source=source,
         num_kv_heads=file.num_kv_heads or file.num_heads,
@@ -157,8 +179,11 @@ def to_model_spec(file: ModelFile, name: str, source: str) -> ModelSpec:
         linear_attn=(LinearAttnSpec(**file.linear_attn.model_dump()) if file.linear_attn
                      else None),
         moe_layers=tuple(file.moe_layers or ()), sliding_layers=tuple(file.sliding_layers or ()),
+        sparse_attn=(SparseAttnSpec(**file.sparse_attn.model_dump()) if file.sparse_attn
+                     else None),
         linear_layers=tuple(file.linear_layers or ()),
-        chunk_layers=tuple(file.chunk_layers or ()))
+        chunk_layers=tuple(file.chunk_layers or ()),
+        indexer_layers=tuple(file.indexer_layers or ()))
     return ModelSpec(**fields)
 
 

@@ -164,12 +164,13 @@ class Plan:
 
 def model_to_plain(model: ModelSpec) -> dict[str, Any]:
     """The model as plain data. The attention-kind fields added after plan files existed
-    (gated, linear and chunked attention) are written only when they differ from their
+    (gated, linear, chunked and sparse attention) are written only when they differ from their
     defaults, so a plan of a model without them keeps its bytes (and its hash)."""
     d = asdict(model)
     d.pop("source", None)
     defaults = {f.name: f.default for f in fields(ModelSpec)}
-    for key in ("attn_gate", "linear_attn", "linear_layers", "attention_chunk", "chunk_layers"):
+    for key in ("attn_gate", "linear_attn", "linear_layers", "attention_chunk", "chunk_layers",
+                "sparse_attn", "indexer_layers"):
         if d[key] == defaults[key] or d[key] == []:
             del d[key]
     return d
@@ -178,13 +179,15 @@ def model_to_plain(model: ModelSpec) -> dict[str, Any]:
 def model_from_plain(d: dict[str, Any]) -> ModelSpec:
     """Inverse of :func:`model_to_plain`; plans written before the attention-kind fields
     existed load with their defaults."""
-    from cost_models.model_spec import LinearAttnSpec
+    from cost_models.model_spec import LinearAttnSpec, SparseAttnSpec
 
     d = dict(d)
     d["moe"] = MoESpec(**d["moe"]) if d.get("moe") else None
     d["mla"] = MLASpec(**d["mla"]) if d.get("mla") else None
     d["linear_attn"] = LinearAttnSpec(**d["linear_attn"]) if d.get("linear_attn") else None
-    for key in ("moe_layers", "sliding_layers", "linear_layers", "chunk_layers"):
+    d["sparse_attn"] = SparseAttnSpec(**d["sparse_attn"]) if d.get("sparse_attn") else None
+    for key in ("moe_layers", "sliding_layers", "linear_layers", "chunk_layers",
+                "indexer_layers"):
         d[key] = tuple(d.get(key) or ())
     return ModelSpec(**d)
 
