@@ -193,3 +193,22 @@ def test_afd_mode_refuses_dense_models():
     assert out.exit_code == 2
     assert "--mode" in out.output and "dense" in out.output
     assert "Traceback" not in out.output
+
+
+def test_hierarchical_dispatch_sends_a_token_once_per_node():
+    """Across nodes a token crosses the network once per destination node (DeepEP's normal
+    kernels), so with eight expert GPUs per node an attention GPU sends at most as much as
+    when every expert GPU sat on its own node, and with one GPU per node the two agree."""
+    from cost_models.serving.afd import PoolLink, transfer_s
+    model = load_model("deepseek-v3")
+    lay = AfdLayout(1, 16, 16, 3, 96)
+    flat = transfer_s(model, lay, 32.0, PoolLink(50e9, 5e-6, 1), 1.0)
+    hier = transfer_s(model, lay, 32.0, PoolLink(50e9, 5e-6, 8, 450e9), 1.0)
+    assert hier < flat
+    # two FFN nodes, top-8: a token reaches both nodes with probability 1 - 2 * 0.5^8
+    to_nodes = 2 * (1 - 0.5 ** 8)
+    egress = 32.0 * to_nodes * model.hidden_size / 50e9
+    ingress = 32.0 * 16 * to_nodes / 2 * model.hidden_size / 8 / 50e9
+    assert hier == pytest.approx(5e-6 + max(egress, ingress))
+    same = transfer_s(model, lay, 32.0, PoolLink(50e9, 5e-6, 1, 450e9), 1.0)
+    assert same == pytest.approx(flat)

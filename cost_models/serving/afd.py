@@ -24,9 +24,10 @@ planner wires the two rooms).
 
 Sources beside each term: GEMMs and attention are :mod:`cost_models.serving.latency`'s
 (roofline, PagedAttention reads, absorbed MLA); expected distinct experts touched
-``E (1 - (1 - k/E)^T)`` as there; distinct destination GPUs of a token ``G (1 - (1 - 1/G)^k)``
-(each of its k experts sits on a given GPU with probability 1/G, experts spread evenly);
-transfers alpha-beta over the link between the two pools (:class:`PoolLink`).
+``E (1 - (1 - k/E)^T)`` as there; distinct destination GPUs (or nodes) of a token
+``G (1 - (1 - 1/G)^k)`` (each of its k experts sits on a given GPU with probability 1/G,
+experts spread evenly); transfers alpha-beta over the link between the two pools
+(:class:`PoolLink`), hierarchical across nodes (:func:`transfer_s`).
 """
 from __future__ import annotations
 
@@ -87,11 +88,15 @@ class AfdLayout:
 
 @dataclass(frozen=True)
 class PoolLink:
-    """The path from an attention GPU to an expert GPU: bandwidth each GPU gets on it (bytes/s,
-    already scaled by its efficiency) and one message's latency."""
+    """The path from an attention GPU to the expert GPUs: the bandwidth each GPU gets on the
+    link between the pools (bytes/s, already scaled by its efficiency), one message's latency,
+    and, when the expert GPUs share nodes, how many share one (``ffn_gpus_per_node``) and the
+    bandwidth that forwards tokens inside a node (``forward_bytes_per_s``)."""
 
     bytes_per_s: float
     latency_s: float
+    ffn_gpus_per_node: int = 1
+    forward_bytes_per_s: float = float("inf")
 
 
 @dataclass(frozen=True)
@@ -166,16 +171,26 @@ def experts_side_s(ffn: Costing, tokens: float, ffn_gpus: int, redundant: int) -
 
 def transfer_s(model: ModelSpec, lay: AfdLayout, q: float, link: PoolLink,
                bytes_per_value: float) -> float:
-    """One way between the pools for one micro-batch of ``q`` tokens per attention instance:
-    the slower of an attention GPU's egress (its TP share of the tokens) and an expert GPU's
-    ingress (every instance's tokens bound for it)."""
+    """One way between the pools for one micro-batch of ``q`` tokens per attention instance,
+    sent hierarchically as DeepEP's normal kernels do (deepseek-ai/DeepEP README: RDMA to one
+    GPU of each destination node, NVLink forwarding inside it): a token crosses the network
+    once per distinct expert *node* among its top-k, then once per distinct expert GPU inside
+    the node. The time is the slowest of an attention GPU's egress (its TP share of the
+    tokens), an expert node's NIC ingress (every instance's tokens bound for it, over the
+    node's GPUs' links) and the forwarding inside an expert node."""
     if link.bytes_per_s <= 0:
         return 0.0
-    per_token = distinct_gpus_per_token(lay.ffn_gpus, model.moe.top_k) * model.hidden_size * (
-        bytes_per_value)
-    out_bytes = q / lay.attention_tp * per_token
-    in_bytes = q * lay.attention_ranks * per_token / lay.ffn_gpus
-    return link.latency_s + max(out_bytes, in_bytes) / link.bytes_per_s
+    h, k = model.hidden_size, model.moe.top_k
+    per_node = max(1, min(link.ffn_gpus_per_node, lay.ffn_gpus))
+    nodes = max(1, lay.ffn_gpus // per_node)
+    to_nodes = distinct_gpus_per_token(nodes, k)  # destination nodes per token
+    to_gpus = distinct_gpus_per_token(lay.ffn_gpus, k)  # destination GPUs per token
+    out_bytes = q / lay.attention_tp * to_nodes * h * bytes_per_value
+    in_bytes = q * lay.attention_ranks * to_nodes / nodes * h * bytes_per_value / per_node
+    forward_bytes = q * lay.attention_ranks * to_gpus / lay.ffn_gpus * h * bytes_per_value
+    network = max(out_bytes, in_bytes) / link.bytes_per_s
+    forward = forward_bytes / link.forward_bytes_per_s if per_node > 1 else 0.0
+    return link.latency_s + max(network, forward)
 
 
 def afd_stages(att: Costing, ffn: Costing, lay: AfdLayout, link: PoolLink, context: float,

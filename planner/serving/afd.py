@@ -114,7 +114,17 @@ def _link(cluster: Cluster, place: AfdPlacement, cal: Calibration) -> PoolLink:
     if tier is None:
         return PoolLink(0.0, 0.0)
     prof = cal.profiles[place.attention_gpu.name]
-    return PoolLink(tier.bw_bytes_per_s * prof.link_eff(tier.name), tier.latency_s)
+    group, node, _ = cluster.locate(place.ffn_first_rank % n)
+    per_node = cluster.node_groups[group].gpus_per_node
+    forward = float("inf")
+    if per_node > 1:  # the FFN node's own fabric forwards tokens to its GPUs
+        f0 = place.ffn_first_rank % n
+        inside = group_view(cluster, [f0, f0 + 1]).intra
+        if inside is not None:
+            forward = inside.bw_bytes_per_s * cal.profiles[place.ffn_gpu.name].link_eff(
+                inside.name)
+    return PoolLink(tier.bw_bytes_per_s * prof.link_eff(tier.name), tier.latency_s,
+                    per_node, forward)
 
 
 def costings(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibration,
