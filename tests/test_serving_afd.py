@@ -212,3 +212,54 @@ def test_hierarchical_dispatch_sends_a_token_once_per_node():
     assert hier == pytest.approx(5e-6 + max(egress, ingress))
     same = transfer_s(model, lay, 32.0, PoolLink(50e9, 5e-6, 1, 450e9), 1.0)
     assert same == pytest.approx(flat)
+
+
+def test_vllm_engine_rule_holds_in_the_search():
+    """--engine vllm: every AFD unit the search returns has attention GPUs >= FFN GPUs in an
+    exact multiple (afd-plugin's P2pNcclAFDConnector); the unconstrained search finds a
+    better-or-equal unit, never a worse one."""
+    cluster = homogeneous_cluster("H100", 4, gpus_per_node=2)
+    cal = _cal(cluster)
+    wl = ServingWorkload(isl=512, osl=128, tpot_ms=40.0)
+    ruled = afd.search(MIXTRAL, wl, cluster, cal, top_k=5, max_batch=48, engine="vllm")
+    free = afd.search(MIXTRAL, wl, cluster, cal, top_k=5, max_batch=48)
+    assert ruled.best
+    for e in ruled.best:
+        lay = e.layout
+        assert lay.attention_gpus >= lay.ffn_gpus and lay.attention_gpus % lay.ffn_gpus == 0
+    assert free.best[0].output_tokens_per_s_per_gpu >= ruled.best[0].output_tokens_per_s_per_gpu
+    ref = afd.brute_force(MIXTRAL, wl, cluster, cal, max_batch=48, engine="vllm")
+    assert ruled.best[0].layout == ref.layout
+
+
+def test_emit_vllm_afd_settings_and_refusals(tmp_path):
+    """An AFD plan for vLLM: the afd-plugin object per unit and role and the role table; a unit
+    the plugin's connector cannot run, and SGLang, are refused in one line, writing nothing."""
+    from planner.emit import emit
+    from planner.plan.file import load_plan
+    path = tmp_path / "afd.json"
+    out = runner.invoke(app, QWEN + ["--mode", "afd", "--engine", "vllm", "--out", str(path),
+                                     "--format", "json"], catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    files = emit("vllm", load_plan(path))
+    cfg = json.loads(files["afd_unit0_attention.json"])["afd"]
+    assert cfg["role"] == "attention" and cfg["connector"] == "P2pNcclAFDConnector"
+    assert cfg["num_attention_ranks"] % cfg["num_ffn_ranks"] == 0
+    assert json.loads(files["afd_unit0_ffn.json"])["afd"]["role"] == "ffn"
+    rows = files["afd_roles.csv"].splitlines()
+    plan = json.loads(path.read_text())
+    gpus = sum(p["gpus_per_instance"] * p["workers"] for p in plan["serving"]["pools"]
+               if p["role"] in ("attention", "ffn"))
+    assert sum(len(r.split(",")[4].split()) for r in rows[1:]) == gpus  # every GPU listed
+    sg = runner.invoke(app, ["emit", "sglang", str(path), "--out-dir", str(tmp_path / "sg")])
+    assert sg.exit_code == 2 and "Ascend" in sg.output and not (tmp_path / "sg").exists()
+    # a unit of fewer attention than FFN GPUs: the connector's rule
+    from dataclasses import replace as dc_replace
+
+    from planner.emit.afd_vllm import units
+    doc = json.loads(path.read_text())["serving"]
+    att = next(p for p in doc["pools"] if p["role"] == "attention")
+    ffn = next(p for p in doc["pools"] if p["role"] == "ffn")
+    att["workers"], att["tp"], ffn["ep"] = ffn["workers"], 1, 8
+    with pytest.raises(ValueError, match="exact multiple"):
+        units(dc_replace(load_plan(path), serving=doc))

@@ -30,6 +30,7 @@ from planner.emit.deepspeed import render_deepspeed
 from planner.emit.kubeflow import render_kubeflow
 from planner.emit.launch import render_slurm, render_torchrun
 from planner.emit.megatron import render_megatron
+from planner.emit.afd_vllm import render_vllm_afd
 from planner.emit.serving_engines import render_sglang, render_vllm
 from planner.emit.torchtitan import render_torchtitan
 from planner.emit.types import Emission
@@ -63,6 +64,12 @@ def emission(fmt: str, plan: Plan, options: EmitOptions = EmitOptions()) -> Emis
                          f"{', '.join(FORMATS + SERVING_FORMATS)}")
     options = check_options(options)
     if fmt in SERVING_FORMATS:
+        if isinstance(plan, Plan) and (plan.serving or {}).get("mode") == "afd":
+            if fmt == "sglang":
+                raise ValueError("sglang: an afd (attention/FFN disaggregated) plan: SGLang's "
+                                 "AFD runs on Ascend NPUs only (sgl-project/sglang#36258); "
+                                 "use 'planner emit vllm' for the afd-plugin settings")
+            return render_vllm_afd(plan)
         return (render_vllm if fmt == "vllm" else render_sglang)(plan, options)
     if isinstance(plan, Plan) and plan.kind == "serving":
         raise ValueError(f"{fmt}: a serving plan is launched with the "

@@ -231,11 +231,6 @@ def serving_facts(plan: Plan) -> ServingFacts:
         raise ValueError(f"expected a Plan, got {type(plan).__name__}")
     s = _obj("serving", plan.serving)
     mode = s.get("mode")
-    if mode == "afd":
-        raise ValueError("plan: an afd (attention/FFN disaggregated) plan has no vLLM or "
-                         "SGLang launch files: neither engine runs attention and experts on "
-                         "separate GPUs in a release; 'planner explain PLAN' shows its role "
-                         "table")
     if mode not in MODES:
         raise ValueError(f"plan: serving.mode must be one of {', '.join(MODES)}, got {mode!r}")
     model = _obj("inputs.model", plan.inputs.get("model") if isinstance(plan.inputs, dict)

@@ -107,6 +107,15 @@ def fits_sites(lay: AfdLayout, att: Site, ffn: Site) -> bool:
     return _whole(lay.attention_gpus, att) + _whole(lay.ffn_gpus, att) <= att.gpus
 
 
+def engine_allows(lay: AfdLayout, engine: str | None) -> bool:
+    """vLLM runs AFD through vllm-project/afd-plugin, whose CUDA connector needs attention
+    ranks (GPUs) >= FFN ranks in an exact multiple (``validate_p2p_topology``); other engines
+    have no CUDA AFD to constrain it."""
+    if engine != "vllm":
+        return True
+    return lay.attention_gpus >= lay.ffn_gpus and lay.attention_gpus % lay.ffn_gpus == 0
+
+
 def _link(cluster: Cluster, place: AfdPlacement, cal: Calibration) -> PoolLink:
     n = cluster.num_gpus
     view = group_view(cluster, [place.attention_first_rank % n, place.ffn_first_rank % n])
@@ -257,11 +266,11 @@ def _best_batch(price, m: int, most: int, tpot_s: float | None):
 
 def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibration,
            top_k: int = 3, max_batch: int = 4096, price: dict[str, float] | None = None,
-           within: tuple[Site, ...] | None = None) -> AfdSearch:
+           within: tuple[Site, ...] | None = None, engine: str | None = None) -> AfdSearch:
     """Every AFD unit the cluster can hold (module docstring), best decode output tokens/s
     per GPU first among those meeting TPOT and memory; with ``price`` (per GPU type) per
     unit of cost instead. ``within``: the sites with the GPUs the units may take (default:
-    all of the cluster's)."""
+    all of the cluster's). ``engine``: its AFD rules apply (:func:`engine_allows`)."""
     if not model.is_moe:
         return AfdSearch((), 0, 0, 0)
     found: list[AfdEstimate] = []
@@ -274,7 +283,8 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
             for tp in attention_tps(model, att):
                 for n_e in ffn_counts(model, ffn):
                     room = [r for r in range(1, att.gpus // tp + 1)
-                            if fits_sites(AfdLayout(tp, r, n_e, 1, 1), att, ffn)]  # nodes
+                            if fits_sites(AfdLayout(tp, r, n_e, 1, 1), att, ffn)  # nodes
+                            and engine_allows(AfdLayout(tp, r, n_e, 1, 1), engine)]
                     for ranks in reversed(room):  # big units first: good plans early prune more
                         probe = AfdLayout(tp, ranks, n_e, 1, 1)
                         unit = _unit(model, wl, cluster, cal, placement(att, ffn, probe), probe)
@@ -334,7 +344,7 @@ def rank_key(e: AfdEstimate, price: dict[str, float] | None = None) -> tuple:
 
 
 def brute_force(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibration,
-                max_batch: int) -> AfdEstimate | None:
+                max_batch: int, engine: str | None = None) -> AfdEstimate | None:
     """Every layout and every batch up to ``max_batch``: the reference :func:`search` is
     tested against on small clusters."""
     best = None
@@ -347,7 +357,8 @@ def brute_force(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Ca
                         for m in range(1, MAX_MICRO_BATCHES + 1):
                             for b in range(m, max_batch + 1, m):
                                 lay = AfdLayout(tp, ranks, n_e, m, b)
-                                if not fits_sites(lay, att, ffn):
+                                if not fits_sites(lay, att, ffn) or not engine_allows(
+                                        lay, engine):
                                     continue
                                 e = evaluate(model, wl, cluster, cal, att, ffn, lay)
                                 if not e.fits or (tpot is not None and e.tpot_s > tpot):

@@ -251,7 +251,7 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
             within = tuple(replace(p, gpus=p.gpus - least) if p == pre_site else p
                            for p in places)
             found = afd.search(model, wl, cluster, cal, top_k=TOP_PAIRS, price=by_gpu,
-                               within=tuple(p for p in within if p.gpus > 0))
+                               within=tuple(p for p in within if p.gpus > 0), engine=engine)
             pairs += _afd_pairs(found.best, {pre_site: rates[pre_site]}, places, wl, engine,
                                 price)
             unit_of.update({(e.attention_gpu, e.ffn_gpu, e.layout): e for e in found.best})
