@@ -51,6 +51,7 @@ from planner.inputs.models import load_model  # noqa: E402
 from planner.serving import afd  # noqa: E402
 from planner.serving.estimate import Calibration  # noqa: E402
 from planner.serving.search import search  # noqa: E402
+from planner.serving.sites import sites  # noqa: E402
 from planner.serving.why import afd_verdict, decode_tokens_per_s_per_gpu  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "serving_afd.json"
@@ -228,6 +229,69 @@ def run_aic(case: dict, venv: Path, raw: Path) -> dict:
     return {"wall_s": wall, "best": {k: top.get(k) for k in keep}}
 
 
+ESTIMATE_KEYS = {"T_a_layer": "t_a_layer_ms", "T_f_layer": "t_f_layer_ms",
+                 "T_c_layer": "t_c_layer_ms", "TPOT": "tpot_ms", "tokens/s/gpu": "tokens_per_s_per_gpu"}
+
+
+def aic_estimate(case: dict, venv: Path, unit: dict) -> dict:
+    """aiconfigurator's estimate of one AFD unit (``cli estimate --estimate-mode afd``)."""
+    from serving_vs_aiconfigurator import aic_bin
+    cmd = [str(aic_bin(venv, "aiconfigurator")), "cli", "estimate", "--model-path", case["hf"],
+           "--system", "h200_sxm", "--backend", "trtllm", "--estimate-mode", "afd",
+           "--n-a-nodes", str(unit["attention_gpus"] // 8), "--n-f-nodes",
+           str(unit["ffn_gpus"] // 8), "--a-tp-size", str(unit["attention_tp"]),
+           "--a-batch-size", str(unit["batch"]), "--f-moe-ep-size", str(unit["ffn_gpus"]),
+           "--num-microbatches", str(unit["micro_batches"]), "--pipeline-model", "optimistic",
+           "--no-afd-combined-with-pd", "--isl", str(case["isl"]), "--osl", str(case["osl"]),
+           "--no-color"]
+    if case["model"] == "deepseek-v3":
+        cmd += ["--fmha-quant-mode", "bfloat16"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    out = {"unit": unit}
+    for line in proc.stdout.splitlines():
+        key, _, value = line.strip().partition(":")
+        if key.strip() in ESTIMATE_KEYS and value.strip():
+            out[ESTIMATE_KEYS[key.strip()]] = float(value.split()[0].replace(",", ""))
+    if "tokens_per_s_per_gpu" not in out:
+        out["error"] = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
+    return out
+
+
+def planner_on(case: dict, unit: dict) -> dict:
+    """planner's estimate of a unit aiconfigurator chose (same degrees, batch, m)."""
+    model = load_model(case["model"])
+    cluster = load_cluster(str(case["cluster"]))
+    cal = Calibration.defaults(tuple(dict.fromkeys(g.gpu.name for g in cluster.node_groups)))
+    wl = ServingWorkload(isl=case["isl"], osl=case["osl"], tpot_ms=case["tpot_ms"],
+                         precision=case["precision"], kv_dtype=case["kv_dtype"])
+    site = sites(cluster)[0]
+    lay = afd.AfdLayout(unit["attention_tp"], unit["attention_gpus"] // unit["attention_tp"],
+                        unit["ffn_gpus"], unit["micro_batches"], unit["batch"])
+    e = afd.evaluate(model, wl, cluster, cal, site, site, lay)
+    st = e.stages
+    return {"unit": unit, "tokens_per_s_per_gpu": e.output_tokens_per_s_per_gpu,
+            "tpot_ms": e.tpot_s * 1e3, "t_a_layer_ms": st.attention_s * 1e3,
+            "t_f_layer_ms": st.experts_s * 1e3,
+            "t_c_layer_ms": (st.dispatch_s + st.combine_s) * 1e3}
+
+
+def cross_check(case: dict, venv: Path, row: dict) -> None:
+    """Each tool on the other's chosen unit (``row["aic"]``: ``on_planner_unit``,
+    ``planner_on_aic_unit``), so that a gap splits into model and search."""
+    u = row["planner"]["best_afd_unit"]
+    best = (row.get("aic") or {}).get("best")
+    if u is None or best is None:
+        return
+    mine = {"attention_tp": u["attention_tp"],
+            "attention_gpus": u["attention_tp"] * u["attention_instances"],
+            "ffn_gpus": u["ffn_gpus"], "batch": u["batch"], "micro_batches": u["micro_batches"]}
+    theirs = {"attention_tp": int(best["(a)tp"]), "attention_gpus": int(best["(a)nodes"]) * 8,
+              "ffn_gpus": int(best["(f)ep"]), "batch": int(best["(a)bs"]),
+              "micro_batches": int(best["num_microbatches"])}
+    row["aic"]["on_planner_unit"] = aic_estimate(case, venv, mine)
+    row["aic"]["planner_on_aic_unit"] = planner_on(case, theirs)
+
+
 def markdown(results: list[dict]) -> str:
     lines = ["| case | decode tok/s/GPU: AFD unit | P/D decode pool | gain | end-to-end "
              "tok/s/GPU colocated / P/D / AFD | AFD unit | AFD search s | aiconfigurator AFD "
@@ -255,6 +319,39 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def cross_markdown(results: list[dict]) -> str:
+    lines = ["| case | unit (A+F, batch per attention GPU, m) | tool | tok/s/GPU | TPOT ms | "
+             "attention / experts / transfer ms per layer and micro-batch |",
+             "|---|---|---|---|---|---|"]
+    for r in results:
+        aic = r.get("aic") or {}
+        for label, mine, theirs in (("planner's unit", "on_planner_unit", None),
+                                    ("aiconfigurator's unit", None, "planner_on_aic_unit")):
+            row = aic.get(mine or theirs)
+            if not row or "tokens_per_s_per_gpu" not in row:
+                continue
+            u = row["unit"]
+            unit = (f"{label}: {u['attention_gpus']}+{u['ffn_gpus']}, b{u['batch']}, "
+                    f"m{u['micro_batches']}")
+            p = r["planner"]["best_afd_unit"] if mine else row
+            a = row if mine else {"tokens_per_s_per_gpu": float(aic["best"]["tokens/s/gpu"]),
+                                  "tpot_ms": float(aic["best"]["tpot"]),
+                                  "t_a_layer_ms": float(aic["best"]["t_a_layer"]),
+                                  "t_f_layer_ms": float(aic["best"]["t_f_layer"]),
+                                  "t_c_layer_ms": float(aic["best"]["t_c_layer"])}
+            if mine:
+                st = p["stages_us"]
+                p = {"tokens_per_s_per_gpu": p["output_tokens_per_s_per_gpu"],
+                     "tpot_ms": p["tpot_s"] * 1e3, "t_a_layer_ms": st["attention_s"] / 1e3,
+                     "t_f_layer_ms": st["experts_s"] / 1e3,
+                     "t_c_layer_ms": (st["dispatch_s"] + st["combine_s"]) / 1e3}
+            for tool, v in (("planner", p), ("aiconfigurator", a)):
+                lines.append(f"| {r['id']} | {unit} | {tool} | {v['tokens_per_s_per_gpu']:,.0f} "
+                             f"| {v['tpot_ms']:.1f} | {v['t_a_layer_ms']:.3f} / "
+                             f"{v['t_f_layer_ms']:.3f} / {v['t_c_layer_ms']:.3f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--aic", action="store_true", help="also run aiconfigurator's afd mode")
@@ -267,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.reuse_aic and args.out.exists():
         old = {r["id"]: r.get("aic") for r in json.loads(args.out.read_text())["cases"]}
     venv = None
-    if args.aic:
+    if args.aic or args.reuse_aic:
         from serving_vs_aiconfigurator import DEFAULT_AIC_VENV, ensure_aic_venv
         venv = args.aic_venv or DEFAULT_AIC_VENV
         ensure_aic_venv(venv)
@@ -282,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
                     row["aic"] = old[case["id"]]
                 elif venv is not None:
                     row["aic"] = run_aic(case, venv, Path(tmp) / "aic")
+                if venv is not None and row.get("aic"):
+                    cross_check(case, venv, row)
             results.append(row)
             print(f"{case['id']}: {row['planner']['verdict']}", file=sys.stderr)
     doc = {"megascale_infer_published": MEGASCALE, "price_ratios": PRICE_RATIOS,
@@ -289,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     print(markdown(results))
+    print(cross_markdown(results))
     for r in results:
         for row in r["planner"].get("per_dollar", []):
             print(f"{r['id']}: L40S/H20 price {row['l40s_over_h20_price']}: AFD per cost "
