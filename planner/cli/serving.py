@@ -74,6 +74,9 @@ EngineOpt = Annotated[Engine, typer.Option(help="Serving engine the plan is for.
 PrefixOpt = Annotated[float, typer.Option(min=0.0, max=0.99, help="Prefix-cache hit rate.")]
 MtpOpt = Annotated[int, typer.Option(min=0, help="MTP / speculative draft depth.")]
 AccOpt = Annotated[float, typer.Option(min=0.0, max=1.0, help="Draft acceptance rate.")]
+ImbalanceOpt = Annotated[float, typer.Option(min=1.0, max=64.0, help=(
+    "MoE: the busiest expert GPU's routed tokens over the mean (1: balanced, as EPLB-style "
+    "redundant experts keep it; 'planner experts eval' measures it on a trace)."))]
 CalOpt = Annotated[Optional[Path], typer.Option(help="Calibration JSON (see docs/serving.md).")]
 LengthsOpt = Annotated[Optional[Path], typer.Option(help=(
     "CSV or JSON of per-request input_tokens and output_tokens: their means replace --isl and "
@@ -85,7 +88,8 @@ serve_app = typer.Typer(help="Plan LLM serving deployments: colocated or prefill
 
 
 def _workload(isl, osl, rate, concurrency, ttft_ms, tpot_ms, precision, kv_dtype, prefix_hit,
-              mtp, acceptance, ttft_percentile: float = 90.0, lengths=None) -> ServingWorkload:
+              mtp, acceptance, ttft_percentile: float = 90.0, lengths=None,
+              moe_imbalance: float = 1.0) -> ServingWorkload:
     scv = {}
     if lengths is not None:
         (isl_mean, isl_scv), (osl_mean, osl_scv) = lengths.input_mean_scv, lengths.output_mean_scv
@@ -99,7 +103,8 @@ def _workload(isl, osl, rate, concurrency, ttft_ms, tpot_ms, precision, kv_dtype
                                ttft_ms=ttft_ms, tpot_ms=tpot_ms, prefix_hit=prefix_hit,
                                mtp_depth=mtp, mtp_acceptance=acceptance,
                                precision=precision.value, kv_dtype=kv_dtype.value,
-                               ttft_quantile=ttft_percentile / 100.0, **scv)
+                               ttft_quantile=ttft_percentile / 100.0,
+                               moe_imbalance=moe_imbalance, **scv)
     except ConfigError as err:
         raise SpecError(OPTIONS_SOURCE, f"--{err.quantity.replace('_', '-')}", err.expected,
                         err.got) from None
@@ -174,7 +179,7 @@ def serve(
     rate: RateOpt = None, concurrency: ConcOpt = None,
     precision: PrecOpt = WeightPrecision.bf16, kv_dtype: KvOpt = KvDtype.bf16,
     engine: EngineOpt = Engine.sglang, prefix_hit: PrefixOpt = 0.0,
-    mtp: MtpOpt = 0, mtp_acceptance: AccOpt = 0.0,
+    mtp: MtpOpt = 0, mtp_acceptance: AccOpt = 0.0, moe_imbalance: ImbalanceOpt = 1.0,
     mode: Annotated[Optional[str], typer.Option(
         help="colocated, disagg or afd (attention/FFN disaggregated decode; MoE models). "
              "Default: all that apply, side by side.")] = None,
@@ -198,7 +203,7 @@ def serve(
     hw, types = _hardware(cluster, gpu, nodes, gpus_per_node, spec, precision.value)
     sample = load_request_lengths(lengths) if lengths is not None else None
     wl = _workload(isl, osl, rate, concurrency, ttft_ms, tpot_ms, precision, kv_dtype,
-                   prefix_hit, mtp, mtp_acceptance, ttft_percentile, sample)
+                   prefix_hit, mtp, mtp_acceptance, ttft_percentile, sample, moe_imbalance)
     if mode not in (None, "colocated", "disagg", "afd"):
         raise SpecError(OPTIONS_SOURCE, "--mode", "colocated, disagg or afd", mode)
     if mode == "afd" and not spec.is_moe:
@@ -334,7 +339,7 @@ def serve_estimate(
     ttft_ms: TtftOpt = None, tpot_ms: TpotOpt = None, ttft_percentile: PctOpt = 90.0,
     precision: PrecOpt = WeightPrecision.bf16, kv_dtype: KvOpt = KvDtype.bf16,
     engine: EngineOpt = Engine.sglang, prefix_hit: PrefixOpt = 0.0,
-    mtp: MtpOpt = 0, mtp_acceptance: AccOpt = 0.0,
+    mtp: MtpOpt = 0, mtp_acceptance: AccOpt = 0.0, moe_imbalance: ImbalanceOpt = 1.0,
     colocated: Annotated[Optional[str], typer.Option(help="POOL of a colocated deployment.")]
     = None,
     prefill: Annotated[Optional[str], typer.Option(help="POOL of the prefill instances.")] = None,
@@ -352,7 +357,7 @@ def serve_estimate(
     g = hw.node_groups[0].gpu
     sample = load_request_lengths(lengths) if lengths is not None else None
     wl = _workload(isl, osl, rate, concurrency, ttft_ms, tpot_ms, precision, kv_dtype,
-                   prefix_hit, mtp, mtp_acceptance, ttft_percentile, sample)
+                   prefix_hit, mtp, mtp_acceptance, ttft_percentile, sample, moe_imbalance)
     co = _pool(colocated, "--colocated", "colocated", g.name)
     pre, dec = _pool(prefill, "--prefill", "prefill", g.name), _pool(decode, "--decode",
                                                                      "decode", g.name)
