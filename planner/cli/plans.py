@@ -154,17 +154,33 @@ def launch(
 ) -> None:
     """Run a plan on this machine under torchrun (one node), streaming the logs; on a worker
     failure or Ctrl-C every process of the job is ended. For a plan of several nodes, print
-    the per-node torchrun commands to run on each host."""
+    the per-node torchrun commands to run on each host. For an AFD serving plan, run its
+    attention and FFN GPUs here as one world (the AFD decode job by default; the prefill
+    pool is not run)."""
     import os
     import shlex
 
     from planner.emit import EmitOptions
     from planner.emit import emit as run_emit
-    from planner.run.launch import local_command, run_local, write_launch_record
+    from planner.run.launch import (MAX_LOCAL_PROCESSES, afd_local, local_command, run_local,
+                                    write_launch_record)
     from planner.plan.file import load_plan
 
     loaded = load_plan(plan)
-    if len(loaded.nodes) > 1:
+    afd = afd_local(loaded)
+    if loaded.kind == "serving" and afd is None:
+        fail(f"planner launch runs training plans and AFD serving plans; this is a "
+             f"{loaded.serving['mode']} serving plan (use 'planner emit sglang' or "
+             "'planner emit vllm')", 2)
+    if afd is not None:
+        prefill = sum(p.num_gpus for p in loaded.pools if p.role == "prefill")
+        if sum(afd) > MAX_LOCAL_PROCESSES:
+            fail(f"the plan's AFD decode pools need {afd[0]} attention + {afd[1]} FFN = "
+                 f"{sum(afd)} processes on this machine, more than {MAX_LOCAL_PROCESSES}", 2)
+        typer.echo(f"planner launch: AFD plan: running its decode pools here ({afd[0]} "
+                   f"attention + {afd[1]} FFN processes); the prefill pool ({prefill} "
+                   f"GPU{'' if prefill == 1 else 's'}) is not run", err=True)
+    elif len(loaded.nodes) > 1:
         options = EmitOptions(script=script or "train.py", script_args=tuple(script_arg or ()),
                               plan_path=str(plan))
         typer.echo(run_emit("torchrun", loaded, options)["torchrun_commands.txt"], nl=False)

@@ -8,6 +8,11 @@ grace period, so no worker outlives the command. Logs stream to the terminal as 
 The exit status is torchrun's (non-zero when a worker failed), 130 after Ctrl-C.
 
 Several nodes: the per-node commands of ``planner emit torchrun`` (to run on each host).
+
+An AFD serving plan (``planner serve --mode afd``): its decode pools, attention GPUs then FFN
+GPUs, as one torchrun world on this machine (:func:`afd_local`), running the AFD decode job
+(:mod:`planner.run.afd_job`) by default, whatever nodes the plan's pools span; the prefill
+pool is not run. At most :data:`MAX_LOCAL_PROCESSES` processes.
 """
 from __future__ import annotations
 
@@ -23,9 +28,10 @@ from pathlib import Path
 
 from planner.files import write_atomic
 from planner.plan.document import Plan, plan_to_dict
-from planner.run.runtime import degrees_of
+from planner.run.runtime import afd_world, degrees_of
 
 GRACE_S = 5.0
+MAX_LOCAL_PROCESSES = 16  # an AFD plan's decode world on one machine: refused beyond this
 
 
 @dataclass(frozen=True)
@@ -37,17 +43,28 @@ class LaunchResult:
 
 def local_command(plan: Plan, plan_path: Path, script: str | None, script_args: list[str],
                   record: Path | None, master_port: int | None = None) -> list[str]:
-    """The torchrun command line for a one-node plan."""
-    nproc = plan.nodes[0]["gpus"]
+    """The torchrun command line for a one-node plan, or for an AFD plan's decode pools
+    (:func:`afd_local`)."""
+    afd = afd_local(plan)
+    nproc = sum(afd) if afd is not None else plan.nodes[0]["gpus"]
+    job = "planner.run.afd_job" if afd is not None else "planner.run.reference_job"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
     if master_port is not None:
         cmd.append(f"--master-port={master_port}")
     if script is None:
-        cmd += ["-m", "planner.run.reference_job", str(plan_path)]
+        cmd += ["-m", job, str(plan_path)]
         if record is not None:
             cmd += ["--out", str(record)]
         return cmd + list(script_args)
     return cmd + [script, *script_args]
+
+
+def afd_local(plan: Plan) -> tuple[int, int] | None:
+    """``(attention GPUs, FFN GPUs)`` of an AFD serving plan, the processes ``planner
+    launch`` runs here; ``None`` for any other plan."""
+    if plan.kind != "serving" or (plan.serving or {}).get("mode") != "afd":
+        return None
+    return afd_world(plan)
 
 
 def kill_group(pgid: int, grace_s: float = GRACE_S) -> None:
@@ -87,10 +104,15 @@ def write_run_record(path: Path, plan: Plan, fields: dict, environment: dict | N
     """A run record (``planner.run-record/v1``): the plan's hash and world, the whole plan
     (``plan``, :func:`planner.plan.document.plan_to_dict`: predictions can be recomputed from the record
     alone), the machine, and ``fields`` (what the run measured), written atomically."""
-    degrees = degrees_of(plan)
+    if len(plan.pools) == 1:
+        degrees = degrees_of(plan)
+        config = {k: degrees[k] for k in ("tp", "pp", "dp", "cp", "ep")}
+    else:  # a serving plan of several pools: each pool's degrees
+        config = {pool.name: dict(pool.degrees) for pool in plan.pools}
+    afd = afd_local(plan)
     record = {"schema": "planner.run-record/v1", "plan_inputs_hash": plan.inputs_hash,
-              "world_size": plan.num_gpus,
-              "config": {k: degrees[k] for k in ("tp", "pp", "dp", "cp", "ep")},
+              "world_size": sum(afd) if afd is not None else plan.num_gpus,
+              "config": config,
               "plan": plan_to_dict(plan),
               "environment": {"python": platform.python_version(), "host": platform.node(),
                               **(environment or {})},

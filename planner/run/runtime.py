@@ -7,6 +7,8 @@
     rt.view.stage, rt.view.layers     # this rank's pipeline stage and its model layers
     rt.view.experts[layer]            # logical experts this rank holds (MoE models)
 
+    role = afd_role(plan, rank)       # an AFD serving plan: attention or FFN, peers, experts
+
 Order of work (each step is a function of its own):
 
 1. :func:`rank_view` reads the plan and the torchrun environment (``RANK``, ``WORLD_SIZE``,
@@ -19,6 +21,11 @@ Order of work (each step is a function of its own):
 3. :func:`build_groups` creates every process group of every kind the plan lists, kinds in
    name order and each kind's groups as listed: torch requires every rank to call
    ``new_group`` for every group in the same order, members or not.
+
+An AFD serving plan (``planner serve --mode afd``) runs no training mesh: :func:`afd_role`
+tells a rank of its decode world (attention GPUs, then FFN GPUs) its role, its unit's peers,
+the experts it holds and the micro-batch count, as plain data, for a serving script (and for
+:mod:`planner.run.afd_job`).
 
 The group kinds come from the plan itself (``plan.groups``), so this module reads Plans only
 and imports no cost model.
@@ -37,8 +44,9 @@ from planner.plan.document import Plan
 from planner.plan.file import load_plan
 
 
-__all__ = ["BACKENDS", "Runtime", "RankView", "WorldMismatch", "build_groups", "choose_backend",
-           "degrees_of", "expert_maps", "init", "rank_view"]
+__all__ = ["AFD_ROLES", "BACKENDS", "AfdRole", "Runtime", "RankView", "WorldMismatch", "afd_expert_homes",
+           "afd_role", "afd_world", "build_groups", "choose_backend", "degrees_of", "expert_maps",
+           "init", "rank_view"]
 
 BACKENDS = ("gloo", "nccl")
 
@@ -186,3 +194,105 @@ def init(plan: Plan | str | Path | None = None, backend: str | None = None,
             torch.cuda.set_device(view.local_rank)
         dist.init_process_group(backend=chosen, rank=view.rank, world_size=view.world_size)
     return Runtime(plan, view, build_groups(plan, view.rank))
+
+
+# --- Attention/FFN disaggregated (AFD) decode: a rank's part of a serving plan -----------------
+
+AFD_ROLES = ("attention", "ffn")
+
+
+@dataclass(frozen=True)
+class AfdRole:
+    """One rank of an AFD serving plan's decode world (pure data: no torch).
+
+    The decode world is the plan's attention GPUs then its FFN GPUs: ranks
+    ``0 .. A-1`` are the attention pool's ranks in its rank order, ``A .. A+F-1`` the FFN
+    pool's (the prefill pool is not part of it). ``index`` is the rank's position in its pool,
+    ``unit`` its AFD unit (attention instances are shared evenly by the FFN pool's units);
+    ``attention_ranks`` / ``ffn_ranks`` are the world ranks of that unit, the FFN ranks in
+    expert-parallel order (``ffn_ranks[i]`` holds expert block ``i``). ``experts``: the logical
+    experts an FFN rank holds in every MoE layer (empty on attention ranks), see
+    :func:`afd_expert_homes`. ``host`` / ``local_gpu``: where the plan puts the rank."""
+
+    rank: int
+    role: str
+    index: int
+    unit: int
+    attention_ranks: tuple[int, ...]
+    ffn_ranks: tuple[int, ...]
+    experts: tuple[int, ...]
+    micro_batches: int
+    attention_tp: int
+    world_size: int
+    host: str
+    local_gpu: int
+
+    @property
+    def peers(self) -> tuple[int, ...]:
+        """The ranks this rank exchanges tokens with: its unit's FFN ranks (attention) or
+        attention ranks (FFN)."""
+        return self.ffn_ranks if self.role == "attention" else self.attention_ranks
+
+
+def _afd_pools(plan: Plan) -> tuple[Any, Any, dict, dict]:
+    """The attention and FFN pools of an AFD serving plan and their ``serving.pools`` layouts;
+    :class:`PlannerError` for any other plan."""
+    serving = plan.serving or {}
+    if plan.kind != "serving" or serving.get("mode") != "afd":
+        mode = serving.get("mode")
+        raise PlannerError(f"not an AFD serving plan (kind {plan.kind!r}"
+                           f"{f', mode {mode!r}' if mode else ''}): plan one with "
+                           "'planner serve --mode afd'")
+    layouts = {p["role"]: p for p in serving["pools"]}
+    return plan.pool("attention"), plan.pool("ffn"), layouts["attention"], layouts["ffn"]
+
+
+def afd_world(plan: Plan) -> tuple[int, int]:
+    """GPUs of an AFD plan's attention pool and FFN pool: the decode world is their sum."""
+    att, ffn, _, _ = _afd_pools(plan)
+    return att.num_gpus, ffn.num_gpus
+
+
+def afd_expert_homes(num_experts: int, ffn_gpus: int) -> tuple[int, ...]:
+    """FFN rank (position in its unit) of each logical expert: contiguous equal blocks,
+    expert ``e`` on ``e * F // E`` (the one-replica split of :func:`expert_maps`; SGLang's and
+    vLLM's expert parallelism place experts the same way). An AFD plan's expert GPU count
+    divides the expert count, so every FFN rank holds ``E / F`` experts."""
+    if num_experts < 1 or ffn_gpus < 1:
+        raise PlannerError(f"expert homes need experts and FFN GPUs >= 1, got {num_experts} "
+                           f"and {ffn_gpus}")
+    return tuple(e * ffn_gpus // num_experts for e in range(num_experts))
+
+
+def afd_role(plan: Plan, rank: int) -> AfdRole:
+    """Rank ``rank`` of the decode world of AFD serving plan ``plan`` (see :class:`AfdRole`);
+    :class:`PlannerError` for a plan that is not AFD or a rank outside its world."""
+    att, ffn, att_layout, ffn_layout = _afd_pools(plan)
+    A, F = att.num_gpus, ffn.num_gpus
+    if not 0 <= rank < A + F:
+        raise PlannerError(f"rank {rank} is outside the AFD decode world of {A} attention + "
+                           f"{F} FFN GPUs")
+    units, ep = ffn_layout["workers"], ffn_layout["ep"]
+    per_unit = att_layout["workers"] // units  # attention instances of a unit
+    att_rows, ffn_rows = att.rank_rows(), ffn.rank_rows()
+    # instance i owns data ranks i*dp .. (i+1)*dp - 1 (planner.serving.build), FFN unit u the
+    # data ranks u*ep .. (u+1)*ep - 1
+    att_unit = {r["rank"]: r["dp"] // att_layout.get("dp", 1) // per_unit for r in att_rows}
+    ffn_unit = {r["rank"]: r["dp"] // ep for r in ffn_rows}
+    if rank < A:
+        role, index, pool, unit = "attention", rank, att, att_unit[rank]
+    else:
+        role, index, pool, unit = "ffn", rank - A, ffn, ffn_unit[rank - A]
+    row = pool.rank_rows()[index]
+    host = {n["node_rank"]: n["host"] for n in pool.nodes}[row["node_rank"]]
+    attention_ranks = tuple(sorted(r for r, u in att_unit.items() if u == unit))
+    mine = sorted((r for r in ffn_rows if ffn_unit[r["rank"]] == unit), key=lambda r: r["ep"])
+    ffn_ranks = tuple(A + r["rank"] for r in mine)
+    experts: tuple[int, ...] = ()
+    moe = plan.model_spec().moe
+    if role == "ffn" and moe is not None:
+        homes = afd_expert_homes(moe.num_experts, len(ffn_ranks))
+        experts = tuple(e for e, h in enumerate(homes) if h == ffn_ranks.index(rank))
+    return AfdRole(rank, role, index, unit, attention_ranks, ffn_ranks, experts,
+                   int(plan.serving.get("micro_batches", 1)), att_layout["tp"], A + F, host,
+                   row["local"])
