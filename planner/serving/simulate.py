@@ -137,13 +137,7 @@ def simulation_problem(model: ModelSpec, deployment: Deployment, wl: ServingWork
     if deployment.mode == "afd":
         return _afd_problem(model, deployment, wl, cluster, cal, seed, warmup_fraction, lens)
     pre, dec = deployment.pool("prefill"), deployment.pool("decode")
-    transfers: dict[int, float] = {}
-
-    def transfer_s(tokens: int) -> float:
-        if tokens not in transfers:
-            transfers[tokens] = _transfer_s(model, replace(wl, isl=max(1, int(tokens))),
-                                            cluster, cal, pre, dec, pre.gpu)
-        return transfers[tokens]
+    transfer_s = _kv_transfer(model, wl, cluster, cal, pre, dec)
 
     g_pre, g_dec = _gpu(cluster, pre.gpu), _gpu(cluster, dec.gpu)
     return SimProblem(mode="disagg",
@@ -154,6 +148,17 @@ def simulation_problem(model: ModelSpec, deployment: Deployment, wl: ServingWork
                       prefill_pool=pool_sim(model, pre, wl, g_pre, cal),
                       kv_transfer_s=transfer_s, seed=seed,
                       warmup_fraction=warmup_fraction, **lens, **_load(wl, dec.layout))
+
+
+def _kv_transfer(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibration,
+                 pre: PoolSpec, dest: PoolSpec):
+    """Seconds to move the KV of a prompt of ``tokens`` tokens from the prefill pool to
+    ``dest`` (memoised by length)."""
+    @lru_cache(maxsize=None)
+    def transfer_s(tokens: int) -> float:
+        return _transfer_s(model, replace(wl, isl=max(1, int(tokens))), cluster, cal, pre,
+                           dest, pre.gpu)
+    return transfer_s
 
 
 def _afd_problem(model: ModelSpec, dep: Deployment, wl: ServingWorkload, cluster: Cluster,
@@ -182,14 +187,7 @@ def _afd_problem(model: ModelSpec, dep: Deployment, wl: ServingWorkload, cluster
     decode_pool = PoolSim(instances=dep.pool("ffn").layout.workers, max_batch=lay.requests,
                           kv_capacity_tokens=per_instance * lay.attention_ranks,
                           max_prefill_tokens=PREFILL_CHUNK_TOKENS)
-    transfers: dict[int, float] = {}
-
-    def transfer_s(tokens: int) -> float:
-        if tokens not in transfers:
-            transfers[tokens] = _transfer_s(model, replace(wl, isl=max(1, int(tokens))),
-                                            cluster, cal, pre, att, pre.gpu)
-        return transfers[tokens]
-
+    transfer_s = _kv_transfer(model, wl, cluster, cal, pre, att)
     g_pre = _gpu(cluster, pre.gpu)
     load = _load(wl, PoolLayout(batch=lay.requests, workers=decode_pool.instances))
     return SimProblem(mode="disagg", latency=LatencyModel(lambda lens: 0.0, decode_s),
