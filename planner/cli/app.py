@@ -1,6 +1,6 @@
 """The ``planner`` command line: a thin Typer layer over the loaders, cost models and reports.
 
-Commands: ``presets`` (models, clusters, GPUs), ``topo show|list`` (clusters), ``estimate``
+Commands: ``presets`` (models, clusters, GPUs), ``topo show|list|import`` (clusters), ``estimate``
 (step time and memory of one parallel configuration), ``solve`` (search, place, slice: the best
 plans), ``explain`` / ``compare`` (plan files), ``emit`` (launch configs of a plan), ``launch``
 (run a plan here under torchrun: ``planner.run.launch``), ``calibrate`` / ``check-run``
@@ -31,6 +31,7 @@ from planner.training.estimation import (DEFAULT_GPU, ClusterChoice, ParallelCho
                                          make_workload, resolve_cluster)
 from planner.inputs.clusters import OPTIONS_SOURCE
 from planner.inputs.models import load_model, model_presets
+from planner.inputs.topo_import import ImportOptions, import_topology
 from planner.report.presets import render_gpu_catalog, render_model_presets
 from planner.report.estimate import render_estimate
 from planner.report.topo import render_presets, render_topology
@@ -137,6 +138,49 @@ def topo_show(
     """Show a cluster: node groups, link tiers with per-GPU bandwidth, totals."""
     resolved = resolve_cluster(ClusterChoice(cluster, gpu, nodes, gpus_per_node))
     print_report(render_topology(resolved))
+
+
+class ImportFormat(str, Enum):
+    auto = "auto"
+    nvidia_smi = "nvidia-smi"
+    nccl_xml = "nccl-xml"
+    slurm = "slurm"
+    astra_sim = "astra-sim"
+
+
+class Transport(str, Enum):
+    ib = "ib"
+    roce = "roce"
+    tcp = "tcp"
+
+
+@topo_app.command("import")
+def topo_import(
+    file: Annotated[Path, typer.Argument(help="nvidia-smi topo -m text, NCCL topology XML, "
+                                         "Slurm topology.yaml or ASTRA-sim network YAML.")],
+    input_format: Annotated[ImportFormat, typer.Option(
+        "--format", help="The file's format (auto: from its content).")] = ImportFormat.auto,
+    gpu: Annotated[Optional[str], typer.Option(
+        help="GPU type of the nodes when the file does not say (default H100).")] = None,
+    nodes: Annotated[Optional[int], typer.Option(
+        min=1, help="Nodes like the one a one-node file describes (default 1).")] = None,
+    nic_gbps: Annotated[Optional[float], typer.Option(
+        help="Line rate of one NIC, Gbit/s, when the file does not say (default 400).")] = None,
+    transport: Annotated[Optional[Transport], typer.Option(
+        help="NIC transport when the file does not say (default ib).")] = None,
+    out: Annotated[Optional[Path], typer.Option(
+        help="Write the cluster YAML here (default: print it).")] = None,
+) -> None:
+    """Turn a topology file into a cluster YAML; what was assumed goes to stderr."""
+    options = ImportOptions(gpu, nodes, nic_gbps, transport.value if transport else None)
+    imported = import_topology(file, input_format.value, options)
+    for note in imported.notes:
+        typer.echo(f"note: {note}", err=True)
+    if out is None:
+        typer.echo(imported.to_yaml(), nl=False)
+        return
+    write_atomic(out, imported.to_yaml())
+    typer.echo(f"wrote {out} (check it with: planner topo show {out})", err=True)
 
 
 @topo_app.command("list")

@@ -243,6 +243,7 @@ def serve(
         data["afd_verdict"] = afd_verdict(best_afd, best_co, best_dis, result.afd_units, wl)
         data["afd_sensitivity"] = sensitivity(spec, wl, hw, cal, result.afd_units[0]) if (
             result.afd_units) else None
+        data["afd_search"] = list(result.afd_searches)
     if out is not None:
         from planner.plan.document import plan_to_json
         from planner.plan.validate import validate_plan

@@ -22,6 +22,10 @@ A plan file is one JSON object (keys sorted, so the same inputs give the same by
   of the plan, plus ``ep_size`` (``planner solve --expert-loads``);
   ``serving``: mode, engine, workload, per-pool layouts, engine instances and the router
   (``docs/serving.md``).
+* ``fabric`` (training plans whose cluster spec names NIC devices, interfaces, GID indices or
+  RDMA islands): per node rank its transport, RDMA island, exact HCA names in rail order, RoCE
+  GID index, socket interfaces and per-LOCAL_RANK rails; the count of process groups that run
+  on TCP sockets (:mod:`planner.plan.fabric`).
 * ``prediction``: ``planner estimate --format json``'s object for this plan, plus
   ``stage_memory``, ``why`` (one line on why it won) and ``search`` (rank among the
   candidates, counts); ``notes``.
@@ -47,7 +51,7 @@ from topologies.spec import cluster_from_dict
 SCHEMA_VERSION = 2
 KINDS_OF_PLAN = ("training", "serving", "experts")
 ROLES = ("train", "colocated", "prefill", "decode", "attention", "ffn")
-SECTIONS = ("training", "experts", "serving")  # family sections a plan may carry
+SECTIONS = ("training", "experts", "serving", "fabric")  # sections a plan may carry
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ class Plan:
     experts: dict[str, Any] | None = None
     serving: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    fabric: dict[str, Any] | None = None
 
     def pool(self, role: str | None = None) -> Pool:
         """The pool of ``role`` (default: the plan's only pool)."""
@@ -203,6 +208,9 @@ def cluster_to_plain(cluster: Cluster) -> dict[str, Any]:
                "latency_us": n.latency_s * 1e6}
         if n.devices:
             out["devices"] = list(n.devices)
+        for key in ("gid_index", "ifname"):  # only when given: older plans keep their bytes
+            if getattr(n, key) is not None:
+                out[key] = getattr(n, key)
         return out
 
     groups = []
@@ -217,6 +225,8 @@ def cluster_to_plain(cluster: Cluster) -> dict[str, Any]:
             "hosts": [cluster.host_of_node(first + i) for i in range(g.count)]})
         if g.price_per_gpu_hour is not None:  # only when given: older plans keep their bytes
             groups[-1]["price_per_gpu_hour"] = g.price_per_gpu_hour
+        if g.rdma_island is not None:
+            groups[-1]["rdma_island"] = g.rdma_island
     tiers = [{"name": t.name, "nodes_per_switch": t.nodes_per_switch,
               "oversubscription": t.oversubscription, "latency_us": t.latency_s * 1e6}
              for t in cluster.tiers]

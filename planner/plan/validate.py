@@ -5,8 +5,10 @@ and each pool (the degrees multiply to the pool's GPUs and divide what they spli
 and every (node, GPU) slot is used exactly once, every rank's coordinates are the rank
 order's, every process group partitions the ranks with the right size and varies only its own
 axes). Each family section then has its own checks: :mod:`planner.plan.validate_training`
-(every layer on exactly one stage, the batch adds up, each stage's predicted memory fits) and
-:mod:`planner.plan.validate_experts` (every expert has a home, splits sum to 1).
+(every layer on exactly one stage, the batch adds up, each stage's predicted memory fits),
+:mod:`planner.plan.validate_experts` (every expert has a home, splits sum to 1) and
+:func:`planner.plan.fabric.fabric_problems` (safe device and interface names, and the section
+the plan's cluster and pool give, so emitted NCCL settings match every node's NICs).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from cost_models.parallel import (COORD_AXES, DENSE_ORDER, EXPERT_ORDER, GROUP_A
                                    ConfigError, Degrees, check_degrees, rank_coords)
 from planner.errors import InvalidPlanError
 from planner.plan.document import KINDS_OF_PLAN, ROLES, SCHEMA_VERSION, Plan, Pool, inputs_hash
+from planner.plan.fabric import fabric_problems
 from planner.plan.validate_experts import (expert_placement_problems, plan_expert_problems,
                                           validate_expert_placement)
 from planner.plan.validate_training import training_problems
@@ -52,6 +55,11 @@ def plan_problems(plan: Plan) -> list[str]:
         problems += training_problems(plan, model, cluster)
     if plan.experts is not None:
         problems += plan_expert_problems(plan.experts, model, Degrees(**plan.pool().degrees))
+    if plan.fabric is not None and not problems:
+        if plan.kind != "training":
+            problems.append(f"a fabric section on a {plan.kind} plan (training plans only)")
+        else:
+            problems += fabric_problems(plan.fabric, cluster, plan.pool())
     return problems
 
 

@@ -75,6 +75,11 @@ def render_serve(result: dict) -> Group:
     parts = [head, plans_table(side, title), Text(f"Why: {result['why']}")]
     if afd:
         parts.append(Text(f"AFD: {result['afd_verdict']}"))
+        for st in result.get("afd_search") or []:
+            parts.append(Text(f"AFD search (prefill on {st['prefill_on']}): "
+                              f"{st['degree_combinations']} degree combinations, "
+                              f"{st['pruned']} pruned by bound, {st['layouts_priced']} "
+                              f"layouts priced; gap {st['gap']:.1%}"))
     if best:
         parts.append(plans_table(best, "Top plans"))
     for key, title in (("micro_batches", "AFD unit by micro-batch count"),

@@ -236,6 +236,22 @@ class AfdSearch:
     evaluated: int  # layouts priced
     grid: int  # (degrees, m) combinations enumerated
     pruned: int  # (degrees) whose upper bound could not beat the top_k found before them
+    pruned_bound: float = 0.0  # the largest upper bound among pruned (degrees)
+
+    @property
+    def gap(self) -> float:
+        """Relative gap between the best found and the best any pruned branch could reach:
+        0 when every pruned bound is below the best (always, as pruning requires it)."""
+        if not self.best:
+            return 0.0
+        best = self.best[0].output_tokens_per_s_per_gpu
+        return max(0.0, self.pruned_bound - best) / self.pruned_bound if (
+            self.pruned_bound > 0) else 0.0
+
+    def as_dict(self) -> dict:
+        return {"layouts_priced": self.evaluated, "degree_combinations": self.grid,
+                "pruned": self.pruned, "largest_pruned_bound": self.pruned_bound,
+                "gap": self.gap}
 
 
 def _best_batch(price, m: int, most: int, tpot_s: float | None):
@@ -276,6 +292,7 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
     found: list[AfdEstimate] = []
     top: list[float] = []  # the top_k values found so far (a min-heap)
     evaluated = grid = pruned = 0
+    pruned_bound = 0.0
     tpot = wl.tpot_ms / 1e3 if wl.tpot_ms is not None else None
     all_sites = within if within is not None else sites(cluster)
     for att in all_sites:
@@ -298,6 +315,7 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
                                                                     ffn.gpu.name, price)
                         if len(top) >= top_k and bound < top[0]:
                             pruned += 1  # cannot enter the top_k: the result is unchanged
+                            pruned_bound = max(pruned_bound, bound)
                             continue
                         for m in range(1, MAX_MICRO_BATCHES + 1):
                             grid += 1
@@ -312,7 +330,7 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
                                 if len(top) > top_k:
                                     heapq.heappop(top)
     found.sort(key=lambda e: rank_key(e, price))
-    return AfdSearch(tuple(found[:top_k]), evaluated, grid, pruned)
+    return AfdSearch(tuple(found[:top_k]), evaluated, grid, pruned, pruned_bound)
 
 
 def _upper_bound(unit: _Unit, wl: ServingWorkload, lay: AfdLayout) -> float:

@@ -68,6 +68,7 @@ class SearchResult:
     total_gpus: int
     afd: tuple[Candidate, ...] = ()
     afd_units: tuple[afd.AfdEstimate, ...] = ()  # the unit of each ``afd`` plan, full batch
+    afd_searches: tuple[dict, ...] = ()  # each AFD unit search's counts, bound and gap
 
     def best(self) -> Candidate | None:
         both = [c for c in (self.colocated[:1] + self.disagg[:1] + self.afd[:1])]
@@ -238,10 +239,12 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
                     [(dep, rate) for _, dep, rate in disagg[:top_k * 4]], top_k, key)
     units: tuple[afd.AfdEstimate, ...] = ()
     af: tuple[Candidate, ...] = ()
+    stats = []
     if "afd" in modes and model.is_moe:
         by_gpu = {p.gpu.name: price[p] for p in places}
         pairs = []
         unit_of: dict[tuple, afd.AfdEstimate] = {}
+        stats: list[dict] = []
         for pre_site, (prefill, _) in rates.items():
             # units leave room for the smallest prefill pool (whole nodes) on its site
             least = min((_whole_nodes(pp_.layout.gpus_per_instance, pre_site)
@@ -255,6 +258,7 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
             pairs += _afd_pairs(found.best, {pre_site: rates[pre_site]}, places, wl, engine,
                                 price)
             unit_of.update({(e.attention_gpu, e.ffn_gpu, e.layout): e for e in found.best})
+            stats.append({"prefill_on": pre_site.gpu.name, **found.as_dict()})
         for e in sorted(unit_of.values(), key=lambda e: afd.rank_key(e, by_gpu)):
             pareto.append({"mode": "afd-decode",
                            "tokens_per_s_per_gpu": e.output_tokens_per_s_per_gpu,
@@ -268,7 +272,7 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
                                c.deployment.pool("ffn").gpu, afd.afd_layout_of(c.deployment))]
                       for c in af)
     return SearchResult(co, dis, tuple(_pareto_front(pareto)), layouts_seen, cluster.num_gpus,
-                        af, units)
+                        af, units, tuple(stats))
 
 
 def _whole_nodes(gpus: int, site: Site) -> int:

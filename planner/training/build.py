@@ -10,6 +10,7 @@ from cost_models.training.layers import config_stage_layers, stage_layers
 from cost_models.training.step import Estimate
 from planner import __version__
 from planner.plan.document import SCHEMA_VERSION, Plan, inputs_hash, plan_inputs
+from planner.plan.fabric import fabric_section
 from planner.plan.ranks import make_pool
 from planner.training.estimate_json import estimate_to_dict
 from topologies.cluster import Cluster
@@ -55,4 +56,5 @@ def build_plan(model: ModelSpec, cluster: Cluster, est: Estimate, prof: Profile,
     pool = make_pool("train", "train", cluster, cfg.degrees, node_order)
     return Plan(schema_version=SCHEMA_VERSION, kind="training", planner_version=__version__,
                 inputs_hash=inputs_hash(inputs), inputs=inputs, pools=[pool],
-                prediction=prediction, training=training, notes=list(notes or []))
+                prediction=prediction, training=training, notes=list(notes or []),
+                fabric=fabric_section(cluster, pool))
