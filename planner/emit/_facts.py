@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from planner.emit._nccl import FabricNode, fabric_notes, fabric_of
 from planner.plan.document import Plan
 
 if TYPE_CHECKING:  # annotations only: the objects come from the Plan's accessors
@@ -44,6 +45,8 @@ class Facts:
     ``chunk_layers`` lists the decoder layers of every model chunk in virtual-stage order
     (chunk ``j = v * pp + s`` is virtual stage ``v`` of pipeline stage ``s``, Megatron's
     interleaved assignment); with ``vpp == 1`` it is the per-stage layer count.
+    ``fabric``: each node's NCCL settings, in node-rank order (None when the plan has no
+    fabric section, :mod:`planner.emit._nccl`); ``fabric_notes`` describe them.
     """
 
     nodes: tuple[Node, ...]
@@ -54,6 +57,8 @@ class Facts:
     chunk_layers: tuple[int, ...]
     schedule: str
     inputs_hash: str
+    fabric: tuple[FabricNode, ...] | None = None
+    fabric_notes: tuple[str, ...] = ()
 
     @property
     def stage_layers(self) -> tuple[int, ...]:
@@ -244,7 +249,12 @@ def facts_of(plan: Plan) -> Facts:
     if not (isinstance(digest, str) and _HEX64.fullmatch(digest)):
         raise ValueError(f"plan: inputs_hash must be 64 lowercase hex digits, got {digest!r}")
     chunks = _chunk_layers(plan, cfg, model.num_layers)
-    return Facts(nodes, cfg, model, workload, micro_batches, chunks, plan.schedule, digest)
+    fabric = fabric_of(plan)
+    if fabric is not None and [(n.rank, n.host) for n in fabric] != [(n.rank, n.host)
+                                                                      for n in nodes]:
+        raise ValueError("plan: fabric.nodes must list the plan's nodes in node-rank order")
+    return Facts(nodes, cfg, model, workload, micro_batches, chunks, plan.schedule, digest,
+                 fabric, tuple(fabric_notes(fabric, plan.fabric)))
 
 
 def degrees_line(f: Facts) -> str:

@@ -234,7 +234,7 @@ def ffn_counts(model: ModelSpec, site: Site) -> list[int]:
 class AfdSearch:
     best: tuple[AfdEstimate, ...]  # best first, at most ``top_k``
     evaluated: int  # layouts priced
-    grid: int  # (degrees, m) combinations enumerated
+    grid: int  # (GPU types, attention TP, instances, FFN GPUs) combinations that fit
     pruned: int  # (degrees) whose upper bound could not beat the top_k found before them
     pruned_bound: float = 0.0  # the largest upper bound among pruned (degrees)
 
@@ -307,6 +307,7 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
                         unit = _unit(model, wl, cluster, cal, placement(att, ffn, probe), probe)
                         if not unit.memory.ffn_fits:
                             break  # the experts need more GPUs than n_e, whatever the ranks
+                        grid += 1
                         most = min(max_batch, unit.memory.max_batch)
                         if most < 1:
                             continue
@@ -318,7 +319,6 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
                             pruned_bound = max(pruned_bound, bound)
                             continue
                         for m in range(1, MAX_MICRO_BATCHES + 1):
-                            grid += 1
 
                             def at_batch(b, tp=tp, ranks=ranks, n_e=n_e, m=m, unit=unit):
                                 return _price(unit, wl, AfdLayout(tp, ranks, n_e, m, b))
