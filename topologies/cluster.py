@@ -9,9 +9,21 @@ node ranks follow the node list.
 how many members share a fast domain (a node, or a rack-scale NVLink domain such as GB200
 NVL72), how many domains the group spans, and the bandwidth and latency of the tier inside and
 between domains.
+
+Transport rule (:func:`group_view`): a collective runs on RDMA only when every member's node
+reaches every other over one RDMA network: the same transport class (``ib`` or ``roce``: an
+InfiniBand HCA and a RoCE NIC do not interoperate) and the same RDMA island
+(``NodeGroup.rdma_island``; groups without one share their class's default island). A group
+whose nodes differ in either, or that mixes RDMA and TCP-only nodes, runs on NCCL's socket
+transport at the slowest member's socket share (:attr:`NodeGroup.socket_bw_bytes_per_s`): NCCL
+cannot run one communicator over IB/RoCE and TCP at once (NVIDIA/nccl#878) and picks its
+network per communicator (``src/plugin/net.cc``, ``ncclNetInit``: the communicator's
+``netName``/``NCCL_NET``, else the first plugin that initialises locally), so a mixed group
+only works over ``Socket`` (the per-group ``NCCL_NET=Socket`` switch of NVIDIA/apex#1620).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Sequence
@@ -21,7 +33,28 @@ import numpy as np
 from topologies.catalog import GpuSpec
 
 TRANSPORTS = ("ib", "roce", "tcp")
+RDMA_TRANSPORTS = ("ib", "roce")
 FABRICS = ("nvswitch", "nvlink", "pcie", "xgmi", "host")
+
+# Names that end up in NCCL settings and launch scripts: RDMA device names (``mlx5_0``, with an
+# optional ``:port`` as NCCL_IB_HCA accepts), interface names (``eth0``, at most 15
+# characters: Linux IFNAMSIZ 16 with its NUL) and RDMA island labels. No comma (NCCL's list
+# separator), no ``=``/``^`` (NCCL's match prefixes), no whitespace or shell metacharacters.
+DEVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+IFNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,14}")
+ISLAND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+# NCCL_IB_GID_INDEX written for RoCE NICs whose spec gives none. NCCL's own default is -1
+# (pick a RoCE v2 GID by itself) since 2.21 and 0 (a RoCE v1 link-local GID) before (NCCL
+# docs, env.html NCCL_IB_GID_INDEX); 3 is the RoCE v2 GID of the interface's IPv4 address on
+# ConnectX NICs with one IPv4 address per interface (index 0/1: link-local v1/v2, 2/3: IPv4
+# v1/v2), the value NVIDIA's and switch vendors' RoCE guides set. Pinning it keeps old and new
+# NCCL on the same GID; give gid_index where the GID table differs (IPv6, several addresses).
+DEFAULT_ROCE_GID_INDEX = 3
+
+# Latency of NCCL's socket transport over RDMA ports used as IP interfaces (IPoIB, Ethernet):
+# kernel sockets, the ``tcp`` figure of ``topologies.spec.NIC_LATENCY_US`` (estimate).
+SOCKET_LATENCY_S = 25e-6
 
 
 @dataclass(frozen=True)
@@ -33,6 +66,8 @@ class Nic:
     transport: str  # "ib" | "roce" | "tcp"
     devices: tuple[str, ...] = ()
     latency_s: float = 5e-6
+    gid_index: int | None = None  # RoCE: NCCL_IB_GID_INDEX (None: DEFAULT_ROCE_GID_INDEX)
+    ifname: str | None = None  # the IP interface NCCL's sockets use on these NICs (eth0, ib0)
 
     def __post_init__(self) -> None:
         if self.count < 0 or self.gbps <= 0:
@@ -41,6 +76,18 @@ class Nic:
             raise ValueError(f"NIC transport '{self.transport}' must be one of {TRANSPORTS}")
         if self.devices and len(self.devices) != self.count:
             raise ValueError(f"NIC has {len(self.devices)} device names for {self.count} NICs")
+        bad = [d for d in self.devices if not DEVICE_NAME.fullmatch(d)]
+        if bad:
+            raise ValueError(f"NIC device names {bad!r}: letters, digits and _ . : - only")
+        if self.ifname is not None and not IFNAME.fullmatch(self.ifname):
+            raise ValueError(f"NIC ifname {self.ifname!r}: an interface name of at most 15 "
+                             f"letters, digits and _ . : -")
+        if self.gid_index is not None and (self.transport != "roce" or self.gid_index < 0):
+            raise ValueError(f"NIC gid_index {self.gid_index}: an index >= 0, for RoCE NICs only")
+
+    @property
+    def rdma(self) -> bool:
+        return self.transport in RDMA_TRANSPORTS
 
     @property
     def bw_bytes_per_s(self) -> float:
@@ -63,8 +110,12 @@ class NodeGroup:
     nvlink_domain_nodes: int = 1  # nodes sharing one NVLink domain (GB200 NVL72: 18 trays)
     hosts: tuple[str, ...] = ()  # host names, one per node; () = "<name>-<index>"
     price_per_gpu_hour: float | None = None  # what one GPU costs per hour (None: not given)
+    rdma_island: str | None = None  # RDMA network of the nodes (None: their class's default)
 
     def __post_init__(self) -> None:
+        if self.rdma_island is not None and not ISLAND_NAME.fullmatch(self.rdma_island):
+            raise ValueError(f"node group '{self.name}': rdma_island {self.rdma_island!r}: "
+                             f"letters, digits and _ . - only")
         if self.hosts and len(self.hosts) != self.count:
             raise ValueError(f"node group '{self.name}': {len(self.hosts)} host names for "
                              f"{self.count} nodes")
@@ -95,6 +146,37 @@ class NodeGroup:
         if not self.nics:
             return "none"
         return max(self.nics, key=lambda n: n.bw_bytes_per_s).transport
+
+    @property
+    def rdma_nics(self) -> tuple[Nic, ...]:
+        """The NICs NCCL's IB plugin uses: those of the node's transport, when it is RDMA."""
+        return tuple(n for n in self.nics if n.rdma and n.transport == self.transport)
+
+    @property
+    def rdma_network(self) -> tuple[str, str] | None:
+        """(transport, island) of the RDMA network the node is on; None for TCP-only nodes.
+        Two nodes can do RDMA with each other exactly when these are equal."""
+        if self.transport not in RDMA_TRANSPORTS:
+            return None
+        return (self.transport, self.rdma_island or "")
+
+    @property
+    def socket_nics(self) -> tuple[Nic, ...]:
+        """The NICs NCCL's socket transport runs on: the TCP NICs, else those naming an IP
+        interface (``ifname``), else every NIC (RDMA ports carry IP: IPoIB, Ethernet)."""
+        return (tuple(n for n in self.nics if n.transport == "tcp")
+                or tuple(n for n in self.nics if n.ifname) or self.nics)
+
+    @property
+    def socket_bw_bytes_per_s(self) -> float:
+        """One node's bandwidth over NCCL's socket transport, one direction, bytes/s."""
+        return sum(n.bw_bytes_per_s for n in self.socket_nics)
+
+    @property
+    def socket_latency_s(self) -> float:
+        """Latency over the socket transport: a TCP NIC's own, kernel sockets on RDMA ports."""
+        return max((n.latency_s if n.transport == "tcp" else max(n.latency_s, SOCKET_LATENCY_S)
+                    for n in self.socket_nics), default=SOCKET_LATENCY_S)
 
 
 @dataclass(frozen=True)
@@ -213,12 +295,19 @@ class Cluster:
         table = np.array(self._rank_table, dtype=np.int64).reshape(-1, 3)
         domains = np.array([self.domain_of_node(n) for n in range(self.num_nodes)], dtype=np.int64)
         g = self.node_groups
+        networks = sorted({x.rdma_network for x in g if x.rdma_network is not None})
+        net_id = [networks.index(x.rdma_network) if x.rdma_network is not None else -1
+                  for x in g]
         return RankArrays(
             group=table[:, 0], node=table[:, 1], domain=domains[table[:, 1]],
             nic_share=np.array([x.nic_bw_bytes_per_s / x.gpus_per_node for x in g])[table[:, 0]],
             nic_latency_s=np.array([x.nic_latency_s for x in g])[table[:, 0]],
             intra_bw=np.array([x.intra_bw_bytes_per_s for x in g])[table[:, 0]],
-            intra_latency_s=np.array([x.intra_latency_s for x in g])[table[:, 0]])
+            intra_latency_s=np.array([x.intra_latency_s for x in g])[table[:, 0]],
+            rdma_network=np.array(net_id, dtype=np.int64)[table[:, 0]],
+            socket_share=np.array([x.socket_bw_bytes_per_s / x.gpus_per_node
+                                   for x in g])[table[:, 0]],
+            socket_latency_s=np.array([x.socket_latency_s for x in g])[table[:, 0]])
 
     def host_of_node(self, node: int) -> str:
         """Host name of global node ``node``: from the spec, else ``<group name>-<index>``."""
@@ -252,7 +341,8 @@ class Cluster:
 @dataclass(frozen=True, eq=False)
 class RankArrays:
     """Per-rank arrays (index = rank): node group, node, NVLink domain, and the link figures
-    of the rank's node group (NIC share per GPU, NIC latency, intra-domain bandwidth/latency)."""
+    of the rank's node group (NIC share per GPU, NIC latency, intra-domain bandwidth/latency,
+    its RDMA network as an id (-1: TCP only) and its share and latency over sockets)."""
 
     group: np.ndarray
     node: np.ndarray
@@ -261,6 +351,9 @@ class RankArrays:
     nic_latency_s: np.ndarray
     intra_bw: np.ndarray
     intra_latency_s: np.ndarray
+    rdma_network: np.ndarray
+    socket_share: np.ndarray
+    socket_latency_s: np.ndarray
 
 
 def first_nodes(cluster: Cluster, nodes: int) -> Cluster:
@@ -316,9 +409,13 @@ def worst_group_views(cluster: Cluster, groups: np.ndarray,
     intra_lat = np.where(k > 1, a.intra_latency_s[flat].max(axis=1), 0.0)
     # scale-out tier, as _inter_tier: a tier's latency counts when the group spans several units
     # of the tier beneath, its oversubscription when the group spans several of its switches
+    # transport rule (module docstring): members on different RDMA networks use sockets
     node = a.node[flat]
-    share = a.nic_share[flat].min(axis=1)
-    inter_lat = a.nic_latency_s[flat].max(axis=1)
+    net = a.rdma_network[flat]
+    sockets = net.max(axis=1) != net.min(axis=1)
+    share = np.where(sockets, a.socket_share[flat].min(axis=1), a.nic_share[flat].min(axis=1))
+    inter_lat = np.where(sockets, a.socket_latency_s[flat].max(axis=1),
+                         a.nic_latency_s[flat].max(axis=1))
     multi_below = node.max(axis=1) != node.min(axis=1)
     for tier in cluster.tiers:
         sw = node // tier.nodes_per_switch
@@ -352,17 +449,31 @@ def worst_group_views(cluster: Cluster, groups: np.ndarray,
     return views
 
 
+def runs_on_sockets(node_groups: Sequence[NodeGroup]) -> bool:
+    """Whether a communicator over nodes of these groups runs on NCCL's socket transport
+    (the transport rule of the module docstring): its nodes are not all on one RDMA network
+    (TCP-only nodes among RDMA ones included). A group of TCP-only nodes uses its TCP NICs."""
+    return len({g.rdma_network for g in node_groups}) > 1
+
+
 def _inter_tier(cluster: Cluster, groups: set[int], nodes: set[int]) -> LinkTier:
     """One GPU's share of the scale-out network, limited by the slowest node group touched.
 
     Node ``n`` sits below switch ``n // nodes_per_switch`` of each tier. The group crosses a
     tier when its nodes sit below more than one switch of the tier beneath (a node alone is its
-    own unit), and pays a tier's oversubscription when it leaves that tier's switches.
+    own unit), and pays a tier's oversubscription when it leaves that tier's switches. A group
+    whose nodes are not on one RDMA network runs on sockets (:func:`runs_on_sockets`): the
+    tier is named ``tcp`` and uses each node's socket share and latency.
     """
-    share = min(cluster.node_groups[g].nic_bw_bytes_per_s / cluster.node_groups[g].gpus_per_node
-                for g in groups)
-    latency = max(cluster.node_groups[g].nic_latency_s for g in groups)
-    name = "/".join(sorted({cluster.node_groups[g].transport for g in groups}))
+    touched = [cluster.node_groups[g] for g in sorted(groups)]
+    if runs_on_sockets(touched):
+        share = min(g.socket_bw_bytes_per_s / g.gpus_per_node for g in touched)
+        latency = max(g.socket_latency_s for g in touched)
+        name = "tcp"
+    else:
+        share = min(g.nic_bw_bytes_per_s / g.gpus_per_node for g in touched)
+        latency = max(g.nic_latency_s for g in touched)
+        name = "/".join(sorted({g.transport for g in touched}))
     below = len(nodes)  # units of the tier beneath the group touches
     for tier in cluster.tiers:
         switches = len({n // tier.nodes_per_switch for n in nodes})

@@ -23,7 +23,8 @@ from typing import Any, Literal, Mapping, Sequence, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from topologies.catalog import GB, INLINE_CONFIDENCE, GpuSpec, UnknownGpuError, get_gpu
-from topologies.cluster import Cluster, NetworkTier, Nic, NodeGroup
+from topologies.cluster import (DEVICE_NAME, IFNAME, ISLAND_NAME, RDMA_TRANSPORTS, Cluster,
+                                NetworkTier, Nic, NodeGroup)
 from topologies.devices import DeviceSpec, gpu_spec_of
 
 __all__ = ["PCIE_X16_EFFECTIVE_GBPS", "INTRA_LATENCY_US", "NIC_LATENCY_US", "pcie_generation",
@@ -71,22 +72,52 @@ class NicSpec(_Strict):
     transport: Literal["ib", "roce", "tcp"] = Field(
         description="ib (InfiniBand), roce (RDMA over Ethernet) or tcp (plain Ethernet sockets).")
     devices: list[str] | None = Field(
-        default=None, description="Device names (mlx5_0, ...), one per NIC, in GPU order.")
+        default=None, description="Device names, one per NIC, in GPU (rail) order: RDMA "
+        "devices for ib/roce (mlx5_0, ...; written to NCCL_IB_HCA as exact names), network "
+        "interfaces for tcp (eth0, ...; NCCL_SOCKET_IFNAME).")
     latency_us: float | None = Field(
         default=None, gt=0, description="End-to-end latency, us; default by transport.")
+    gid_index: int | None = Field(
+        default=None, ge=0, description="RoCE only: the GID index NCCL uses "
+        "(NCCL_IB_GID_INDEX); default 3, the RoCE v2 GID of an interface's IPv4 address.")
+    ifname: str | None = Field(
+        default=None, description="The IP interface (eth0, ib0, bond0) NCCL's sockets use on "
+        "these NICs: bootstrap, and the socket transport (NCCL_SOCKET_IFNAME).")
+
+    @field_validator("devices")
+    @classmethod
+    def _safe_devices(cls, devices: list[str] | None) -> list[str] | None:
+        for name in devices or ():
+            if not DEVICE_NAME.fullmatch(name):
+                raise ValueError(f"device names of letters, digits and _ . : - (at most 64, no "
+                                 f"commas, spaces or shell characters): got {name!r}")
+        if devices is not None and len(set(devices)) != len(devices):
+            raise ValueError(f"distinct device names: {devices} repeats one")
+        return devices
+
+    @field_validator("ifname")
+    @classmethod
+    def _safe_ifname(cls, ifname: str | None) -> str | None:
+        if ifname is not None and not IFNAME.fullmatch(ifname):
+            raise ValueError(f"an interface name of at most 15 letters, digits and _ . : - "
+                             f"(no spaces or shell characters): got {ifname!r}")
+        return ifname
 
     @model_validator(mode="after")
     def _one_device_per_nic(self) -> NicSpec:
         if self.devices is not None and len(self.devices) != self.count:
             raise ValueError(f"one device name per NIC: list {self.count} names in devices "
                              f"(got {len(self.devices)}) or drop devices")
+        if self.gid_index is not None and self.transport != "roce":
+            raise ValueError(f"gid_index only on roce NICs (this one is {self.transport}): "
+                             f"NCCL_IB_GID_INDEX selects a RoCE GID; drop it")
         return self
 
     def to_nic(self) -> Nic:
         """The frozen NIC this entry describes."""
         latency_us = self.latency_us or NIC_LATENCY_US[self.transport]
         return Nic(self.count, self.gbps, self.transport, tuple(self.devices or ()),
-                   latency_us * 1e-6)
+                   latency_us * 1e-6, gid_index=self.gid_index, ifname=self.ifname)
 
 
 class NodeGroupSpec(_Strict):
@@ -117,6 +148,41 @@ class NodeGroupSpec(_Strict):
     price_per_gpu_hour: float | None = Field(
         default=None, gt=0, description="What one GPU of this group costs per hour, in any "
         "currency (planner serve --objective per-dollar).")
+    rdma_island: str | None = Field(
+        default=None, description="RDMA island of the nodes: groups on different islands have "
+        "no RDMA path between them (their communicators fall back to TCP sockets); default: "
+        "one island per transport (every ib group reaches every other ib group, every roce "
+        "group every roce group).")
+
+    @field_validator("rdma_island")
+    @classmethod
+    def _safe_island(cls, island: str | None) -> str | None:
+        if island is not None and not ISLAND_NAME.fullmatch(island):
+            raise ValueError(f"an island name of letters, digits and _ . - (at most 64): "
+                             f"got {island!r}")
+        return island
+
+    @model_validator(mode="after")
+    def _fabric_names_fit(self) -> NodeGroupSpec:
+        names = [d for n in self.nics for d in (n.devices or ())]
+        repeats = sorted({d for d in names if names.count(d) > 1})
+        if repeats:
+            raise ValueError(f"distinct device names across the group's nics: {repeats} "
+                             f"listed twice")
+        named = [n.devices is not None for n in self.nics if n.transport in RDMA_TRANSPORTS]
+        if any(named) and not all(named):
+            raise ValueError("devices on every ib/roce nics entry of the group or on none: "
+                             "NCCL_IB_HCA lists exactly the named devices, so an unnamed "
+                             "entry would be left out")
+        gids = {n.gid_index for n in self.nics if n.transport == "roce" and n.gid_index is not None}
+        if len(gids) > 1:
+            raise ValueError(f"one gid_index for the group's roce nics (NCCL_IB_GID_INDEX is "
+                             f"one value per process): got {sorted(gids)}")
+        if self.rdma_island is not None and not any(n.transport in RDMA_TRANSPORTS
+                                                    for n in self.nics):
+            raise ValueError(f"rdma_island only on a group with ib or roce nics: drop "
+                             f"rdma_island '{self.rdma_island}' or add the RDMA nics")
+        return self
 
     @field_validator("gpu", mode="before")
     @classmethod
@@ -200,7 +266,8 @@ class NodeGroupSpec(_Strict):
         return NodeGroup(self.name, self.count, self._gpu_spec(), self.gpus_per_node,
                          self.fabric, self.intra_bw_bytes_per_s(), latency_us * 1e-6,
                          tuple(n.to_nic() for n in self.nics), self.nvlink_domain_nodes,
-                         tuple(self.hosts or ()), self.price_per_gpu_hour)
+                         tuple(self.hosts or ()), self.price_per_gpu_hour,
+                         rdma_island=self.rdma_island)
 
 
 class NetworkTierSpec(_Strict):

@@ -11,6 +11,10 @@ torchrun flags (``torch/distributed/run.py``, ``torchrun --help``): ``--nnodes``
 ``--node-rank`` (``rdzv_configs["rank"] = args.node_rank``) and the endpoint is
 ``master_addr:master_port``, so node rank ``r`` always gets the global ranks after those of
 nodes ``0..r-1``: the ranks the plan's rank table assumes.
+
+A plan with a fabric section also sets each node's NCCL environment (exported in a ``case`` on
+the node rank) and, where a node's ranks use different rails, starts every process through the
+rank wrapper of :mod:`planner.emit._nccl` (``--no-python bash -c <wrapper>``).
 """
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ import re
 import shlex
 
 from planner.emit._facts import Facts, Node
+from planner.emit._nccl import (RANK_WRAPPER_NAME, env_words, export_lines, needs_wrapper,
+                                rank_wrapper, wrapper_argv)
 from planner.emit._options import EmitOptions
 
 # torchrun reads PET_<OPTION> environment variables as option defaults; these four could turn
@@ -44,16 +50,37 @@ def indent(lines: list[str], prefix: str = "  ") -> list[str]:
 
 def torchrun_argv(f: Facts, o: EmitOptions, node: Node) -> tuple[str, ...]:
     """The argv of the torchrun command that node ``node`` runs (static rendezvous)."""
+    wrapper = (wrapper_argv(rank_wrapper(f.fabric[node.rank])) if needs_wrapper(f.fabric)
+               else [])
     return ("torchrun", f"--nnodes={len(f.nodes)}", f"--nproc-per-node={node.gpus}",
             f"--node-rank={node.rank}", "--rdzv-backend=static",
             f"--master-addr={f.master.host}", f"--master-port={o.master_port}",
-            o.script, *o.script_args)
+            *wrapper, o.script, *o.script_args)
 
 
 def command_line(f: Facts, o: EmitOptions, node: Node) -> str:
-    """Node ``node``'s full command as one shell line (``PLANNER_PLAN=... torchrun ...``)."""
-    words = [f"PLANNER_PLAN={q(o.plan_path)}"] + [q(w) for w in torchrun_argv(f, o, node)]
+    """Node ``node``'s full command as one shell line (``[NCCL_...=...] PLANNER_PLAN=...
+    torchrun ...``)."""
+    nccl = env_words(f.fabric[node.rank].env) if f.fabric else []
+    words = [*nccl, f"PLANNER_PLAN={q(o.plan_path)}"] + [q(w) for w in torchrun_argv(f, o, node)]
     return " ".join(words)
+
+
+def nccl_lines(f: Facts) -> list[str]:
+    """With ``PLANNER_NODE_RANK`` set: export the node's NCCL settings and, when ranks use
+    different rails, pick its rank wrapper (``PLANNER_NCCL_RANK_WRAPPER``). [] without a
+    fabric section."""
+    if not f.fabric:
+        return []
+    wrap = needs_wrapper(f.fabric)
+    lines = ["# NCCL settings of this node (plan fabric section)",
+             'case "$PLANNER_NODE_RANK" in']
+    for n in f.fabric:
+        body = export_lines(n.env)
+        if wrap:
+            body.append(f"PLANNER_NCCL_RANK_WRAPPER={q(rank_wrapper(n))}")
+        lines += [f"  {n.rank})", *indent(body, "    "), "    ;;"]
+    return [*lines, "esac"]
 
 
 def host_patterns(nodes: tuple[Node, ...]) -> tuple[tuple[str, int], ...]:
@@ -99,12 +126,14 @@ def launch_lines(f: Facts, o: EmitOptions) -> list[str]:
     else:
         nproc = ['case "$PLANNER_NODE_RANK" in',
                  *[f"  {n.rank}) PLANNER_NPROC={n.gpus} ;;" for n in f.nodes], "esac"]
+    wrapper = (["--no-python", "bash", "-c", '"$PLANNER_NCCL_RANK_WRAPPER"',
+                RANK_WRAPPER_NAME] if needs_wrapper(f.fabric) else [])
     words = ["torchrun", f"--nnodes={len(f.nodes)}", '--nproc-per-node="$PLANNER_NPROC"',
              '--node-rank="$PLANNER_NODE_RANK"', "--rdzv-backend=static",
              f"--master-addr={q(f.master.host)}", f"--master-port={o.master_port}",
-             q(o.script), *[q(a) for a in o.script_args]]
+             *wrapper, q(o.script), *[q(a) for a in o.script_args]]
     command = ["exec " + words[0] + " \\"] + [f"  {w} \\" for w in words[1:-1]] + [f"  {words[-1]}"]
-    return [*nproc,
+    return [*nproc, *nccl_lines(f),
             f"export PLANNER_PLAN={q(o.plan_path)}",
             "export PLANNER_NODE_RANK",
             f"unset {' '.join(PET_OVERRIDES)}",

@@ -19,6 +19,14 @@ rank is its pod index + 1, not a function of the host it lands on.
 
 The document is built as Python data and written with ``yaml.safe_dump`` (no text
 templating); comments are fixed text with user values escaped to one line.
+
+NCCL settings (plans with a fabric section, :mod:`planner.emit._nccl`): a replica whose hosts
+all share the same settings gets them as container ``env`` (and, where its ranks use different
+rails, torchrun runs the LOCAL_RANK rail wrapper: ``--no-python bash -c <wrapper>``). Workers
+on hosts with different settings cannot be told apart by pod index, so their wrapper looks up
+the host the pod runs on (``PLANNER_K8S_NODE`` from the downward API field ``spec.nodeName``,
+which must equal the plan's host name, as the ``kubernetes.io/hostname`` label usually does)
+and exports that host's settings and rail before Python starts.
 """
 from __future__ import annotations
 
@@ -27,10 +35,12 @@ import re
 import yaml
 
 from planner.emit._facts import Facts, comment_safe, header_lines
+from planner.emit._nccl import FabricNode, host_wrapper, rank_wrapper, wrapper_argv
 from planner.emit._options import EmitOptions, dns1123_name
 from planner.emit.types import Emission
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+NODE_NAME_VAR = "PLANNER_K8S_NODE"  # the pod's node (downward API spec.nodeName)
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 
 
@@ -45,24 +55,44 @@ def k8s_unescape(value: str) -> str:
     return value.replace("$$", "$")
 
 
-def torchrun_args(f: Facts, o: EmitOptions, gpus: int) -> list[str]:
-    """The container's ``args`` after ``torchrun``: node rank and master from the operator."""
+def torchrun_args(f: Facts, o: EmitOptions, gpus: int,
+                  wrapper: tuple[str, ...] = ()) -> list[str]:
+    """The container's ``args`` after ``torchrun``: node rank and master from the operator;
+    ``wrapper``: the (escaped) rank-wrapper arguments that go before the script."""
     return [f"--nnodes={len(f.nodes)}", f"--nproc-per-node={gpus}",
             "--node-rank=$(PET_NODE_RANK)", "--rdzv-backend=static",
             "--master-addr=$(PET_MASTER_ADDR)", "--master-port=$(PET_MASTER_PORT)",
-            k8s_escape(o.script), *[k8s_escape(a) for a in o.script_args]]
+            *wrapper, k8s_escape(o.script), *[k8s_escape(a) for a in o.script_args]]
 
 
-def _container(f: Facts, o: EmitOptions, gpus: int) -> dict:
+def replica_nccl(nodes: list[FabricNode]) -> tuple[list[dict], tuple[str, ...]]:
+    """(container env entries, escaped torchrun wrapper arguments) that give the pods of one
+    replica type, running on ``nodes``, their NCCL settings."""
+    if not nodes:
+        return [], ()
+    first = nodes[0]
+    if all(n.env == first.env and n.rank_env == first.rank_env for n in nodes):
+        env = [{"name": name, "value": k8s_escape(value)} for name, value in first.env]
+        wrapper = wrapper_argv(rank_wrapper(first)) if first.rank_env is not None else []
+    else:
+        env = [{"name": NODE_NAME_VAR,
+                "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+        wrapper = wrapper_argv(host_wrapper(tuple(nodes), NODE_NAME_VAR))
+    return env, tuple(k8s_escape(w) for w in wrapper)
+
+
+def _container(f: Facts, o: EmitOptions, gpus: int, nodes: list[FabricNode]) -> dict:
+    env, wrapper = replica_nccl(nodes)
     return {"name": "pytorch", "image": o.image, "command": ["torchrun"],
-            "args": torchrun_args(f, o, gpus),
-            "env": [{"name": "PLANNER_PLAN", "value": k8s_escape(o.plan_path)}],
+            "args": torchrun_args(f, o, gpus, wrapper),
+            "env": [{"name": "PLANNER_PLAN", "value": k8s_escape(o.plan_path)}, *env],
             "resources": {"limits": {"nvidia.com/gpu": gpus}}}
 
 
-def _replica(f: Facts, o: EmitOptions, replicas: int, gpus: int, placement: dict) -> dict:
+def _replica(f: Facts, o: EmitOptions, replicas: int, gpus: int, placement: dict,
+             nodes: list[FabricNode]) -> dict:
     return {"replicas": replicas, "restartPolicy": "OnFailure",
-            "template": {"spec": {**placement, "containers": [_container(f, o, gpus)]}}}
+            "template": {"spec": {**placement, "containers": [_container(f, o, gpus, nodes)]}}}
 
 
 def _worker_affinity(hosts: list[str]) -> dict:
@@ -79,7 +109,13 @@ def kubeflow_notes(f: Facts, o: EmitOptions) -> list[str]:
              "intra-node placement matters, check the pods' nodes against the plan (or use the "
              "torchrun/slurm formats, which fix each host's rank).",
              "The container must see the plan at PLANNER_PLAN (e.g. mount it from a "
-             "ConfigMap)."]
+             "ConfigMap).", *f.fabric_notes]
+    workers = list(f.fabric[1:]) if f.fabric else []
+    if workers and any((n.env, n.rank_env) != (workers[0].env, workers[0].rank_env)
+                       for n in workers):
+        notes.append(f"Worker hosts differ in NCCL settings: each Worker's wrapper picks them "
+                     f"by its node name ({NODE_NAME_VAR} = spec.nodeName), which must be the "
+                     f"plan's host name.")
     bad = [n.host for n in f.nodes if not _LABEL_VALUE.fullmatch(n.host)]
     if bad:
         notes.append(f"Not valid Kubernetes label values (scheduling will be refused): "
@@ -98,10 +134,12 @@ def pytorchjob(f: Facts, o: EmitOptions, notes: list[str]) -> dict:
                          "nprocPerNode (and Workers one pod template); use the torchrun or "
                          "slurm format")
     gpus = f.uniform_gpus
-    specs = {"Master": _replica(f, o, 1, gpus, {"nodeSelector": {HOSTNAME_LABEL: f.master.host}})}
+    fabric = list(f.fabric or ())
+    specs = {"Master": _replica(f, o, 1, gpus, {"nodeSelector": {HOSTNAME_LABEL: f.master.host}},
+                                fabric[:1])}
     if len(f.nodes) > 1:
         specs["Worker"] = _replica(f, o, len(f.nodes) - 1, gpus,
-                                   _worker_affinity([n.host for n in f.nodes[1:]]))
+                                   _worker_affinity([n.host for n in f.nodes[1:]]), fabric[1:])
     metadata = {"name": dns1123_name(o.job_name),
                 "annotations": {"planner/inputs-hash": f.inputs_hash,
                                 "planner/job-name": o.job_name,

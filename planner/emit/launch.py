@@ -12,6 +12,11 @@ and ``--exclusive``; then one ``srun`` task per node (https://slurm.schedmd.com/
 maps ``$SLURMD_NODENAME`` / ``hostname`` to the plan's node rank through a ``case`` table.
 ``SLURM_NODEID`` is not used: it numbers the nodes in Slurm's sorted node-list order, which
 need not be the plan's node-rank order (the plan may have reordered nodes for locality).
+
+Plans with a fabric section get each node's NCCL settings (``NCCL_NET``, ``NCCL_IB_HCA`` with
+exact ``=`` names, ``NCCL_IB_GID_INDEX``, ``NCCL_SOCKET_IFNAME``, ``NCCL_IB_DISABLE``) exported
+before torchrun starts, and the LOCAL_RANK rail wrapper where a node's ranks use different
+rails (:mod:`planner.emit._nccl`).
 """
 from __future__ import annotations
 
@@ -32,7 +37,7 @@ def _rank_notes(f: Facts) -> list[str]:
     for n in f.nodes:
         notes.append(f"  node_rank {n.rank}: host {comment_safe(n.host)}, {n.gpus} GPUs, "
                      f"global ranks {n.first_rank}-{n.first_rank + n.gpus - 1}")
-    return notes
+    return notes + list(f.fabric_notes)
 
 
 def render_torchrun(f: Facts, o: EmitOptions) -> Emission:

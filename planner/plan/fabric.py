@@ -1,0 +1,245 @@
+"""The Plan's ``fabric`` section: what each node's NCCL must be told, and the settings it implies.
+
+A training plan carries the section when its cluster spec names any of its fabric (NIC
+``devices``, ``ifname`` or ``gid_index``, or a node group's ``rdma_island``); plans of clusters
+without them have no section and keep their bytes. The section is::
+
+    {"nodes": [one entry per torchrun node rank, in node-rank order],
+     "socket_groups": {group kind: number of its groups that run on TCP sockets}}
+
+and each node entry::
+
+    {"node_rank", "host", "node_group",
+     "transport":      "ib" | "roce" | "tcp" | "none" (no NICs: a single-node cluster),
+     "rdma_island":    the group's island, null for its transport's default island,
+     "hcas":           the RDMA devices NCCL may use, exact names in GPU (rail) order
+                       ([] when the spec names none, or for TCP nodes),
+     "gid_index":      RoCE GID index (NCCL_IB_GID_INDEX), null unless transport is roce,
+     "socket_ifnames": IP interfaces for NCCL's sockets (bootstrap, TCP transport), maybe [],
+     "rank_hcas":      per LOCAL_RANK the devices of its rail, or null when the node's ranks
+                       all use the same devices}
+
+NCCL reads its NIC list once per process (``NCCL_IB_HCA``), so per-rank rails need a wrapper
+that sets it from ``LOCAL_RANK`` before the training process starts; the network (IB or
+Socket) is chosen per communicator (``topologies.cluster`` module docstring: the transport
+rule). :func:`nccl_env` and :func:`rank_env` turn an entry into environment variables
+(NCCL docs, ``env.html``):
+
+* ``NCCL_IB_HCA``: a leading ``=`` makes every listed name an exact match; without it each
+  name is a prefix (``mlx5_1`` would also select ``mlx5_10`` ... ``mlx5_19``);
+* ``NCCL_IB_GID_INDEX`` for RoCE (``topologies.cluster.DEFAULT_ROCE_GID_INDEX`` when the spec
+  gives none);
+* ``NCCL_SOCKET_IFNAME``, also with ``=`` (exact interface names);
+* ``NCCL_NET``: ``IB`` on RDMA nodes (NCCL fails instead of silently running on sockets when
+  the HCAs cannot be opened), ``Socket`` and ``NCCL_IB_DISABLE=1`` on TCP-only nodes.
+
+Every name passed the spec's name rules (``topologies.cluster.DEVICE_NAME`` / ``IFNAME``); the
+checks here repeat them for plan files edited by hand, and the emitters quote every value.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from topologies.cluster import (DEFAULT_ROCE_GID_INDEX, DEVICE_NAME, IFNAME, ISLAND_NAME,
+                                Cluster, NodeGroup, runs_on_sockets)
+
+NODE_KEYS = ("gid_index", "hcas", "host", "node_group", "node_rank", "rank_hcas",
+             "rdma_island", "socket_ifnames", "transport")
+TRANSPORTS = ("ib", "roce", "tcp", "none")
+
+
+def describes_fabric(cluster: Cluster) -> bool:
+    """Whether the cluster spec names any of its fabric (then plans carry the section)."""
+    return any(g.rdma_island is not None or any(
+        n.devices or n.ifname is not None or n.gid_index is not None for n in g.nics)
+        for g in cluster.node_groups)
+
+
+def rails_of_gpu(local: int, num_ports: int, gpus: int) -> list[int]:
+    """Ports (NIC indices of a node) GPU ``local`` uses: GPU g uses port g * ports // gpus, and
+    with more ports than GPUs the ports p with p * gpus // ports == g (the rule of
+    ``topologies.graph``)."""
+    if num_ports >= gpus:
+        return [p for p in range(num_ports) if p * gpus // num_ports == local]
+    return [local * num_ports // gpus]
+
+
+def socket_ifnames(group: NodeGroup) -> list[str]:
+    """The interfaces NCCL's sockets use on a node of ``group``: those of its TCP NICs (their
+    ``ifname``, else their device names), else the ``ifname`` of its other NICs; [] when the
+    spec names none (NCCL then picks one itself). Same NICs as ``NodeGroup.socket_nics``."""
+    names: list[str] = []
+    tcp = [n for n in group.nics if n.transport == "tcp"]
+    for nic in tcp or group.nics:
+        for name in ([nic.ifname] if nic.ifname else list(nic.devices) if tcp else []):
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def _node_entry(cluster: Cluster, node: dict[str, Any], locals_: list[int]) -> dict[str, Any]:
+    group = cluster.node_groups[cluster.group_of_node(node["node"])]
+    transport = group.transport
+    rdma = group.rdma_nics
+    ports = [d for n in rdma for d in n.devices] if rdma and all(n.devices for n in rdma) else []
+    rank_hcas = None
+    if ports:
+        rails = [[ports[p] for p in rails_of_gpu(local, len(ports), group.gpus_per_node)]
+                 for local in locals_]
+        if len({tuple(r) for r in rails}) > 1:
+            rank_hcas = rails
+    gid = None
+    if transport == "roce":
+        gid = next((n.gid_index for n in rdma if n.gid_index is not None),
+                   DEFAULT_ROCE_GID_INDEX)
+    return {"node_rank": node["node_rank"], "host": node["host"], "node_group": group.name,
+            "transport": transport, "rdma_island": group.rdma_island, "hcas": ports,
+            "gid_index": gid, "socket_ifnames": socket_ifnames(group), "rank_hcas": rank_hcas}
+
+
+def fabric_section(cluster: Cluster, pool: Any) -> dict[str, Any] | None:
+    """The fabric section of a plan whose pool is ``pool`` (a ``planner.plan.document.Pool``),
+    or None when the cluster spec names none of its fabric."""
+    if not describes_fabric(cluster):
+        return None
+    locals_of: dict[int, dict[int, int]] = {}  # node rank -> {LOCAL_RANK: local GPU}
+    first = {n["node_rank"]: n["first_rank"] for n in pool.nodes}
+    for row in pool.rank_rows():
+        locals_of.setdefault(row["node_rank"], {})[row["rank"] - first[row["node_rank"]]] = \
+            row["local"]
+    nodes = [_node_entry(cluster, n, [locals_of[n["node_rank"]][lr]
+                                      for lr in range(n["gpus"])]) for n in pool.nodes]
+    return {"nodes": nodes, "socket_groups": socket_groups(cluster, pool)}
+
+
+def socket_groups(cluster: Cluster, pool: Any) -> dict[str, int]:
+    """Per process-group kind, how many of its groups span RDMA networks (and so run on TCP
+    sockets, ``topologies.cluster.runs_on_sockets``); kinds with none are left out."""
+    group_of_node_rank = {n["node_rank"]: cluster.group_of_node(n["node"]) for n in pool.nodes}
+    group_of_rank = {row["rank"]: group_of_node_rank[row["node_rank"]]
+                     for row in pool.rank_rows()}
+    out: dict[str, int] = {}
+    for kind in sorted(pool.groups):
+        count = sum(runs_on_sockets([cluster.node_groups[g] for g in
+                                     {group_of_rank[r] for r in members}])
+                    for members in pool.groups[kind])
+        if count:
+            out[kind] = count
+    return out
+
+
+# --- NCCL settings ----------------------------------------------------------------------
+
+
+def exact_list(names: list[str]) -> str:
+    """An NCCL device or interface list whose names all match exactly (leading ``=``)."""
+    return "=" + ",".join(names)
+
+
+def nccl_env(entry: dict[str, Any]) -> list[tuple[str, str]]:
+    """The NCCL environment of one node (a fabric ``nodes`` entry), in a fixed order."""
+    transport = entry["transport"]
+    env: list[tuple[str, str]] = []
+    if transport in ("ib", "roce"):
+        env.append(("NCCL_NET", "IB"))
+        if entry["hcas"]:
+            env.append(("NCCL_IB_HCA", exact_list(entry["hcas"])))
+        if entry["gid_index"] is not None:
+            env.append(("NCCL_IB_GID_INDEX", str(entry["gid_index"])))
+    elif transport == "tcp":
+        env += [("NCCL_NET", "Socket"), ("NCCL_IB_DISABLE", "1")]
+    if entry["socket_ifnames"] and transport != "none":
+        env.append(("NCCL_SOCKET_IFNAME", exact_list(entry["socket_ifnames"])))
+    return env
+
+
+def rank_env(entry: dict[str, Any], local_rank: int) -> list[tuple[str, str]]:
+    """What the per-rank wrapper sets for ``LOCAL_RANK`` ``local_rank`` ([] without rails)."""
+    if entry["rank_hcas"] is None:
+        return []
+    return [("NCCL_IB_HCA", exact_list(entry["rank_hcas"][local_rank]))]
+
+
+def socket_group_note(section: dict[str, Any]) -> str | None:
+    """One line on the communicators that run on sockets, or None when there are none."""
+    groups = section.get("socket_groups") or {}
+    if not groups:
+        return None
+    kinds = ", ".join(f"{n} {kind}" for kind, n in groups.items())
+    return (f"Process groups spanning RDMA networks run on TCP sockets ({kinds} groups; the "
+            f"plan's cost model charges them at socket speed). NCCL picks its network per "
+            f"communicator and cannot mix IB/RoCE and TCP in one (NVIDIA/nccl#878): create "
+            f"those groups with NCCL_NET=Socket (or ncclConfig netName \"Socket\"); each "
+            f"node's NCCL_NET is the default for all other groups.")
+
+
+# --- checks ------------------------------------------------------------------------------
+
+
+def _name_problems(where: str, names: Any, pattern, what: str) -> list[str]:
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return [f"{where}: a list of {what} names"]
+    bad = [n for n in names if not pattern.fullmatch(n)]
+    if bad:
+        return [f"{where}: {what} names of letters, digits and _ . : - only (no commas, "
+                f"spaces or shell characters), got {bad[0]!r}"]
+    if len(set(names)) != len(names):
+        return [f"{where}: repeated {what} names"]
+    return []
+
+
+def entry_problems(i: int, entry: Any, gpus: int | None = None) -> list[str]:
+    """Shape and name checks of ``nodes[i]`` of a fabric section (no cluster needed)."""
+    where = f"fabric.nodes[{i}]"
+    if not isinstance(entry, dict) or sorted(entry) != sorted(NODE_KEYS):
+        return [f"{where}: an object with keys {list(NODE_KEYS)}"]
+    problems: list[str] = []
+    if entry["transport"] not in TRANSPORTS:
+        problems.append(f"{where}.transport: one of {TRANSPORTS}, got {entry['transport']!r}")
+    island = entry["rdma_island"]
+    if island is not None and not (isinstance(island, str) and ISLAND_NAME.fullmatch(island)):
+        problems.append(f"{where}.rdma_island: null or letters, digits and _ . -")
+    problems += _name_problems(f"{where}.hcas", entry["hcas"], DEVICE_NAME, "device")
+    problems += _name_problems(f"{where}.socket_ifnames", entry["socket_ifnames"], IFNAME,
+                               "interface")
+    gid = entry["gid_index"]
+    if gid is not None and (type(gid) is not int or gid < 0 or entry["transport"] != "roce"):
+        problems.append(f"{where}.gid_index: null, or an integer >= 0 on a roce node")
+    rails = entry["rank_hcas"]
+    if rails is not None:
+        if not isinstance(rails, list) or (gpus is not None and len(rails) != gpus):
+            problems.append(f"{where}.rank_hcas: null or one device list per LOCAL_RANK")
+        else:
+            for lr, names in enumerate(rails):
+                found = _name_problems(f"{where}.rank_hcas[{lr}]", names, DEVICE_NAME, "device")
+                if not found and (not names or not set(names) <= set(entry["hcas"] or [])):
+                    found = [f"{where}.rank_hcas[{lr}]: devices of the node's hcas"]
+                problems += found
+    return problems
+
+
+def fabric_problems(section: Any, cluster: Cluster, pool: Any) -> list[str]:
+    """Every problem of a plan's fabric section: its shape, its names, and whether it is the
+    section the plan's cluster and pool give (so emitted settings match the NICs)."""
+    if not isinstance(section, dict) or sorted(section) != ["nodes", "socket_groups"]:
+        return ["fabric: an object with keys nodes and socket_groups"]
+    nodes = section["nodes"]
+    if not isinstance(nodes, list) or len(nodes) != len(pool.nodes):
+        return [f"fabric.nodes: one entry per node of the pool ({len(pool.nodes)})"]
+    problems = [p for i, (e, n) in enumerate(zip(nodes, pool.nodes))
+                for p in entry_problems(i, e, n.get("gpus"))]
+    if problems:
+        return problems
+    expected = fabric_section(cluster, pool)
+    if expected is None:
+        return ["fabric: the plan's cluster names no NIC devices, interfaces, GID indices or "
+                "RDMA islands, so the plan has no fabric section"]
+    for i, (got, want) in enumerate(zip(nodes, expected["nodes"])):
+        for key in NODE_KEYS:
+            if got[key] != want[key]:
+                return [f"fabric.nodes[{i}].{key} is {got[key]!r} but the plan's cluster and "
+                        f"pool give {want[key]!r}"]
+    if section["socket_groups"] != expected["socket_groups"]:
+        return [f"fabric.socket_groups is {section['socket_groups']!r} but the plan's groups "
+                f"give {expected['socket_groups']!r}"]
+    return []
