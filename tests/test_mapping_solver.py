@@ -511,3 +511,63 @@ def test_large_cluster_of_four_classes_is_solved_optimally():
     assert sorted(got.stage_speed) == sorted(levels * 4)
     for st in got.stage_units:  # every stage is made of one kind of node
         assert len({p.unit_speed[u] for u in st}) == 1
+
+
+# ---------------------------------------------------------------------------------------
+# Networks: a stage whose units cannot all do RDMA with each other runs on sockets
+# ---------------------------------------------------------------------------------------
+
+def _with_networks(p: MappingProblem, rng: random.Random) -> MappingProblem:
+    n = p.num_units
+    nets = [rng.randrange(rng.randint(1, 3)) for _ in range(n)]
+    sockets = [v * rng.choice((0.2, 0.5, 0.9, 1.0)) for v in p.unit_speed]
+    return MappingProblem(p.unit_gpus, p.unit_speed, p.unit_domain, p.num_stages,
+                          p.gpus_per_stage, p.domain_span_penalty, unit_network=nets,
+                          unit_socket_speed=sockets)
+
+
+def test_network_aware_solver_matches_brute_force():
+    """With networks, CP-SAT and exhaustive search agree (objective, mapping, tie-break), and
+    a stage's speed is its slowest socket speed exactly when it spans networks."""
+    rng = random.Random(7)
+    mixed_optima = pure_optima = 0
+    for _ in range(150):
+        p = _with_networks(_random_small(rng), rng)
+        try:
+            ref = brute_force_mapping(p)
+        except InfeasibleMapping:
+            with pytest.raises(InfeasibleMapping):
+                solve_mapping(p)
+            continue
+        got = solve_mapping(p)
+        assert got.optimal and got.objective == pytest.approx(ref.objective, rel=1e-9), p
+        assert got.stage_units == ref.stage_units, p
+        for units, speed in zip(got.stage_units, got.stage_speed):
+            spans = len({p.unit_network[u] for u in units}) > 1
+            expected = min((p.unit_socket_speed if spans else p.unit_speed)[u] for u in units)
+            assert speed == pytest.approx(expected)
+            mixed_optima += spans
+            pure_optima += not spans
+    assert mixed_optima >= 5 and pure_optima >= 50  # both kinds of stage occur
+
+
+def test_holmes_groups_each_stage_on_one_network():
+    """Four IB and four RoCE nodes listed alternately, same GPUs and speed: Megatron's order
+    puts one of each in every stage (its DP groups fall back to sockets); the solver keeps
+    every stage on one network and runs at full speed."""
+    n = 8
+    p = MappingProblem([8] * n, [1.0] * n, [0] * n, num_stages=4, gpus_per_stage=16,
+                       unit_network=[u % 2 for u in range(n)], unit_socket_speed=[0.3] * n)
+    base = megatron_mapping(p)
+    assert base.stage_speed == (0.3,) * 4
+    got = solve_mapping(p)
+    assert all(len({u % 2 for u in st}) == 1 for st in got.stage_units)
+    assert got.objective == pytest.approx(4.0) and got.optimal
+    assert brute_force_mapping(p).objective == pytest.approx(4.0)
+
+
+def test_networks_validated():
+    with pytest.raises(ValueError, match="together"):
+        MappingProblem([8], [1.0], [0], 1, 8, unit_network=[0])
+    with pytest.raises(ValueError, match="<= unit_speed"):
+        MappingProblem([8], [1.0], [0], 1, 8, unit_network=[0], unit_socket_speed=[2.0])

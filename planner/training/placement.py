@@ -29,17 +29,25 @@ def _uniform(cluster: Cluster) -> bool:
     """One kind of node: every placement is a relabelling of the listing order."""
     first = cluster.node_groups[0]
     return all((g.gpu.name, g.gpus_per_node, g.fabric, g.intra_bw_bytes_per_s, g.nics,
-                g.nvlink_domain_nodes) == (first.gpu.name, first.gpus_per_node, first.fabric,
-                                           first.intra_bw_bytes_per_s, first.nics,
-                                           first.nvlink_domain_nodes)
+                g.nvlink_domain_nodes, g.rdma_network) == (
+                    first.gpu.name, first.gpus_per_node, first.fabric,
+                    first.intra_bw_bytes_per_s, first.nics, first.nvlink_domain_nodes,
+                    first.rdma_network)
                for g in cluster.node_groups)
 
 
 def _group_speed(model: ModelSpec, cluster: Cluster, group_index: int, workload: Workload,
-                 est: Estimate, prof: Profile) -> float:
+                 est: Estimate, prof: Profile, sockets: bool = False,
+                 with_sync: bool = False) -> float:
     """1 / per-micro-batch time of a stage's layers when its ranks sit on nodes of one group.
 
     Judged on a one-stage cluster of that group's nodes (same TP/CP/EP/DP degrees, pp = 1).
+    ``sockets``: as in a stage that mixes RDMA networks, whose collectives NCCL runs over its
+    socket transport: the group's NICs replaced by its socket NICs as TCP
+    (:attr:`topologies.cluster.NodeGroup.socket_nics`). ``with_sync``: 1 / the whole step of
+    that one-stage configuration instead, so that the data-parallel gradient sync, which
+    crosses the stage's nodes once per step, counts (the network a stage's DP group runs on
+    matters through it).
     """
     from planner.plan.document import cluster_to_plain  # the cluster as a spec, to cut one group out
 
@@ -47,6 +55,11 @@ def _group_speed(model: ModelSpec, cluster: Cluster, group_index: int, workload:
                   zero_bubble=False, seq_slices=1)
     spec = cluster_to_plain(cluster)
     group = dict(spec["node_groups"][group_index])
+    if sockets:
+        socket = cluster.node_groups[group_index].socket_nics
+        group["nics"] = [{"count": n.count, "gbps": n.gbps, "transport": "tcp"}
+                         for n in socket]
+        group.pop("rdma_island", None)
     nodes = -(-cfg.degrees.num_gpus // group["gpus_per_node"])
     group.update(count=nodes, hosts=None)
     spec["node_groups"] = [group]
@@ -55,6 +68,8 @@ def _group_speed(model: ModelSpec, cluster: Cluster, group_index: int, workload:
     if cfg.degrees.num_gpus != nodes * group["gpus_per_node"]:
         return 0.0
     one = cluster_from_dict(spec)
+    if with_sync:
+        return 1.0 / estimate(model, one, workload, cfg, prof).step_time_s
     inputs = partition_inputs(model, one, workload, cfg, prof, stage_views(one, cfg.degrees))
     return 1.0 / sum(inputs.layer_time_s)
 
@@ -63,15 +78,30 @@ def mapping_problem(model: ModelSpec, cluster: Cluster, workload: Workload, est:
                     prof: Profile) -> MappingProblem:
     """Nodes as units with the speed of a stage built on them, leaf switches as domains."""
     cfg = est.config
-    speeds = [_group_speed(model, cluster, g, workload, est, prof)
-              for g in range(len(cluster.node_groups))]
+    groups = range(len(cluster.node_groups))
+    # networks: nodes that can do RDMA with each other share one (TCP-only nodes their own);
+    # with several, a stage that mixes them runs its DP sync on sockets, so speeds include it
+    nets = {g.rdma_network for g in cluster.node_groups}
+    sync = len(nets) > 1
+    speeds = [_group_speed(model, cluster, g, workload, est, prof, with_sync=sync) or 1e-9
+              for g in groups]
     leaf = cluster.tiers[0].nodes_per_switch if cluster.tiers else cluster.num_nodes
     units = range(cluster.num_nodes)
+    of = [cluster.group_of_node(n) for n in units]
+    network, socket = None, None
+    if sync:
+        ids = {net: i for i, net in enumerate(sorted(nets, key=lambda x: x or ("",)))}
+        socket_speed = [min(speeds[g], _group_speed(model, cluster, g, workload, est, prof,
+                                                    sockets=True, with_sync=True) or 1e-9)
+                        for g in groups]
+        network = tuple(ids[cluster.node_groups[of[n]].rdma_network] for n in units)
+        socket = tuple(socket_speed[of[n]] for n in units)
     return MappingProblem(
-        unit_gpus=tuple(cluster.node_groups[cluster.group_of_node(n)].gpus_per_node for n in units),
-        unit_speed=tuple(speeds[cluster.group_of_node(n)] or 1e-9 for n in units),
+        unit_gpus=tuple(cluster.node_groups[of[n]].gpus_per_node for n in units),
+        unit_speed=tuple(speeds[of[n]] for n in units),
         unit_domain=tuple(n // leaf for n in units), num_stages=cfg.degrees.pp,
-        gpus_per_stage=cfg.degrees.tp * cfg.degrees.cp * cfg.degrees.dp)
+        gpus_per_stage=cfg.degrees.tp * cfg.degrees.cp * cfg.degrees.dp,
+        unit_network=network, unit_socket_speed=socket)
 
 
 def best_placement(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,

@@ -83,10 +83,13 @@ def _first_fit(problem: MappingProblem, order: Sequence[int]) -> StageUnits | No
 
 
 def grouped_candidates(problem: MappingProblem) -> list[StageUnits]:
-    """Metis/Holmes-style starts: like devices together (by speed, then leaf; or the reverse)."""
+    """Metis/Holmes-style starts: like devices together (by speed, then leaf; or the reverse;
+    or by network first, as Holmes keeps each group on one NIC type)."""
     speed, domain = problem.unit_speed, problem.unit_domain
+    net = problem.unit_network or (0,) * problem.num_units
     orders = (sorted(range(problem.num_units), key=lambda u: (-speed[u], domain[u], u)),
-              sorted(range(problem.num_units), key=lambda u: (domain[u], -speed[u], u)))
+              sorted(range(problem.num_units), key=lambda u: (domain[u], -speed[u], u)),
+              sorted(range(problem.num_units), key=lambda u: (net[u], -speed[u], domain[u], u)))
     return [m for m in (_first_fit(problem, o) for o in orders) if m is not None]
 
 

@@ -60,13 +60,32 @@ class _Model:
     domains: tuple[tuple[cp_model.IntVar, ...], ...]  # [stage][domain]; empty if no penalty
     domain_ids: tuple[int, ...]
     objective: cp_model.LinearExpr
+    nets: tuple[tuple[cp_model.IntVar, ...], ...] = ()  # [stage][network]; empty if one
+    network_ids: tuple[int, ...] = ()
+    mixed: tuple[cp_model.IntVar, ...] = ()  # [stage]: the stage spans networks
+
+
+def _network_ids(classes: Sequence[UnitClass]) -> tuple[int, ...]:
+    """The networks of the classes, or () when they share one (no network variables)."""
+    ids = sorted({c.network for c in classes})
+    return tuple(ids) if len(ids) > 1 else ()
+
+
+def _levels(classes: Sequence[UnitClass], scale: float) -> list[int]:
+    """Distinct scaled stage speeds q_0 < ... < q_{m-1}: the classes' speeds, and their
+    socket speeds when the classes span networks."""
+    speeds = {scaled(c.speed, scale) for c in classes}
+    if _network_ids(classes):
+        speeds |= {scaled(c.socket_speed, scale) for c in classes}
+    return sorted(speeds)
 
 
 def _build_model(problem: MappingProblem, classes: Sequence[UnitClass]) -> _Model:
     """The model of the module docstring: data, variables, constraints, objective."""
     # Step 1: data -- distinct scaled speed levels q_0 < ... < q_{m-1}, penalty, caps
     scale = speed_scale(problem)
-    q = sorted({scaled(c.speed, scale) for c in classes})
+    network_ids = _network_ids(classes)
+    q = _levels(classes, scale)
     level_of = {v: j for j, v in enumerate(q)}
     penalty = scaled(problem.domain_span_penalty, scale)
     domain_ids = tuple(sorted({c.domain for c in classes})) if penalty > 0 else ()
@@ -75,7 +94,7 @@ def _build_model(problem: MappingProblem, classes: Sequence[UnitClass]) -> _Mode
     m = cp_model.CpModel()
 
     # Step 2: variables, stage by stage: n[s,c], use[s,c], then ge[s,j] (j >= 1), dom[s,k]
-    counts, uses, at_least, domains = [], [], [], []
+    counts, uses, at_least, domains, nets, mixed = [], [], [], [], [], []
     for s in range(problem.num_stages):
         pairs = [(m.new_int_var(0, cap, f"n_{s}_{c}"), m.new_bool_var(f"use_{s}_{c}"))
                  for c, cap in enumerate(caps)]
@@ -83,9 +102,11 @@ def _build_model(problem: MappingProblem, classes: Sequence[UnitClass]) -> _Mode
         uses.append(tuple(use for _, use in pairs))
         at_least.append(tuple(m.new_bool_var(f"ge_{s}_{j}") for j in range(1, len(q))))
         domains.append(tuple(m.new_bool_var(f"dom_{s}_{k}") for k in domain_ids))
+        nets.append(tuple(m.new_bool_var(f"net_{s}_{k}") for k in network_ids))
+        mixed.append(m.new_bool_var(f"mixed_{s}"))
 
     # Step 3: constraints
-    for n_s, use_s, ge, dom in zip(counts, uses, at_least, domains):
+    for n_s, use_s, ge, dom, net_s, mix in zip(counts, uses, at_least, domains, nets, mixed):
         # use[s,c] <=> n[s,c] >= 1
         for n, use, cap in zip(n_s, use_s, caps):
             m.add(n <= cap * use)
@@ -104,6 +125,18 @@ def _build_model(problem: MappingProblem, classes: Sequence[UnitClass]) -> _Mode
         for j, g in enumerate(ge, start=1):
             slow = [cls.gpus * n for cls, n in zip(classes, n_s) if scaled(cls.speed, scale) < q[j]]
             m.add(sum(slow) <= gpus * (1 - g))
+        # a stage using classes of two networks runs on sockets: its speed is at most each
+        # class's socket speed (use[s,c] => net[s,k_c]; two nets => mixed[s])
+        if network_ids:
+            for k, net in zip(network_ids, net_s):
+                for cls, use in zip(classes, use_s):
+                    if cls.network == k:
+                        m.add_implication(use, net)
+            m.add(sum(net_s) <= 1 + (len(network_ids) - 1) * mix)
+            for cls, use in zip(classes, use_s):
+                above = level_of[scaled(cls.socket_speed, scale)] + 1
+                if above < len(q):
+                    m.add_bool_or([use.Not(), mix.Not(), ge[above - 1].Not()])
         # a stage using a class of domain k touches k: dom[s,k] >= use[s,c]
         for k, d in zip(domain_ids, dom):
             members = [(cls, n, use) for cls, n, use in zip(classes, n_s, use_s) if cls.domain == k]
@@ -124,14 +157,14 @@ def _build_model(problem: MappingProblem, classes: Sequence[UnitClass]) -> _Mode
                  + sum(w * g for ge in at_least for w, g in zip(steps, ge))
                  - penalty * sum(d for dom in domains for d in dom))
     return _Model(m, tuple(counts), caps, tuple(uses), tuple(at_least), tuple(domains), domain_ids,
-                  objective)
+                  objective, tuple(nets), network_ids, tuple(mixed))
 
 
 def _hint(problem: MappingProblem, classes: Sequence[UnitClass], built: _Model,
           stage_units: StageUnits) -> None:
     """A complete hint for a known mapping, stages in the model's (speed-sorted) order."""
     scale = speed_scale(problem)
-    levels = sorted({scaled(c.speed, scale) for c in classes})
+    levels = _levels(classes, scale)
     of = class_of_unit(classes)
     ordered = sorted(stage_units, key=lambda us: -scaled(stage_speed(problem, us), scale))
     built.model.clear_hints()
@@ -146,6 +179,11 @@ def _hint(problem: MappingProblem, classes: Sequence[UnitClass], built: _Model,
         used = {problem.unit_domain[u] for u in units}
         for k, d in zip(built.domain_ids, built.domains[s]):
             built.model.add_hint(d, k in used)
+        on = {classes[of[u]].network for u in units}
+        for k, net in zip(built.network_ids, built.nets[s] if built.nets else ()):
+            built.model.add_hint(net, k in on)
+        if built.network_ids:
+            built.model.add_hint(built.mixed[s], len(on) > 1)
 
 
 def _solver(time_limit_s: float) -> cp_model.CpSolver:

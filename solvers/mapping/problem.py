@@ -42,7 +42,7 @@ __all__ = ["SPEED_SCALE", "StageUnits", "InfeasibleMapping", "MappingTimeout", "
            "Mapping", "UnitClass", "unit_classes", "speed_scale", "scaled", "stage_domains",
            "validate_stage_units", "stage_speed", "mapping_objective", "scaled_objective",
            "canonical", "make_mapping", "check_gpu_supply", "no_disjoint_stages",
-           "class_of_unit", "count_rows", "expand_rows"]
+           "class_of_unit", "count_rows", "expand_rows", "unit_network_of", "networks"]
 
 SPEED_SCALE = 1_000_000  # the fastest unit's speed maps to this integer
 
@@ -68,11 +68,29 @@ class MappingProblem:
     gpus_per_stage: int
     domain_span_penalty: float = 0.0
     time_limit_s: float = 10.0
+    # The network a unit's collectives use (its RDMA network; units that cannot do RDMA
+    # with each other differ) and its speed when a stage mixes networks and so runs its
+    # collectives over sockets (<= its speed). None: one network, speeds as given.
+    unit_network: tuple[int, ...] | None = None
+    unit_socket_speed: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("unit_gpus", "unit_speed", "unit_domain"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        for name in ("unit_network", "unit_socket_speed"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        if (self.unit_network is None) != (self.unit_socket_speed is None):
+            raise ValueError("unit_network and unit_socket_speed go together")
         n = len(self.unit_gpus)
+        if self.unit_network is not None:
+            if len(self.unit_network) != n or len(self.unit_socket_speed) != n:
+                raise ValueError(f"unit_network and unit_socket_speed need {n} entries")
+            if any(int(k) != k for k in self.unit_network):
+                raise ValueError(f"unit_network must be integers: {self.unit_network}")
+            if any(not (math.isfinite(w) and 0 < w <= v + 1e-12)
+                   for w, v in zip(self.unit_socket_speed, self.unit_speed)):
+                raise ValueError("unit_socket_speed must be finite, > 0 and <= unit_speed")
         if len(self.unit_speed) != n or len(self.unit_domain) != n:
             raise ValueError(f"unit_gpus, unit_speed and unit_domain differ in length: "
                              f"{n}, {len(self.unit_speed)}, {len(self.unit_domain)}")
@@ -109,12 +127,15 @@ class Mapping:
 
 @dataclass(frozen=True)
 class UnitClass:
-    """Units that are interchangeable: same GPUs, speed and domain (indices ascending)."""
+    """Units that are interchangeable: same GPUs, speed, domain, network and socket speed
+    (indices ascending)."""
 
     gpus: int
     speed: float
     domain: int
     units: tuple[int, ...]
+    network: int = 0
+    socket_speed: float = 0.0  # the class's speed in a stage that mixes networks
 
 
 # ---------------------------------------------------------------------------------------
@@ -128,10 +149,24 @@ def unit_classes(problem: MappingProblem) -> tuple[UnitClass, ...]:
     (``domain`` is then -1), which keeps the model small on many-leaf clusters.
     """
     with_domain = scaled(problem.domain_span_penalty, speed_scale(problem)) > 0
-    members: dict[tuple[int, float, int], list[int]] = {}
+    members: dict[tuple[int, float, int, int, float], list[int]] = {}
     for u, (g, v, k) in enumerate(zip(problem.unit_gpus, problem.unit_speed, problem.unit_domain)):
-        members.setdefault((g, v, k if with_domain else -1), []).append(u)
-    return tuple(UnitClass(g, v, k, tuple(us)) for (g, v, k), us in members.items())
+        net, sock = unit_network_of(problem, u)
+        members.setdefault((g, v, k if with_domain else -1, net, sock), []).append(u)
+    return tuple(UnitClass(g, v, k, tuple(us), net, sock)
+                 for (g, v, k, net, sock), us in members.items())
+
+
+def unit_network_of(problem: MappingProblem, u: int) -> tuple[int, float]:
+    """(network, socket speed) of unit ``u``; one network at its own speed when not given."""
+    if problem.unit_network is None:
+        return 0, problem.unit_speed[u]
+    return problem.unit_network[u], problem.unit_socket_speed[u]
+
+
+def networks(problem: MappingProblem) -> int:
+    """How many networks the units are on (1 when not given)."""
+    return len(set(problem.unit_network)) if problem.unit_network is not None else 1
 
 
 def speed_scale(problem: MappingProblem) -> float:
@@ -167,7 +202,12 @@ def validate_stage_units(problem: MappingProblem, stage_units: Sequence[Sequence
 
 
 def stage_speed(problem: MappingProblem, units: Iterable[int]) -> float:
-    """A stage runs at the speed of its slowest unit."""
+    """A stage runs at the speed of its slowest unit; a stage whose units are on different
+    networks runs its collectives over sockets, at its slowest unit's socket speed (NCCL
+    picks one transport per communicator: IB/RoCE only when every member can use it)."""
+    units = tuple(units)
+    if problem.unit_network is not None and len({problem.unit_network[u] for u in units}) > 1:
+        return min(problem.unit_socket_speed[u] for u in units)
     return min(problem.unit_speed[u] for u in units)
 
 
