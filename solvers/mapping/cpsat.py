@@ -16,6 +16,9 @@ classes):
   ``speed_s <= speed_u + BIG*(1 - x[u,s])`` written without a big M, and its LP relaxation is
   tighter); ``speed_s = q_0 + sum_j (q_j - q_{j-1}) ge[s,j]``;
 * ``dom[s,k] >= use[s,c]`` for every class c in domain k (only when the penalty is > 0);
+* with several networks: ``net[s,k] >= use[s,c]`` for classes of network k,
+  ``sum_k net[s,k] <= 1 + (K - 1) * mixed[s]``, and ``use[s,c] and mixed[s]`` forbids the
+  levels above class c's socket speed (the levels include the socket speeds);
 * symmetry breaking: stages are ordered by non-increasing speed (``ge[s+1,j] => ge[s,j]``).
 
 Speeds and the penalty enter as the scaled integers of :mod:`solvers.mapping.problem`;

@@ -13,6 +13,12 @@ objective (in speed units) is::
 
     maximise  sum_s speed_s  -  domain_span_penalty * sum_s (domains touched by s - 1)
 
+Networks (optional ``unit_network``, ``unit_socket_speed``): units that cannot do RDMA with
+each other (different NIC class or RDMA island) are on different networks; a stage whose units
+span networks runs its collectives over NCCL's socket transport (one transport per
+communicator), so its speed is the slowest of its units' *socket* speeds (Holmes, Yang et al.
+2023: keep each group on one NIC type). The caller prices both speeds.
+
 CP-SAT needs integer coefficients: speeds and the penalty are scaled by
 ``SPEED_SCALE / max(speed)`` and rounded (``q_j = round(v_j * scale)``), i.e. a resolution of
 1e-6 of the fastest unit. Mappings are *ranked* by that integer objective
