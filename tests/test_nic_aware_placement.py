@@ -74,3 +74,26 @@ def test_mixed_stage_is_priced_at_socket_speed():
     # the RoCE nodes' sockets run on one 100G port: far slower than their RDMA
     roce = [u for u in range(cluster.num_nodes) if u % 2]
     assert max(problem.unit_socket_speed[u] / problem.unit_speed[u] for u in roce) < 0.9
+
+
+def test_plan_reports_the_listing_order_it_beats(tmp_path):
+    """planner solve on the interleaved cluster: the plan says what the same degrees cost in
+    listing order and which groups run on sockets in each order; the report prints it."""
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from planner.cli.app import app
+    spec = tmp_path / "c.yaml"
+    spec.write_text(yaml.safe_dump(_interleaved()))
+    out = tmp_path / "plan.json"
+    res = CliRunner().invoke(app, ["solve", "--cluster", str(spec), "--model", "llama-3.1-70b",
+                                   "--tp", "8", "--pp", "2", "--out", str(out)],
+                             env={"COLUMNS": "100"})
+    assert res.exit_code == 0, res.output
+    listed = json.loads(out.read_text())["prediction"]["listing_order"]
+    assert listed["speedup"] > 1.2
+    assert listed["socket_groups"].get("dp", 0) > 0  # listing order: DP on sockets
+    assert "dp" not in listed["socket_groups_placed"]  # placed: DP stays on RDMA
+    assert "vs listing order" in res.output

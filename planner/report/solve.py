@@ -117,10 +117,23 @@ def render_solve(plans: tuple[Plan, ...], stats: SearchStats) -> RenderableType:
                           f"{best.config['stage_layer_counts']}"))
     if best.node_order != sorted(best.node_order):
         extra.append(Text(f"#1 placement (node rank -> node): {best.node_order}"))
+        listed = best.prediction.get("listing_order")
+        if listed:
+            extra.append(Text(listing_line(best.prediction["step_time_s"], listed)))
     extra += [Text(f"#{i + 1} {expert_placement_line(p)}")
               for i, p in enumerate(plans) if p.experts is not None][:3]
     table, same = top_table(plans, f"Top {len(plans)} plans, fastest first")
     return Group(head, Text(), table, *([same] if same else []), why, *extra, footer)
+
+
+def listing_line(step_s: float, listed: dict) -> str:
+    """The placed plan against the same degrees in listing order (NIC-oblivious)."""
+    def groups(d: dict) -> str:
+        return ", ".join(f"{n} {k}" for k, n in sorted(d.items())) or "none"
+    return (f"#1 vs listing order (Megatron, same degrees): {step_s:.3g} s vs "
+            f"{listed['step_time_s']:.3g} s per step ({listed['speedup']:.2f}x); groups on TCP "
+            f"sockets: {groups(listed['socket_groups_placed'])} placed, "
+            f"{groups(listed['socket_groups'])} in listing order")
 
 
 def expert_placement_line(plan: Plan) -> str:

@@ -10,7 +10,7 @@ from cost_models.training.layers import config_stage_layers, stage_layers
 from cost_models.training.step import Estimate
 from planner import __version__
 from planner.plan.document import SCHEMA_VERSION, Plan, inputs_hash, plan_inputs
-from planner.plan.fabric import fabric_section
+from planner.plan.fabric import fabric_section, socket_groups
 from planner.plan.ranks import make_pool
 from planner.training.estimate_json import estimate_to_dict
 from topologies.cluster import Cluster
@@ -36,6 +36,27 @@ def _chunk_runs(num_layers: int, cfg: TrainingConfig, stage: int) -> list[list[i
     return [[starts[j], per_chunk[j]] for j in range(stage, chunks, cfg.degrees.pp)]
 
 
+def listing_order(model: ModelSpec, cluster: Cluster, est: Estimate, prof: Profile,
+                  pool) -> dict[str, Any]:
+    """The NIC-oblivious baseline of a placed plan: the same degrees in the cluster's listing
+    order (Megatron's), its predicted step (best layer split) and, for both, the process groups
+    that span RDMA networks and so run on TCP sockets, by kind."""
+    from dataclasses import replace
+
+    from cost_models.training.step import estimate
+    from planner.training.slicing import refine_partition
+
+    base = estimate(model, cluster, est.workload, replace(est.config, stage_layer_counts=None),
+                    prof)
+    listed = refine_partition(model, cluster, est.workload, base, prof)
+    listed_pool = make_pool("train", "train", cluster, est.config.degrees,
+                            list(range(cluster.num_nodes)))
+    return {"step_time_s": listed.step_time_s,
+            "speedup": listed.step_time_s / est.step_time_s,
+            "socket_groups": socket_groups(cluster, listed_pool),
+            "socket_groups_placed": socket_groups(cluster, pool)}
+
+
 def build_plan(model: ModelSpec, cluster: Cluster, est: Estimate, prof: Profile,
                objective: str = "throughput", why: str = "", search: dict | None = None,
                notes: list[str] | None = None) -> Plan:
@@ -54,6 +75,8 @@ def build_plan(model: ModelSpec, cluster: Cluster, est: Estimate, prof: Profile,
                 "micro_batches": cfg.micro_batches(workload),
                 "stages": _stage_table(model, cfg)}
     pool = make_pool("train", "train", cluster, cfg.degrees, node_order)
+    if est.node_order is not None:  # a placement other than the listing order
+        prediction["listing_order"] = listing_order(model, cluster, est, prof, pool)
     return Plan(schema_version=SCHEMA_VERSION, kind="training", planner_version=__version__,
                 inputs_hash=inputs_hash(inputs), inputs=inputs, pools=[pool],
                 prediction=prediction, training=training, notes=list(notes or []),
