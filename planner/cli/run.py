@@ -110,13 +110,19 @@ def check_run_command(
     output_format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.table,
 ) -> None:
     """Predicted against measured for a reference-job run: the step, each stage's compute and
-    collectives, the pipeline wait, the DP all-reduce and the optimizer."""
+    collectives, the pipeline wait, the DP all-reduce and the optimizer. For an AFD decode job
+    record (planner launch AFD_PLAN --record), needs --calibration: the step, each side's busy
+    time and waits."""
     from cost_models.profile import Profile
     from planner.plan.document import plan_from_dict
+    from planner.run.afd_check_run import AFD_RECORD_SCHEMA, schema_of
     from planner.run.check_run import compare, load_record
     from planner.training.estimation import load_profile
     from planner.training.run_prediction import predict_run
 
+    if schema_of(record) == AFD_RECORD_SCHEMA:
+        _check_afd_run(record, calibration, output_format)
+        return
     data = load_record(record)
     plan = plan_from_dict(data["plan"])
     profile: Profile | None = None
@@ -140,3 +146,54 @@ def check_run_command(
         table.add_row(r.what, "-" if r.predicted_s is None else f"{r.predicted_s:.4f}",
                       f"{r.measured_s:.4f}", err, style=style)
     Console().print(table)
+
+
+def _check_afd_run(record: Path, calibration: Optional[Path],
+                   output_format: OutputFormat) -> None:
+    """check-run of an AFD decode job record: :mod:`planner.run.afd_check_run` reads and
+    compares, :mod:`planner.serving.afd_run_prediction` predicts on the calibrated machine."""
+    from planner.errors import SpecError
+    from planner.run.afd_check_run import compare_afd, load_afd_record, read_record
+    from planner.serving.afd_run_prediction import predict_afd_run
+
+    data = load_afd_record(record)
+    if calibration is None:
+        raise SpecError("command line", "--calibration", "a calibration JSON of the machine the "
+                        "AFD job ran on (planner calibrate): the plan's GPUs are not the CPUs "
+                        "or GPUs the job ran on")
+    cal = read_record(calibration)
+    if cal.get("schema") != "planner.calibration/v1":
+        raise SpecError(str(calibration), "schema", "a 'planner.calibration/v1' document "
+                        "(planner calibrate --out)", cal.get("schema"))
+    pred = predict_afd_run(data, cal)
+    rows = compare_afd(data, pred)
+    if output_format is OutputFormat.json:
+        typer.echo(json.dumps({"rows": [{"what": r.what, "predicted_s": r.predicted_s,
+                                         "measured_s": r.measured_s, "error": r.error}
+                                        for r in rows],
+                               "prediction": pred.as_dict()}, indent=1))
+        return
+    cfg, shape = data["config"], data["shape"]
+    steps = len(data["step_times_max_s"])
+    table = Table(title=f"{record.name}: predicted vs measured, seconds per step "
+                        f"({cfg['attention_gpus']} attention + {cfg['ffn_gpus']} FFN ranks, "
+                        f"m {shape['micro_batches']}, batch {shape['batch']} per attention "
+                        f"rank; median of steps 2..{steps})")
+    for col in ("", "predicted", "measured", "error"):
+        table.add_column(col, justify="left" if not col else "right")
+    for r in rows:
+        err = "" if r.error is None else f"{r.error:+.1%}"
+        style = "bold" if r.what == "step" else None
+        table.add_row(r.what, "-" if r.predicted_s is None else f"{r.predicted_s:.5f}",
+                      f"{r.measured_s:.5f}", err, style=style)
+    console = Console()
+    console.print(table)
+    att, disp, exp, comb = pred.stages
+    sharing = (f"{pred.processes} processes time-share {pred.cores:g} cores"
+               if pred.shared_cores else f"{pred.processes} processes on {pred.cores:g} cores")
+    console.print(f"predicted stages per micro-batch of a MoE layer: attention {att * 1e3:.3f} "
+                  f"ms, dispatch {disp * 1e3:.3f} ms, experts {exp * 1e3:.3f} ms, combine "
+                  f"{comb * 1e3:.3f} ms (bound: {pred.bound}); {pred.ops_attention:.0f} / "
+                  f"{pred.ops_ffn:.0f} torch calls per step (attention / FFN rank) at "
+                  f"{pred.kernel_overhead_s * 1e6:.1f} us; message latency "
+                  f"{pred.message_latency_s * 1e6:.0f} us; {sharing}")

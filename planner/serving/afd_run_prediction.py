@@ -1,0 +1,392 @@
+"""The cost model's prediction of an AFD reference decode job run, from its run record and a
+``planner calibrate`` document alone.
+
+``planner check-run`` wires it: this module predicts (it may call the cost models and the
+solvers), :mod:`planner.run.afd_check_run` compares the plain numbers of an
+:class:`AfdRunPrediction` with what the record measured (that module imports no cost model).
+
+The prediction is of the job *as implemented* (``planner.run.afd_job``: fp32 torch in eager
+mode, one decode token per sequence, gloo ``isend`` / ``irecv``), on the machine the
+calibration measured, with the job's recorded ``shape`` (layers, hidden size, heads, experts,
+top-k, shared experts, batch per attention rank, context, micro-batches, attention and FFN
+ranks). It uses only what ``planner calibrate`` measures: the GEMM efficiency curve
+(``peak_flops``, ``gemm_efficiency``, ``gemm_half_dim``), attention efficiency, memory
+bandwidth (``memory_bw_bytes_per_s`` at ``hbm_efficiency``), the per-kernel overhead
+(``kernel_overhead_s``), the point-to-point alpha-beta of this machine's link (``send_recv``:
+the fitted link latency and bandwidth times their ``send_recv`` factors) and the machine's
+cores (calibrate runs one process of ``threads`` threads per core: ``world_size * threads``).
+Nothing is fitted to the job's own timings.
+
+Per MoE layer (a *round*) and micro-batch, the four stages of ``cost_models.serving.afd``:
+
+1. **attention** (an attention rank's CPU): every torch call the job makes for this
+   micro-batch between taking the previous round's results and posting this round's
+   dispatch: the previous MoE layer's result assembly and residual, the attention of each
+   layer over the KV cache, dense layers, the router, the shared experts, and building and
+   posting the messages. Each call pays ``kernel_overhead_s`` (the eager dispatch; counted
+   from the job's code, constants below), each GEMM its FLOPs at the calibrated efficiency
+   curve (``cost_models.compute.gemm_time_s``, memory roofline included), the decode
+   attention the larger of its FLOPs at ``attention_efficiency`` and its KV bytes at the
+   bandwidth, every element-wise kernel its bytes at the bandwidth;
+2. **dispatch**: to each FFN rank of the unit, the count (one int64) then the tokens with at
+   least one chosen expert there (``hidden + 2 top_k`` fp32 values each); the FFN rank posts
+   the tokens' receive only once the count has arrived, so the two messages are paid one
+   after the other, each at ``send_recv``'s alpha-beta;
+3. **experts** (an FFN rank's CPU): receiving every attention rank's counts and tokens,
+   unpacking, each (top-k column, held expert) pair of the routed tokens through its expert,
+   and posting the results back (calls, GEMMs, as above); the busiest FFN rank;
+4. **combine**: the results (``hidden`` fp32 values per token) back, one message.
+
+Expected counts with routing uniform over the experts (the job's seeded router is not
+replayed): a token reaches FFN rank ``f`` holding ``E_f`` of ``E`` experts unless all its
+``k`` distinct choices miss it, probability ``C(E - E_f, k) / C(E, k)``; a top-k column holds
+``E_f (1 - (1 - 1/E)^T)`` distinct experts of ``f`` among ``T`` tokens (the expected distinct
+values of ``T`` uniform draws, as ``cost_models.serving.afd.experts_side_s`` counts touched
+experts).
+
+The step: the rounds (MoE layers) through :func:`solvers.serving.pingpong.rounds_s`'s event
+recursion, then the layers after the last MoE layer and the head (an attention-only round),
+then what the attention rank runs once per step (the logits' concatenation, argmax, copy).
+When the job's processes outnumber the calibrated machine's cores, the same recursion runs
+with the compute stages sharing the cores (:func:`solvers.serving.shared_cores.shared_rounds`,
+processor sharing; it equals ``rounds_s`` when the cores suffice): that is what an
+oversubscribed CPU does to the job, not a correction fitted to it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Any, Mapping
+
+from cost_models.communication import send_recv_s
+from cost_models.compute import Gemm, GpuRates, gemm_time_s
+from cost_models.fitting import one_tier_view
+from cost_models.profile import Profile
+from solvers.serving.pingpong import rounds_s
+from solvers.serving.shared_cores import shared_rounds
+
+__all__ = ["AfdRunPrediction", "CalibratedMachine", "JobCosts", "OPS", "job_costs",
+           "machine_of", "predict_afd_run", "tokens_to_rank"]
+
+ELEM = 4  # fp32 activations, weights and wire
+INDEX = 8  # int64 counts
+
+# Torch calls the job makes (``planner.run.afd_job``), counted from its code: every call into
+# torch from Python (functions, tensor methods, indexing, nn.Module forwards' functional
+# calls, ``torch.distributed.isend`` / ``irecv``), not attribute reads (``.shape``,
+# ``.device``) nor ``numel()``. tests/test_afd_check_run.py counts them again with a
+# TorchFunctionMode over the job's own functions.
+OPS: Mapping[str, int] = {
+    # job.attention_step: ``side.embed(tokens[start:stop])``: the slice, the embedding
+    "embed": 2,
+    # KVCache.rows (2 slices) + Layer.attend: ln1, qkv linear, split, 3 views, 3 transposes,
+    # 2 cache writes, 2 cache slices, sdpa, transpose, reshape, proj linear, residual add
+    "attend": 20,
+    # Layer.dense: ln2, fc1, gelu, fc2 (Expert), residual add
+    "dense": 5,
+    # Layer.route without shared experts: ln2, reshape, router linear, topk, softmax
+    "route": 5,
+    # each shared expert: fc1, gelu, fc2 (+ one add per shared expert beyond the first)
+    "shared_expert": 3,
+    # AttentionLink.dispatch: ``homes[idx]`` once, then per FFN rank: ``where == i``,
+    # pack_tokens (any, nonzero, where, full_like, [rows], cat, flat[rows], to, mul, [rows]),
+    # torch.tensor(count), isend(count)
+    "dispatch_once": 1,
+    "dispatch_per_rank": 13,
+    # ... and where it has tokens: isend(tokens), new_empty(result buffer), irecv(result)
+    "dispatch_per_rank_tokens": 3,
+    # AttentionLink.combine: torch.zeros, then one index_add_ per FFN rank's part
+    "combine_once": 1,
+    "combine_per_part": 1,
+    # Layer.combine: view_as, residual add (+ shared + routed with shared experts)
+    "layer_combine": 2,
+    # AttentionSide.logits: x[:, -1], LayerNorm, head linear
+    "logits": 3,
+    # once per step: torch.cat(logits), argmax, tokens[:, 0], .cpu()
+    "step_once": 4,
+    # FfnLink.post_counts, per attention rank: torch.zeros, irecv(count)
+    "post_counts_per_rank": 2,
+    # FfnLink.receive, per attention rank: item(), torch.empty; irecv(tokens) where non-empty
+    "receive_per_rank": 2,
+    "receive_per_rank_tokens": 1,
+    # ffn_step: torch.cat(bufs) + unpack_tokens (3 slices, round, long); out.split
+    "unpack": 6,
+    "split": 1,
+    # run_experts: zeros_like; per top-k column: ids[:, k], unique, tolist; per held expert
+    # of that column: ids[:, k], ==, nonzero, gates[rows, k:k+1], x[rows], fc1, gelu, fc2,
+    # mul, index_add_
+    "experts_once": 1,
+    "experts_per_column": 3,
+    "experts_per_pair": 10,
+    # FfnLink.reply, per attention rank with tokens: contiguous, isend(results)
+    "reply_per_rank": 2,
+}
+
+
+@dataclass(frozen=True)
+class CalibratedMachine:
+    """What ``planner calibrate`` measured (plain numbers): the profile, one device's peak
+    FLOP/s and streaming bandwidth, the link's alpha-beta and the cores."""
+
+    profile: Profile
+    peak_flops: float
+    memory_bw_bytes_per_s: float
+    link_bw_bytes_per_s: float
+    link_latency_s: float
+    cores: float
+    device: str = ""
+    message_latency_s: float | None = None  # replaces send_recv's latency when given
+    eager_call_s: float | None = None  # replaces kernel_overhead_s per torch call when given
+
+    @property
+    def call_s(self) -> float:
+        """What one torch call of the job costs: ``kernel_overhead_s`` (or the override)."""
+        return self.profile.kernel_overhead_s if self.eager_call_s is None else self.eager_call_s
+
+
+    @property
+    def rates(self) -> GpuRates:
+        return GpuRates(self.peak_flops, self.memory_bw_bytes_per_s, False, ELEM)
+
+    def message_s(self, nbytes: float) -> float:
+        """One point-to-point message: ``send_recv``'s alpha-beta of the link (its latency
+        replaced by ``message_latency_s`` when that is given)."""
+        latency = self.link_latency_s
+        if self.message_latency_s is not None:
+            latency = self.message_latency_s / self.profile.op_factors("send_recv")[0]
+        view = one_tier_view(2, "host", self.link_bw_bytes_per_s, latency)
+        return send_recv_s(view, max(nbytes, 1.0), self.profile)
+
+
+def machine_of(calibration: Mapping[str, Any], cores: float | None = None,
+               message_latency_s: float | None = None,
+               eager_call_s: float | None = None) -> CalibratedMachine:
+    """The machine of a ``planner.calibration/v1`` document (``planner calibrate``'s JSON):
+    cores default to its processes times their threads (one process per core).
+    ``message_latency_s`` replaces the point-to-point latency and ``eager_call_s`` the cost
+    of a torch call (experiments with measurements calibrate does not make; ``check-run``
+    uses the calibration's)."""
+    if calibration.get("schema") != "planner.calibration/v1":
+        raise ValueError("expected a planner.calibration/v1 document (planner calibrate --out)")
+    known = {f.name for f in fields(Profile)}
+    prof = replace(Profile(), **{k: v for k, v in calibration["profile"].items() if k in known})
+    fit, machine = calibration["fit"], calibration["machine"]
+    link = fit["link"]
+    if cores is None:
+        cores = float(machine["world_size"]) * float(machine.get("threads", 1))
+    return CalibratedMachine(prof, float(fit["peak_flops"]), float(fit["memory_bw_bytes_per_s"]),
+                             float(link["bw_bytes_per_s"]), float(link["latency_s"]),
+                             float(cores), str(machine.get("device", "")), message_latency_s,
+                             eager_call_s)
+
+
+def tokens_to_rank(num_experts: int, top_k: int, held: int) -> float:
+    """Probability a token's ``top_k`` distinct experts include one of ``held`` experts."""
+    return 1.0 - math.comb(num_experts - held, top_k) / math.comb(num_experts, top_k)
+
+
+def _held(num_experts: int, ffn_ranks: int) -> int:
+    """Experts of the busiest FFN rank: contiguous blocks, expert ``e`` on ``e * F // E``
+    (``planner.run.runtime.afd_expert_homes``)."""
+    homes = [e * ffn_ranks // num_experts for e in range(num_experts)]
+    return max(homes.count(f) for f in range(ffn_ranks))
+
+
+@dataclass(frozen=True)
+class JobCosts:
+    """Work of one micro-batch (seconds at full speed on one core) and the transfers."""
+
+    first_s: float  # embedding and the layers up to the first MoE layer's dispatch
+    between_s: tuple[float, ...]  # per later MoE layer: results, residual, layers, dispatch
+    tail_s: float  # the last MoE layer's results, the layers after it, the head
+    step_once_s: float  # once per step on an attention rank
+    dispatch_s: float
+    experts_s: float  # the busiest FFN rank, one micro-batch of every attention rank
+    combine_s: float
+    ops_attention: float  # torch calls per step on an attention rank
+    ops_ffn: float  # ... on the busiest FFN rank
+    tokens_to_rank: float  # tokens of one attention rank's micro-batch sent to one FFN rank
+    pairs: float  # (top-k column, held expert) pairs the busiest FFN rank runs per micro-batch
+    attention_pack_s: float  # of ``first_s`` and each ``between_s``: building, posting dispatch
+    ffn_pack_s: float  # of ``experts_s``: posting receives, taking counts, posting results
+
+
+def _shape_get(shape: Mapping[str, Any], key: str, default: Any) -> Any:
+    v = shape.get(key)
+    return default if v is None else v
+
+
+def job_costs(shape: Mapping[str, Any], units: int, mc: CalibratedMachine) -> JobCosts:
+    """Per micro-batch work and transfers of the job ``shape`` (a recorded ``AfdShape``) on
+    ``mc``; the micro-batch is the mean ``batch / micro_batches`` sequences."""
+    prof, rates = mc.profile, mc.rates
+    op = mc.call_s
+    h, heads = int(shape["hidden"]), int(shape["heads"])
+    d = h // heads
+    vocab, E, k = int(shape["vocab"]), int(shape["num_experts"]), int(shape["top_k"])
+    S = int(_shape_get(shape, "shared_experts", 0))
+    m = int(shape["micro_batches"])
+    A_u = int(shape["attention_ranks"]) // units
+    F_u = int(shape["ffn_ranks"]) // units
+    b = float(shape["batch"]) / m
+    # the decode steps' mean keys: step s (1..steps) attends over context + s positions
+    keys = float(shape["context"]) + (int(shape["steps"]) + 1) / 2.0
+    moe = [bool(x) for x in shape["moe_layers"]]
+
+    def gemm(rows: float, n: float, kk: float, count: float = 1.0) -> float:
+        return gemm_time_s(Gemm(rows, n, kk, count), rates, prof) if rows > 0 else 0.0
+
+    def stream(nbytes: float) -> float:
+        return nbytes / (rates.hbm_bytes_per_s * prof.hbm_efficiency)
+
+    def attend() -> float:
+        core = max(4.0 * b * heads * keys * d / (rates.peak_flops * prof.attention_efficiency),
+                   stream(2.0 * b * heads * keys * d * ELEM))
+        elementwise = stream(ELEM * b * h * (2 + 2 * 2 + 3))  # ln1, cache writes, residual
+        return (OPS["attend"] * op + gemm(b, 3 * h, h) + gemm(b, h, h) + core + elementwise)
+
+    def dense() -> float:
+        return (OPS["dense"] * op + gemm(b, 4 * h, h) + gemm(b, h, 4 * h)
+                + stream(ELEM * b * (2 * h + 2 * 4 * h + 3 * h)))
+
+    def route() -> float:
+        shared = S * (OPS["shared_expert"] * op + gemm(b, 2 * h, h) + gemm(b, h, 2 * h))
+        return ((OPS["route"] + max(0, S - 1)) * op + gemm(b, E, h) + shared
+                + stream(ELEM * b * (2 * h + 2 * E)))
+
+    p_f = tokens_to_rank(E, k, _held(E, F_u))
+    n_f = b * p_f  # tokens of one attention rank's micro-batch bound for one FFN rank
+    dispatch_ops = OPS["dispatch_once"] + F_u * (OPS["dispatch_per_rank"]
+                                                 + OPS["dispatch_per_rank_tokens"])
+    pack = dispatch_ops * op + stream(F_u * ELEM * n_f * (2 * h + 4 * k))
+    parts = F_u  # result parts an attention rank assembles
+    results = ((OPS["combine_once"] + parts * OPS["combine_per_part"]
+                + OPS["layer_combine"] + (1 if S else 0)) * op
+               + stream(ELEM * b * h * (1 + 2 * parts + 3 + (3 if S else 0))))
+    logits = OPS["logits"] * op + gemm(b, vocab, h) + stream(ELEM * b * 2 * h)
+
+    first = OPS["embed"] * op + stream(ELEM * b * h)
+    segments: list[float] = []
+    cur = first
+    for is_moe in moe:
+        cur += attend()
+        if is_moe:
+            segments.append(cur + route() + pack)
+            cur = results
+        else:
+            cur += dense()
+    tail = cur + logits
+    step_once = OPS["step_once"] * op + stream(ELEM * float(shape["batch"]) * vocab)
+
+    # the busiest FFN rank: every attention rank's micro-batch together
+    T = A_u * b  # tokens of micro-batch j over the unit's attention ranks
+    held = _held(E, F_u)
+    pairs = k * held * (1.0 - (1.0 - 1.0 / E) ** T)
+    pair_rows = T * k * held / E  # (token, chosen expert) rows held here
+    per_pair = pair_rows / pairs if pairs > 0 else 0.0
+    arrived = A_u * n_f  # tokens received
+    receive = A_u * (OPS["receive_per_rank"] + OPS["receive_per_rank_tokens"])
+    post = A_u * OPS["post_counts_per_rank"]
+    run = (OPS["experts_once"] + k * OPS["experts_per_column"] + pairs * OPS["experts_per_pair"])
+    reply = A_u * OPS["reply_per_rank"]
+    ffn_ops = receive + OPS["unpack"] + run + OPS["split"] + reply
+    expert_math = (gemm(per_pair, 2 * h, h, pairs) + gemm(per_pair, h, 2 * h, pairs)
+                   + stream(ELEM * (arrived * (2 * (h + 2 * k) + h)
+                                    + pair_rows * (2 * h + 2 * 2 * h + 3 * h))))
+    # every round posts the next micro-batch's count receives (the first ones are posted
+    # before round 0, the last round's last micro-batch posts none: m R posts per step)
+    experts = (ffn_ops + post) * op + expert_math
+
+    dispatch = mc.message_s(INDEX) + mc.message_s(ELEM * n_f * (h + 2 * k))
+    combine = mc.message_s(ELEM * n_f * h)
+    rounds = len(segments)
+    ops_att = m * (OPS["embed"] + len(moe) * OPS["attend"] + moe.count(False) * OPS["dense"]
+                   + rounds * ((OPS["route"] + max(0, S - 1) + S * OPS["shared_expert"])
+                               + dispatch_ops + OPS["combine_once"] + parts
+                               + OPS["layer_combine"] + (1 if S else 0))
+                   + OPS["logits"]) + OPS["step_once"]
+    ops_ffn = m * rounds * (ffn_ops + post)
+    return JobCosts(first_s=segments[0] if segments else tail, between_s=tuple(segments[1:]),
+                    tail_s=tail, step_once_s=step_once, dispatch_s=dispatch,
+                    experts_s=experts, combine_s=combine, ops_attention=ops_att, ops_ffn=ops_ffn,
+                    tokens_to_rank=n_f, pairs=pairs, attention_pack_s=pack,
+                    ffn_pack_s=(receive + post + reply) * op)
+
+
+@dataclass(frozen=True)
+class AfdRunPrediction:
+    """The predicted figures ``check-run`` compares (seconds), plain numbers only."""
+
+    step_s: float  # one decode step
+    attention_busy_s: float  # per step, an attention rank's wall time in its own work
+    ffn_busy_s: float  # per step, the busiest FFN rank's wall time in its own work
+    attention_pack_s: float  # of attention_busy_s: building and posting the dispatches
+    ffn_pack_s: float  # of ffn_busy_s: posting receives and results
+    attention_wait_s: float  # per step, an attention rank blocked (combine and send waits)
+    ffn_wait_s: float  # per step, an FFN rank blocked (dispatch and send waits)
+    stages: tuple[float, float, float, float]  # a middle MoE round's stages, per micro-batch
+    bound: str  # "ring" (too few micro-batches) or the slowest stage
+    micro_batches: int
+    moe_layers: int
+    processes: int
+    cores: float
+    shared_cores: bool  # processes outnumber the cores: the stages time-share them
+    ops_attention: float  # torch calls per step on an attention rank
+    ops_ffn: float
+    kernel_overhead_s: float
+    message_latency_s: float  # one point-to-point message's latency (alpha)
+    tokens_to_rank: float
+    unpipelined_step_s: float  # no overlap at all: every stage of every micro-batch in turn
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def predict_afd_run(record: Mapping[str, Any], calibration: Mapping[str, Any],
+                    cores: float | None = None, message_latency_s: float | None = None,
+                    eager_call_s: float | None = None) -> AfdRunPrediction:
+    """The prediction of the AFD job run ``record`` (``planner.afd-run-record/v1``) describes,
+    on the machine of ``calibration`` (``planner.calibration/v1``; see module docstring).
+    ``cores``, ``message_latency_s`` and ``eager_call_s`` override the calibration's (see
+    :func:`machine_of`)."""
+    mc = machine_of(calibration, cores, message_latency_s, eager_call_s)
+    shape = record["shape"]
+    units = int(record.get("config", {}).get("units", 1) or 1)
+    threads = max((int(r.get("threads", 1)) for r in record.get("rank_timings", [])), default=1)
+    c = job_costs(shape, units, mc)
+    m = int(shape["micro_batches"])
+    A, F = int(shape["attention_ranks"]), int(shape["ffn_ranks"])
+    att_rounds = [c.first_s, *c.between_s]
+    R = len(att_rounds)
+    rounds = [[att, c.dispatch_s, c.experts_s, c.combine_s] for att in att_rounds]
+    rounds.append([c.tail_s, 0.0, 0.0, 0.0])  # the layers after the last MoE layer, the head
+    procs = [A * threads, 0, F * threads, 0]
+    shared = (A + F) * threads > mc.cores
+    if shared:
+        run = shared_rounds(rounds, m, procs, mc.cores)
+        pipeline, busy = run.finish_s, run.busy_s
+    else:
+        pipeline = rounds_s(rounds, m)
+        busy = tuple(m * sum(r[i] for r in rounds) for i in range(4))
+    step = pipeline + c.step_once_s
+    att_busy = busy[0] + c.step_once_s
+    ffn_busy = busy[2]
+    # the timers' "pack" share of each side's busy time (slowed down alike when shared)
+    att_work = m * sum(r[0] for r in rounds)
+    att_pack = m * R * c.attention_pack_s * (busy[0] / att_work if att_work > 0 else 1.0)
+    ffn_work = m * R * c.experts_s
+    ffn_pack = m * R * c.ffn_pack_s * (busy[2] / ffn_work if ffn_work > 0 else 1.0)
+    middle = rounds[1] if R > 1 else rounds[0]
+    top = max(range(4), key=lambda i: middle[i])
+    names = ("attention", "dispatch", "experts", "combine")
+    bound = "ring" if sum(middle) >= m * middle[top] else names[top]
+    unpipelined = m * sum(sum(r) for r in rounds) + c.step_once_s
+    return AfdRunPrediction(
+        step_s=step, attention_busy_s=att_busy, ffn_busy_s=ffn_busy,
+        attention_pack_s=att_pack, ffn_pack_s=ffn_pack,
+        attention_wait_s=max(0.0, step - att_busy), ffn_wait_s=max(0.0, step - ffn_busy),
+        stages=tuple(middle), bound=bound, micro_batches=m, moe_layers=R,
+        processes=(A + F), cores=mc.cores, shared_cores=shared, ops_attention=c.ops_attention,
+        ops_ffn=c.ops_ffn, kernel_overhead_s=mc.call_s,
+        message_latency_s=mc.message_s(1.0), tokens_to_rank=c.tokens_to_rank,
+        unpipelined_step_s=unpipelined)
