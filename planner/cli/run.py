@@ -138,14 +138,7 @@ def check_run_command(
     table = Table(title=f"{record.name}: predicted vs measured, seconds per step "
                         f"(tp {cfg['tp']} pp {cfg['pp']} dp {cfg['dp']} ep {cfg['ep']}; "
                         f"median of steps 2..{len(data['step_times_max_s'])})")
-    for col in ("", "predicted", "measured", "error"):
-        table.add_column(col, justify="left" if not col else "right")
-    for r in rows:
-        err = "" if r.error is None else f"{r.error:+.1%}"
-        style = "bold" if r.what == "step" else None
-        table.add_row(r.what, "-" if r.predicted_s is None else f"{r.predicted_s:.4f}",
-                      f"{r.measured_s:.4f}", err, style=style)
-    Console().print(table)
+    Console().print(_comparison(table, rows, 4))
 
 
 def _check_afd_run(record: Path, calibration: Optional[Path],
@@ -179,15 +172,8 @@ def _check_afd_run(record: Path, calibration: Optional[Path],
                         f"({cfg['attention_gpus']} attention + {cfg['ffn_gpus']} FFN ranks, "
                         f"m {shape['micro_batches']}, batch {shape['batch']} per attention "
                         f"rank; median of steps 2..{steps})")
-    for col in ("", "predicted", "measured", "error"):
-        table.add_column(col, justify="left" if not col else "right")
-    for r in rows:
-        err = "" if r.error is None else f"{r.error:+.1%}"
-        style = "bold" if r.what == "step" else None
-        table.add_row(r.what, "-" if r.predicted_s is None else f"{r.predicted_s:.5f}",
-                      f"{r.measured_s:.5f}", err, style=style)
     console = Console()
-    console.print(table)
+    console.print(_comparison(table, rows, 5))
     att, disp, exp, comb = pred.stages
     sharing = (f"{pred.processes} processes time-share {pred.cores:g} cores"
                if pred.shared_cores else f"{pred.processes} processes on {pred.cores:g} cores")
@@ -197,3 +183,15 @@ def _check_afd_run(record: Path, calibration: Optional[Path],
                   f"{pred.ops_ffn:.0f} torch calls per step (attention / FFN rank) at "
                   f"{pred.kernel_overhead_s * 1e6:.1f} us; message latency "
                   f"{pred.message_latency_s * 1e6:.0f} us; {sharing}")
+
+
+def _comparison(table: Table, rows, digits: int) -> Table:
+    """check-run's predicted/measured/error columns, the step row in bold."""
+    for col in ("", "predicted", "measured", "error"):
+        table.add_column(col, justify="left" if not col else "right")
+    for r in rows:
+        err = "" if r.error is None else f"{r.error:+.1%}"
+        style = "bold" if r.what == "step" else None
+        table.add_row(r.what, "-" if r.predicted_s is None else f"{r.predicted_s:.{digits}f}",
+                      f"{r.measured_s:.{digits}f}", err, style=style)
+    return table

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import SpecError
-from planner.run.check_run import Row
+from planner.run.check_run import Row, read_record
 
 __all__ = ["AFD_RECORD_SCHEMA", "check_afd_record", "compare_afd", "load_afd_record",
            "read_record", "schema_of"]
@@ -95,17 +95,6 @@ def check_afd_record(record: dict[str, Any], source: str) -> None:
         raise SpecError(source, "step_times_max_s", "at least one decode step", 0)
 
 
-def read_record(path: Path) -> dict[str, Any]:
-    """The JSON object at ``path`` (any run record); SpecError when it is no JSON object."""
-    if not path.is_file():
-        raise SpecError(str(path), "", "an existing run record JSON file")
-    try:
-        record = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise SpecError(f"{path}:{err.lineno}", "", f"valid JSON ({err.msg})") from None
-    if not isinstance(record, dict):
-        raise SpecError(str(path), "", "a run record (a JSON object)", type(record).__name__)
-    return record
 
 
 def schema_of(path: Path) -> str | None:

@@ -100,13 +100,22 @@ def check_record(record: dict[str, Any], source: str) -> None:
             raise SpecError(source, key, what + "; a user script's launch record has none")
 
 
-def load_record(path: Path) -> dict[str, Any]:
-    """The run record at ``path``, checked (:func:`check_record`); SpecError otherwise."""
+def read_record(path: Path) -> dict[str, Any]:
+    """The JSON object at ``path`` (any run record); SpecError when it is no JSON object."""
     if not path.is_file():
         raise SpecError(str(path), "", "an existing run record JSON file")
     try:
         record = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise SpecError(f"{path}:{err.lineno}", "", f"valid JSON ({err.msg})") from None
+    if not isinstance(record, dict):
+        raise SpecError(str(path), "", "a run record: a JSON object with a 'schema'",
+                        type(record).__name__)
+    return record
+
+
+def load_record(path: Path) -> dict[str, Any]:
+    """The run record at ``path``, checked (:func:`check_record`); SpecError otherwise."""
+    record = read_record(path)
     check_record(record, str(path))
     return record
