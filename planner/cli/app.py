@@ -9,6 +9,9 @@ plans), ``explain`` / ``compare`` (plan files), ``emit`` (launch configs of a pl
 group (:class:`PlannerGroup`), so the console script and ``CliRunner`` behave the same: a
 :class:`~planner.errors.PlannerError`, a usage error or a cost model's ``ValueError`` prints one
 line ``error: ...`` on stderr and exits with its code (2 for bad input, 3 for infeasible).
+Any other exception is a bug of planner's: one line ``error: internal error: <type>: <message>``
+with a request to report it, exit code 1; ``planner --debug ...`` (or ``PLANNER_DEBUG=1``) lets
+it through with its traceback instead.
 """
 from __future__ import annotations
 
@@ -22,10 +25,10 @@ from typer.core import TyperGroup
 
 from planner.cli.common import (ClusterOpt, GpuOpt, GpusPerNodeOpt, OutputFormat, fail,
                                 help_markup_mode, nodes_option, plain_help_width, print_report,
-                                progress_bar, set_help_markup_mode)
+                                progress_bar, set_debug, set_help_markup_mode)
 from planner.errors import PlannerError, SpecError
 from planner.training.estimate_json import estimate_to_dict
-from planner.files import write_atomic
+from planner.files import write_all_atomic, write_atomic
 from planner.training.estimation import (DEFAULT_GPU, ClusterChoice, ParallelChoice,
                                          checked_estimate, load_profile, make_config,
                                          make_workload, resolve_cluster)
@@ -42,6 +45,10 @@ USAGE_EXIT_CODE = 2
 # click's UsageError (bad option value, unknown option, missing argument), found through the
 # class typer re-exports: typer >= 0.2x vendors its own copy of click.
 UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+INTERNAL_ERROR_EXIT_CODE = 1
+DEBUG_ENV = "PLANNER_DEBUG"
+MAX_INTERNAL_MESSAGE = 300  # characters of an internal error's message shown
 
 
 class PlannerGroup(TyperGroup):
@@ -67,11 +74,40 @@ class PlannerGroup(TyperGroup):
             fail(str(err), err.exit_code)
         except ValueError as err:  # backstop: a cost-model constructor rejecting user input
             fail(str(err), USAGE_EXIT_CODE)
+        except (ClickException, typer.Exit, typer.Abort, BrokenPipeError):
+            raise  # click's own ways out (help, exit codes, Ctrl-C, a closed pipe)
+        except Exception as err:  # a bug: one line, unless --debug asks for the traceback
+            if ctx.params.get("debug"):
+                raise
+            fail(internal_error_message(err), INTERNAL_ERROR_EXIT_CODE)
+
+
+def internal_error_message(err: BaseException) -> str:
+    """The one line an unexpected exception becomes (type, message, where to go next)."""
+    try:
+        message = " ".join(str(err).split())
+    except Exception:  # noqa: BLE001  (a message that cannot even be shown)
+        message = ""
+    if len(message) > MAX_INTERNAL_MESSAGE:
+        message = message[:MAX_INTERNAL_MESSAGE - 3] + "..."
+    return (f"internal error: {type(err).__name__}{': ' + message if message else ''} — "
+            "please report it (rerun with --debug for the traceback)")
 
 
 app = typer.Typer(cls=PlannerGroup, no_args_is_help=True, add_completion=False,
                   pretty_exceptions_show_locals=False,
                   help="Plan the parallelism of LLM training on a GPU cluster.")
+
+
+@app.callback()
+def _global_options(debug: Annotated[bool, typer.Option(
+        "--debug", envvar=DEBUG_ENV,
+        help="Show the traceback of an internal error.")] = False) -> None:
+    """Options of every command; ``--debug`` is read by :class:`PlannerGroup` and
+    :func:`~planner.cli.common.using_document`."""
+    set_debug(debug)
+
+
 topo_app = typer.Typer(no_args_is_help=True, help="Cluster topologies: node groups and tiers.")
 app.add_typer(topo_app, name="topo")
 
@@ -327,11 +363,11 @@ def solve(
                            target_tokens_per_s, progress)
     if loads is not None:
         result = _with_experts(result, loads, redundant_experts_per_gpu)
-    if out is not None:
-        write_atomic(out, plan_to_json(result.plans[0]))
+    files = {out: plan_to_json(result.plans[0])} if out is not None else {}
     if out_dir is not None:
-        for i, plan in enumerate(result.plans):
-            write_atomic(out_dir / f"plan-{i + 1:02d}.json", plan_to_json(plan))
+        files.update({out_dir / f"plan-{i + 1:02d}.json": plan_to_json(plan)
+                      for i, plan in enumerate(result.plans)})
+    write_all_atomic(files)  # every file or none
     if output_format is OutputFormat.json:
         typer.echo("[" + ",\n".join(plan_to_json(p).rstrip() for p in result.plans) + "]")
     else:

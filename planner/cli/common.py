@@ -14,16 +14,21 @@ from __future__ import annotations
 import os
 import sys
 from enum import Enum
-from typing import Annotated, Any, Callable, NoReturn, Optional
+from contextlib import contextmanager
+from typing import Annotated, Any, Callable, Iterator, NoReturn, Optional
 
 import typer
 
 from rich.console import Console, RenderableType
+from rich.errors import NotRenderableError
 from rich.markup import escape
+
+from planner.errors import SpecError
 
 __all__ = ["ClusterOpt", "GpuOpt", "GpusPerNodeOpt", "nodes_option", "OutputFormat", "progress_bar", "print_report", "report_width",
            "help_markup_mode", "plain_help_width", "set_help_markup_mode", "fail",
-           "RICH_HELP_MIN_COLUMNS", "PIPED_HELP_COLUMNS"]
+           "RICH_HELP_MIN_COLUMNS", "PIPED_HELP_COLUMNS", "using_document", "set_debug",
+           "debug_requested"]
 
 RICH_HELP_MIN_COLUMNS = 100
 PIPED_HELP_COLUMNS = 120
@@ -131,6 +136,40 @@ def set_help_markup_mode(command: Any, mode: str | None) -> None:
         command._help_escaped = True
     for sub in getattr(command, "commands", {}).values():
         set_help_markup_mode(sub, mode)
+
+
+# Python's own errors that a document which passed its validator can still cause in the code
+# that uses it: a wrong type, a missing key or index, a value out of a function's domain.
+MALFORMED_DOCUMENT_ERRORS = (TypeError, KeyError, IndexError, AttributeError, ValueError,
+                             ArithmeticError, NotRenderableError)
+
+
+_debug = {"on": False}  # set by the top-level group's --debug option on every invocation
+
+
+def set_debug(on: bool) -> None:
+    _debug["on"] = on
+
+
+def debug_requested() -> bool:
+    """Whether ``planner --debug`` (or ``PLANNER_DEBUG``) asked for tracebacks."""
+    return _debug["on"]
+
+
+@contextmanager
+def using_document(source: str, expected: str) -> Iterator[None]:
+    """Use a document read from ``source`` (a plan, a placement) after its validator passed
+    it: an error of Python's own raised meanwhile (:data:`MALFORMED_DOCUMENT_ERRORS`) means
+    the file is malformed in a way the validator does not check, and becomes one
+    :class:`SpecError` naming the file (with ``--debug``: the traceback)."""
+    try:
+        yield
+    except MALFORMED_DOCUMENT_ERRORS as err:
+        if debug_requested():
+            raise
+        detail = " ".join(str(err).split())[:200]
+        raise SpecError(source, "", f"{expected} (malformed: {type(err).__name__}: {detail}; "
+                        "if planner wrote it unchanged, please report it)") from None
 
 
 def fail(message: str, exit_code: int) -> NoReturn:

@@ -11,9 +11,9 @@ import numpy as np
 import typer
 from rich.console import Console
 
-from planner.cli.common import OutputFormat, progress_bar
+from planner.cli.common import OutputFormat, progress_bar, using_document
 from planner.errors import SpecError
-from planner.files import write_atomic, write_atomic_bytes
+from planner.files import write_all_atomic, write_atomic, write_atomic_bytes
 
 experts_app = typer.Typer(no_args_is_help=True, help="MoE expert replication, placement and quotas.")
 
@@ -74,10 +74,15 @@ def _slots(num_experts: int, gpus: int, slots_per_gpu: Optional[int], redundant_
     return num_experts // gpus + redundant_per_gpu
 
 
+PLACEMENT_EXPECTED = "a placement file written by 'planner experts plan --out'"
+
+
 def _read_placement_json(path: Path):
     """A placement file's JSON (our document or SGLang's map); SpecError if unreadable."""
+    from planner.inputs.documents import parse_json
+
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return parse_json(Path(path).read_text(encoding="utf-8"), str(path))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
         raise SpecError(str(path), "", f"a readable JSON placement file ({err})") from None
 
@@ -85,7 +90,9 @@ def _read_placement_json(path: Path):
 def _read_current(path: Path):
     from planner.experts.plan import current_from_document
 
-    return current_from_document(_read_placement_json(path), str(path))
+    with using_document(str(path), "a placement from 'planner experts plan --out' or "
+                                   "SGLang's physical_to_logical_map"):
+        return current_from_document(_read_placement_json(path), str(path))
 
 
 @experts_app.command("plan")
@@ -112,8 +119,9 @@ def plan(
         help="Robust mode with --dispatch static/realtime: 'realtime' scores per-scenario quotas, "
              "'static' the plan's split ratios.")] = Quotas.realtime,
     locality_slack: Annotated[Optional[float], typer.Option(
-        min=0, help="Trade balance for locality: accept busiest/mean up to (1+slack) x the "
-                    "best to cut cross-node dispatch.")] = None,
+        min=0, max=100, help="Trade balance for locality: accept busiest/mean up to (1+slack) "
+                             "x the best to cut cross-node dispatch (at most 100: beyond, "
+                             "balance no longer counts).")] = None,
     current: Annotated[Optional[Path], typer.Option(
         help="Current placement (this command's --out file or SGLang's physical_to_logical_map)"
              " to migrate from.")] = None,
@@ -140,7 +148,7 @@ def plan(
     rule), the worst layers and a GPU-load heatmap. Without LOADS: a synthetic 64-expert demo."""
     from planner.experts.plan import (ExpertOptions, placement_document, plan_experts,
                                  sglang_location, vllm_eplb_config)
-    from planner.report.experts import render_experts, write_heatmap_png
+    from planner.report.experts import heatmap_png, render_experts
     from planner.plan.validate import validate_expert_placement
 
     rule = resolve_dispatch(dispatch, sglang is not None, vllm is not None)
@@ -158,12 +166,11 @@ def plan(
         result = plan_experts(data, options, cur, tick, str(current))
     doc = validate_expert_placement(placement_document(result), "expert placement")
     text = json.dumps(doc, sort_keys=True) + "\n"
-    for path, payload in ((out, text), (sglang, json.dumps(sglang_location(doc)) + "\n"),
-                          (vllm, json.dumps(vllm_eplb_config(doc)) + "\n")):
-        if path is not None:
-            write_atomic(path, payload)
-    if heatmap is not None:
-        write_heatmap_png(result, heatmap)
+    files = {path: render() for path, render in (
+        (out, lambda: text), (sglang, lambda: json.dumps(sglang_location(doc)) + "\n"),
+        (vllm, lambda: json.dumps(vllm_eplb_config(doc)) + "\n"),
+        (heatmap, lambda: heatmap_png(result))) if path is not None}
+    write_all_atomic(files)  # every file or none
     if output_format is OutputFormat.json:
         typer.echo(text, nl=False)
     else:
@@ -189,8 +196,12 @@ def evaluate(
     from planner.plan.validate import validate_expert_placement
 
     doc = _read_placement_json(placement)
-    validate_expert_placement(doc, str(placement))
-    result = evaluate_document(doc, _loads(loads), str(placement))
+    if not isinstance(doc, dict):
+        raise SpecError(str(placement), "", PLACEMENT_EXPECTED, type(doc).__name__)
+    data = _loads(loads)
+    with using_document(str(placement), PLACEMENT_EXPECTED):
+        validate_expert_placement(doc, str(placement))
+        result = evaluate_document(doc, data, str(placement))
     if output_format is OutputFormat.json:
         typer.echo(json.dumps(result, sort_keys=True))
     else:

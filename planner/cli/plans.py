@@ -8,17 +8,21 @@ are worked out here.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Callable, Optional
 
 import typer
+from rich.console import Console, RenderableType
 
-from planner.cli.common import fail, print_report
+from planner.cli.common import fail, print_report, using_document
 from planner.errors import SpecError
-from planner.files import write_atomic
+from planner.files import write_all_atomic
 
 if TYPE_CHECKING:  # annotations only: plans are loaded lazily inside the commands
     from planner.plan.document import Plan
+
+PLAN_EXPECTED = "a plan written by 'planner solve' or 'planner serve'"
 
 PlanArg = Annotated[Path, typer.Argument(help="A plan file written by 'planner solve --out' "
                                               "(or 'planner serve --out').")]
@@ -46,14 +50,17 @@ def explain(
         if timeline is not None:
             raise SpecError("--timeline", "", "a training plan (a serving plan has no "
                                               "pipeline timeline)", loaded.kind)
-        print_report(render_serving_explain(loaded, serving_targets_met(loaded)))
+        _print_plan_report(lambda: render_serving_explain(loaded, serving_targets_met(loaded)),
+                           str(plan))
         return
-    simulated = plan_timeline(loaded, max_microbatches)
+    with using_document(str(plan), PLAN_EXPECTED):
+        simulated = plan_timeline(loaded, max_microbatches)
+        title = (f"{loaded.inputs['model']['name']}: {loaded.schedule}, "
+                 f"{simulated.num_stages} stages, {simulated.simulated_units} micro-batches")
+    report = _rendered(lambda: render_explain(loaded, simulated), str(plan))
     if timeline is not None:
-        save_timeline(simulated, timeline,
-                      f"{loaded.inputs['model']['name']}: {loaded.schedule}, "
-                      f"{simulated.num_stages} stages, {simulated.simulated_units} micro-batches")
-    print_report(render_explain(loaded, simulated))
+        save_timeline(simulated, timeline, title)
+    sys.stdout.write(report)
     if timeline is not None:
         typer.echo(f"wrote {timeline}")
 
@@ -72,14 +79,32 @@ def compare(plans: Annotated[list[Path], typer.Argument(help="Two or more plan f
     if len(kinds) > 1:
         got = ", ".join(f"{name}: {p.kind}" for name, p in zip(names, loaded))
         raise SpecError("PLANS", "kind", "plans of one kind (training or serving)", got)
+    sources = ", ".join(str(p) for p in plans)
     if kinds == ["serving"]:
         from planner.report.serving_explain import render_serving_compare
-        order = serving_rank(loaded)
-        best = 0 if loaded[order[0]].prediction["meets_slo"] else None
-        print_report(render_serving_compare([loaded[i] for i in order], [names[i] for i in order],
-                                            best, serving_inputs_differ(loaded)))
+
+        def serving_report():
+            order = serving_rank(loaded)
+            best = 0 if loaded[order[0]].prediction["meets_slo"] else None
+            return render_serving_compare([loaded[i] for i in order], [names[i] for i in order],
+                                          best, serving_inputs_differ(loaded))
+        _print_plan_report(serving_report, sources)
         return
-    print_report(render_compare(loaded, names))
+    _print_plan_report(lambda: render_compare(loaded, names), sources)
+
+
+def _rendered(render: Callable[[], RenderableType], source: str) -> str:
+    """The text :func:`print_report` prints for ``render()``, made in full before anything is
+    printed: a plan malformed beyond what its validator checks fails with one line naming
+    ``source`` (:func:`using_document`) instead of half a report and a traceback."""
+    console = Console()
+    with using_document(source, PLAN_EXPECTED), console.capture() as captured:
+        print_report(render(), console)
+    return captured.get()
+
+
+def _print_plan_report(render: Callable[[], RenderableType], source: str) -> None:
+    sys.stdout.write(_rendered(render, source))
 
 
 def serving_targets_met(plan: Plan) -> dict[str, bool | None]:
@@ -134,11 +159,12 @@ def emit(
     options = EmitOptions(script=script, script_args=tuple(script_arg or ()),
                           master_port=master_port, job_name=job_name, image=image,
                           plan_path=str(plan))
-    files = run_emit(fmt, loaded, options)  # everything is rendered before anything is written
-    for name, text in sorted(files.items()):
-        executable = name.endswith((".sh", ".sbatch"))
-        write_atomic(out_dir / name, text, 0o755 if executable else None)
-        typer.echo(f"wrote {out_dir / name}")
+    with using_document(str(plan), PLAN_EXPECTED):
+        files = run_emit(fmt, loaded, options)  # everything is rendered before anything is written
+    targets = {out_dir / name: text for name, text in sorted(files.items())}
+    write_all_atomic(targets, executable={p for p in targets if p.name.endswith((".sh", ".sbatch"))})
+    for path in targets:
+        typer.echo(f"wrote {path}")
 
 
 def launch(

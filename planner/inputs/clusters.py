@@ -16,6 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from planner.errors import SpecError
+from planner.inputs.documents import YAML_LOADER, parse_json, parse_yaml
 from topologies.catalog import UnknownGpuError
 from topologies.cluster import Cluster
 from topologies.presets import cluster_presets, preset_text
@@ -77,7 +78,7 @@ def _load_file(path: Path) -> Cluster:
 def _parse(text: str, source: str, as_json: bool) -> dict[str, Any]:
     """The top-level mapping of a cluster file; syntax errors name their line."""
     try:
-        data = json.loads(text) if as_json else yaml.safe_load(text)
+        data = parse_json(text, source) if as_json else parse_yaml(text, source)
     except json.JSONDecodeError as err:
         raise SpecError(f"{source}:{err.lineno}", "", f"valid JSON ({err.msg})") from None
     except yaml.YAMLError as err:
@@ -132,7 +133,7 @@ def _expected(error: dict[str, Any]) -> str:
 def _yaml_line(text: str, loc: tuple) -> int | None:
     """1-based line of the deepest node of ``loc`` that the file has (None if unparsable)."""
     try:
-        node = yaml.compose(text)
+        node = yaml.compose(text, Loader=YAML_LOADER)
     except yaml.YAMLError:
         return None
     if node is None:

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import csv
 import json
+from tokenize import TokenError
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from planner.errors import SpecError
+from planner.inputs.documents import parse_json
 
 
 @dataclass(frozen=True)
@@ -66,15 +68,20 @@ def load_expert_loads(path: Path) -> ExpertLoads:
 def _read_npy(path: Path) -> np.ndarray:
     try:
         array = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as err:
-        raise SpecError(str(path), "", f"a numeric NPY array ({err})") from None
+    except (ValueError, OSError, EOFError, MemoryError, OverflowError, SyntaxError,
+            TokenError) as err:  # numpy parses the header with Python's tokenizer
+        raise SpecError(str(path), "", f"a numeric NPY array ({type(err).__name__}: "
+                        f"{' '.join(str(err).split())[:200]})") from None
     if not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
         raise SpecError(str(path), "array", "integer or float loads", f"dtype {array.dtype}")
     return array.astype(np.float64)
 
 
 def _read_csv(path: Path) -> np.ndarray:
-    rows = [r for r in csv.reader(path.read_text(encoding="utf-8").splitlines()) if r]
+    try:
+        rows = [r for r in csv.reader(_read_text(path).splitlines()) if r]
+    except csv.Error as err:  # e.g. a field over csv's 128 KiB limit
+        raise SpecError(str(path), "", f"a CSV file of numbers ({err})") from None
     if rows and not _numeric(rows[0][0]):
         rows = rows[1:]
     ragged = next((i for i, r in enumerate(rows) if len(r) != len(rows[0])), None)
@@ -89,6 +96,15 @@ def _read_csv(path: Path) -> np.ndarray:
                         "column per expert)") from None
 
 
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpecError(str(path), "", f"a readable file ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise SpecError(str(path), "", "a UTF-8 text file") from None
+
+
 def _numeric(text: str) -> bool:
     try:
         float(text)
@@ -99,8 +115,8 @@ def _numeric(text: str) -> bool:
 
 def _read_json(path: Path) -> tuple[np.ndarray, str]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        data = parse_json(_read_text(path), str(path))
+    except json.JSONDecodeError as err:
         raise SpecError(str(path), "", f"valid JSON ({err})") from None
     field = "logical_count"
     if isinstance(data, dict):
@@ -112,7 +128,7 @@ def _read_json(path: Path) -> tuple[np.ndarray, str]:
         field = "(top level)"
     try:
         return np.array(data, dtype=np.float64), field
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError, RecursionError):
         raise SpecError(str(path), field, "a rectangular [layers][experts] or "
                         "[steps][layers][experts] array of numbers") from None
 

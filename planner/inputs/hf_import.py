@@ -30,6 +30,7 @@ from typing import Any, Callable
 from cost_models.model_spec import (
     ACTIVATIONS, LinearAttnSpec, MLASpec, ModelSpec, MoESpec, SparseAttnSpec)
 from planner.errors import SpecError
+from planner.inputs.documents import parse_json
 
 _MISSING = object()
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
@@ -453,7 +454,7 @@ def model_from_hf_config(data: dict, source: str) -> ModelSpec:
                         type(data).__name__)
     c = _text_config(data, source)
     model_type = c.data.get("model_type")
-    if model_type not in _BUILDERS:
+    if not isinstance(model_type, str) or model_type not in _BUILDERS:
         raise c.error("model_type", f"one of {', '.join(_BUILDERS)}", model_type)
     kwargs = _BUILDERS[model_type](c)
     try:
@@ -469,8 +470,10 @@ def read_json(path: str | Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise SpecError(str(path), "", "a readable file", err.strerror) from None
+    except UnicodeDecodeError:
+        raise SpecError(str(path), "", "a UTF-8 JSON file") from None
     try:
-        return json.loads(text)
+        return parse_json(text, str(path))
     except json.JSONDecodeError as err:
         raise SpecError(str(path), f"line {err.lineno} column {err.colno}", "valid JSON",
                         err.msg) from None

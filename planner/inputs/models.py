@@ -18,6 +18,7 @@ import yaml
 
 from cost_models.model_spec import ModelSpec
 from planner.errors import SpecError
+from planner.inputs.documents import parse_yaml
 from planner.inputs.hf_import import model_from_hf_config, read_json
 from planner.inputs.model_file import model_from_yaml_dict
 
@@ -43,7 +44,9 @@ def read_mapping(path: Path) -> Any:
     if path.suffix.lower() == ".json":
         return read_json(path)
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return parse_yaml(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecError(str(path), "", "a readable UTF-8 text file", str(err)) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark else ""
@@ -86,7 +89,10 @@ def load_model(ref: str) -> ModelSpec:
     key = ref.strip().lower()
     if key in _registry():
         return _load_preset(key)
-    path = Path(ref).expanduser()
+    try:
+        path = Path(ref).expanduser()
+    except RuntimeError:  # ``~nouser/x.yaml``: no such user, or no home directory
+        raise SpecError("--model", "", "a path whose ~user has a home directory", ref) from None
     if path.is_file() or path.suffix.lower() in _FILE_SUFFIXES or len(path.parts) > 1:
         return load_model_file(path)
     raise _unknown_preset(ref)

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from planner.errors import SpecError
+from planner.inputs.documents import parse_json
 
 INPUT_KEYS = ("input_tokens", "isl", "prompt_tokens", "input_len")
 OUTPUT_KEYS = ("output_tokens", "osl", "completion_tokens", "output_len")
@@ -88,7 +89,10 @@ def _from_json(data, source: str) -> RequestLengths:
 
 
 def _from_csv(text: str, source: str) -> RequestLengths:
-    rows = list(csv.DictReader(text.splitlines()))
+    try:
+        rows = list(csv.DictReader(text.splitlines()))
+    except csv.Error as err:  # e.g. a field over csv's 128 KiB limit
+        raise SpecError(source, "", f"a CSV file of request lengths ({err})") from None
     if not rows:
         raise SpecError(source, "", "a header row and one row per request")
     ki, ko = _key(rows[0], INPUT_KEYS), _key(rows[0], OUTPUT_KEYS)
@@ -115,7 +119,7 @@ def load_request_lengths(path: Path) -> RequestLengths:
         raise SpecError(source, "", f"a readable text file ({err})") from None
     if path.suffix.lower() == ".json":
         try:
-            data = json.loads(text)
+            data = parse_json(text, source)
         except json.JSONDecodeError as err:
             raise SpecError(f"{source}:{err.lineno}", "", f"valid JSON ({err.msg})") from None
         return _from_json(data, source)

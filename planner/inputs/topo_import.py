@@ -35,6 +35,8 @@ from pydantic import ValidationError
 
 from planner.errors import SpecError
 from planner.inputs.clusters import OPTIONS_SOURCE
+from planner.inputs.documents import (MAX_NESTING, bad_value_error, check_document,
+                                      check_yaml_text, parse_yaml, yaml_loader_for)
 from topologies.catalog import UnknownGpuError, get_gpu
 from topologies.spec import cluster_from_dict
 from topologies.standard import LEAF_GPUS, node_type_for
@@ -54,8 +56,6 @@ TRANSPORTS = ("ib", "roce", "tcp")
 # NVLinks one GPU of this generation has in all: a pair showing NV# with NV# x (GPUs - 1) above
 # this cannot be direct links, so the pairs meet through NVSwitches.
 MAX_NVLINKS_PER_GPU = 18
-# libyaml's loader when PyYAML has it (same safe constructors, about 10x faster).
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _NV = re.compile(r"NV(\d+)$")
 _LINKS = ("X", "SYS", "NODE", "PHB", "PXB", "PIX", "SOC")  # SOC: old drivers' name for SYS
@@ -164,7 +164,7 @@ def detect_format(text: str, source: str) -> str:
     if _find_header(text.splitlines()) is not None:
         return "nvidia-smi"
     try:
-        data = yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 (a safe loader)
+        data = parse_yaml(text, source)
     except yaml.YAMLError:
         data = None
     if isinstance(data, dict) and {"npus_count", "topology"} <= set(data):
@@ -915,14 +915,21 @@ def _one_node_cluster(group: dict[str, Any], options: ImportOptions, notes: list
 
 def _load_yaml(text: str, source: str) -> tuple[Any, Callable[[tuple], int | None]]:
     """Parsed YAML and a function from a key path to its 1-based line."""
+    check_yaml_text(text, source)
     try:
-        root = yaml.compose(text, Loader=_YAML_LOADER)
-        data = _YAML_LOADER("").construct_document(root) if root is not None else None
+        loader = yaml_loader_for(text)
+        root = yaml.compose(text, Loader=loader)
+        data = loader("").construct_document(root) if root is not None else None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise SpecError(f"{source}:{mark.line + 1}" if mark else source, "",
                         f"valid YAML ({problem})") from None
+    except RecursionError:
+        raise SpecError(source, "", f"a document nested at most {MAX_NESTING} levels deep") from None
+    except ValueError as err:  # a 5,000-digit integer, a timestamp of February 30th
+        raise bad_value_error(err, source) from None
+    check_document(data, source)
 
     def line_of(path: tuple) -> int | None:
         node, line = root, None

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from planner.errors import SpecError
+from planner.inputs.documents import parse_json
 from planner.plan.document import SCHEMA_VERSION, Plan, plan_from_dict
 
 READABLE_SCHEMAS = (1, SCHEMA_VERSION)  # schema 1 is upgraded on load (planner.plan.migrate)
@@ -26,7 +27,7 @@ def load_plan(path: Path | str) -> Plan:
     except UnicodeDecodeError:
         raise SpecError(str(path), "", "a UTF-8 JSON plan file") from None
     try:
-        data = json.loads(text)
+        data = parse_json(text, str(path))
     except json.JSONDecodeError as err:
         raise SpecError(str(path), f"line {err.lineno} column {err.colno}",
                         f"valid JSON ({err.msg})") from None
@@ -40,12 +41,14 @@ def load_plan(path: Path | str) -> Plan:
                         "inputs it was made from)", version)
     try:
         plan = plan_from_dict(data)
-    except (TypeError, ValueError, KeyError) as err:
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError,
+            RecursionError) as err:
         how = (" (a schema-1 plan that cannot be upgraded: re-create it with 'planner solve')"
                if version == 1 else "")
         raise SpecError(str(path), "", f"a plan written by 'planner solve' ({err}){how}") from None
     try:
         return validate_plan(plan, str(path))
-    except (KeyError, TypeError, IndexError, AttributeError) as err:
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError, OverflowError,
+            RecursionError) as err:
         raise SpecError(str(path), "", f"a plan written by 'planner solve' (malformed: "
                         f"{type(err).__name__} {err})") from None

@@ -2,7 +2,6 @@
 from :class:`planner.experts.plan.ExpertPlacement`)."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -106,15 +105,13 @@ def _legend() -> Text:
     return text
 
 
-def write_heatmap_png(result: ExpertPlacement, path: Path) -> None:
-    """Before/after GPU-load heatmaps (load / layer mean) as one PNG, written atomically."""
+def heatmap_png(result: ExpertPlacement) -> bytes:
+    """Before/after GPU-load heatmaps (load / layer mean) as one PNG."""
     import io
 
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from planner.files import write_atomic_bytes
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
     vmax = float(max(2.0, (result.before_gpu_load / result.before_gpu_load.mean(1, keepdims=True)).max()))
@@ -129,4 +126,4 @@ def write_heatmap_png(result: ExpertPlacement, path: Path) -> None:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
-    write_atomic_bytes(path, buffer.getvalue())
+    return buffer.getvalue()

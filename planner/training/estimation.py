@@ -125,7 +125,10 @@ def load_profile(gpu_name: str, calibration: Path | None) -> Profile:
         raise SpecError(f"{calibration}:{err.lineno}", "", f"valid JSON ({err.msg})") from None
     except (OSError, UnicodeDecodeError) as err:
         raise SpecError(str(calibration), "", f"a readable text file ({err})") from None
-    except (ValueError, TypeError, AttributeError) as err:
+    except RecursionError:
+        raise SpecError(str(calibration), "", "a calibration JSON file nested a few levels "
+                        "deep") from None
+    except (ValueError, TypeError, AttributeError, OverflowError) as err:
         raise SpecError(str(calibration), "", f"profile fields of cost_models.profile.Profile "
                         f"with values in range ({err})") from None
 
