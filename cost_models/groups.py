@@ -10,6 +10,8 @@ that order). ``None`` is the cluster's own listing order, i.e. Megatron's defaul
 """
 from __future__ import annotations
 
+import hashlib
+
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -83,12 +85,43 @@ class GroupViews:
     edp: GroupView
 
 
-def stage_views(cluster: Cluster, d: Degrees,
-                node_order: Sequence[int] | None = None) -> tuple[GroupViews, ...]:
-    """Views of every group kind, per pipeline stage, for degrees ``d`` placed by ``node_order``."""
+ViewsMemo = dict[tuple[str, tuple[int, ...], bytes], list[GroupView]]
+
+
+def stage_views(cluster: Cluster, d: Degrees, node_order: Sequence[int] | None = None,
+                memo: ViewsMemo | None = None) -> tuple[GroupViews, ...]:
+    """Views of every group kind, per pipeline stage, for degrees ``d`` placed by ``node_order``.
+
+    ``memo`` (one dict per cluster and node order, e.g. for one search) keeps each kind's views
+    by the groups' layout: degree tuples that share a layout (all tuples with the same TP and
+    PP share their TP groups) compute it once. The last few answers are also kept whole, as
+    ``solve`` asks again for the views of the plans it refines."""
+    order = None if node_order is None else tuple(int(n) for n in node_order)
+    key = (cluster, d, order)
+    if key not in _RECENT:
+        if len(_RECENT) >= RECENT_VIEWS:
+            del _RECENT[next(iter(_RECENT))]  # the oldest
+        _RECENT[key] = _stage_views(cluster, d, order, memo)
+    return _RECENT[key]
+
+
+RECENT_VIEWS = 32  # whole answers kept: the top plans of one solve, placed and refined
+_RECENT: dict[tuple[Cluster, Degrees, tuple[int, ...] | None], tuple[GroupViews, ...]] = {}
+
+
+def _stage_views(cluster: Cluster, d: Degrees, node_order: tuple[int, ...] | None,
+                 memo: ViewsMemo | None) -> tuple[GroupViews, ...]:
     physical = rank_map(cluster, node_order)
-    per_kind = {kind: worst_group_views(cluster, physical[stage_groups(d, kind)], kind == "ep")
-                for kind in KINDS}
+    per_kind = {}
+    for kind in KINDS:
+        groups = physical[stage_groups(d, kind)]
+        key = (kind, groups.shape, hashlib.sha1(groups.tobytes()).digest())
+        views = memo.get(key) if memo is not None else None
+        if views is None:
+            views = worst_group_views(cluster, groups, kind == "ep")
+            if memo is not None:
+                memo[key] = views
+        per_kind[kind] = views
     return tuple(GroupViews(**{kind: per_kind[kind][s] for kind in KINDS}) for s in range(d.pp))
 
 

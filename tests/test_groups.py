@@ -79,6 +79,52 @@ def test_vectorised_worst_view_equals_brute_force(seed):
         rel=1e-3)
 
 
+def _one_group_cluster():
+    """One node group (the path that skips per-group gathers): 2-node NVLink domains under an
+    oversubscribed 4-node leaf and a spine."""
+    return cluster_from_dict({
+        "name": "uniform", "node_groups": [
+            {"name": "a", "count": 12, "gpu": "H100", "gpus_per_node": 4, "fabric": "nvswitch",
+             "nvlink_domain_nodes": 2, "nics": [{"count": 4, "gbps": 400, "transport": "ib"}]}],
+        "network": {"tiers": [{"name": "leaf", "nodes_per_switch": 4, "oversubscription": 3},
+                              {"name": "spine", "nodes_per_switch": 12}]}})
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_one_group_worst_view_equals_brute_force(seed):
+    cluster = _one_group_cluster()
+    rng = random.Random(seed)
+    size = rng.choice([2, 3, 4, 6, 8, 16])
+    ranks = list(range(cluster.num_gpus))
+    if seed % 2:
+        rng.shuffle(ranks)  # odd seeds: members in no particular order
+    rows = np.array(ranks[: (len(ranks) // size) * size]).reshape(-1, size)
+    brute = min((group_view(cluster, r.tolist()) for r in rows), key=_slowness)
+    assert _slowness(worst_group_view(cluster, rows)) == _slowness(brute)
+    prof = Profile(link_efficiency={k: 1.0 for k in ("nvswitch", "pcie", "ib")})
+    assert comm.all_to_all_s(worst_group_view(cluster, rows, all_to_all=True), 1e9, prof) == \
+        pytest.approx(max(comm.all_to_all_s(group_view(cluster, r.tolist()), 1e9, prof)
+                          for r in rows), rel=1e-3)
+
+
+@pytest.mark.parametrize("make_cluster", [_mixed_cluster, _one_group_cluster])
+def test_views_shared_by_layout_equal_fresh_views(make_cluster):
+    """A search's layout memo hands later tuples views computed for earlier ones: they must be
+    what each tuple's own computation gives, stage by stage and kind by kind."""
+    from cost_models.groups import _stage_views
+    cluster = make_cluster()
+    n = cluster.num_gpus
+    tuples = [Degrees(tp=tp, pp=pp, dp=n // (tp * pp), ep=ep)
+              for tp in (1, 2, 4) for pp in (1, 2, 4) for ep in (1, 2, 4)
+              if n % (tp * pp) == 0 and (n // (tp * pp)) % ep == 0]
+    memo = {}
+    for d in tuples:
+        shared = _stage_views(cluster, d, None, memo)
+        fresh = _stage_views(cluster, d, None, None)
+        assert shared == fresh, d
+    assert len(memo) < len(tuples) * len(KINDS)  # layouts did repeat
+
+
 def test_rank_map_follows_node_order():
     cluster = _mixed_cluster()  # nodes: 8, 8, 4, 4, 8 GPUs
     mapped = rank_map(cluster, (4, 0, 1, 2, 3))

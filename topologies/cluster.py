@@ -395,34 +395,46 @@ def worst_group_view(cluster: Cluster, groups: np.ndarray, all_to_all: bool = Fa
 def worst_group_views(cluster: Cluster, groups: np.ndarray,
                       all_to_all: bool = False) -> list[GroupView]:
     """:func:`worst_group_view` of each block ``groups[b]`` of a [block, group, member] array,
-    in one vectorised pass (blocks are pipeline stages)."""
+    in one vectorised pass (blocks are pipeline stages).
+
+    Per-row extremes of per-node-group figures are constants on a one-group cluster and are
+    not gathered; a row's extreme switch index under each tier is the tier's index of its
+    extreme node (``n // nodes_per_switch`` is monotone), so each tier costs no reduction."""
     groups = np.asarray(groups, dtype=np.int64)
     blocks, per_block, size = groups.shape
-    if size <= 1:
-        return [group_view(cluster, groups[b, 0].tolist()) for b in range(blocks)]
+    if size <= 1:  # a lone GPU sees no link: one view serves every block
+        return [group_view(cluster, groups[0, 0].tolist())] * blocks
     flat = groups.reshape(-1, size)
     a = cluster.rank_arrays
+    uniform = len(cluster.node_groups) == 1
+
+    def row_min(values: np.ndarray) -> np.ndarray:
+        return np.full(len(flat), values[0]) if uniform else values[flat].min(axis=1)
+
+    def row_max(values: np.ndarray) -> np.ndarray:
+        return np.full(len(flat), values[0]) if uniform else values[flat].max(axis=1)
+
     dom = np.sort(a.domain[flat], axis=1)
     k = _max_run_length(dom)
     num_domains = 1 + (dom[:, 1:] != dom[:, :-1]).sum(axis=1)
-    intra_bw = np.where(k > 1, a.intra_bw[flat].min(axis=1), np.inf)
-    intra_lat = np.where(k > 1, a.intra_latency_s[flat].max(axis=1), 0.0)
+    intra_bw = np.where(k > 1, row_min(a.intra_bw), np.inf)
+    intra_lat = np.where(k > 1, row_max(a.intra_latency_s), 0.0)
     # scale-out tier, as _inter_tier: a tier's latency counts when the group spans several units
     # of the tier beneath, its oversubscription when the group spans several of its switches
     # transport rule (module docstring): members on different RDMA networks use sockets
     node = a.node[flat]
-    net = a.rdma_network[flat]
-    sockets = net.max(axis=1) != net.min(axis=1)
-    share = np.where(sockets, a.socket_share[flat].min(axis=1), a.nic_share[flat].min(axis=1))
-    inter_lat = np.where(sockets, a.socket_latency_s[flat].max(axis=1),
-                         a.nic_latency_s[flat].max(axis=1))
-    multi_below = node.max(axis=1) != node.min(axis=1)
+    node_lo, node_hi = node.min(axis=1), node.max(axis=1)
+    sockets = row_max(a.rdma_network) != row_min(a.rdma_network)
+    share = np.where(sockets, row_min(a.socket_share), row_min(a.nic_share))
+    inter_lat = np.where(sockets, row_max(a.socket_latency_s), row_max(a.nic_latency_s))
+    multi_below = node_hi != node_lo
+    spans = [multi_below]  # per tier from the leaf: whether the row spans several switches
     for tier in cluster.tiers:
-        sw = node // tier.nodes_per_switch
-        multi = sw.max(axis=1) != sw.min(axis=1)
+        multi = node_hi // tier.nodes_per_switch != node_lo // tier.nodes_per_switch
         inter_lat = inter_lat + np.where(multi_below, tier.latency_s, 0.0)
         share = np.where(multi, share / tier.oversubscription, share)
         multi_below = multi
+        spans.append(multi)
     if all_to_all:
         t_out = np.where(num_domains > 1, (size - k) / size / share, 0.0)
         t_in = np.where(k > 1, (k - 1) / size / intra_bw, 0.0)
@@ -436,15 +448,14 @@ def worst_group_views(cluster: Cluster, groups: np.ndarray,
     views: list[GroupView] = []
     memo: dict[tuple, GroupView] = {}
     for b in range(blocks):
-        row = groups[b, int(worst[b])]
-        nodes = a.node[row]
-        # what group_view reads: domain counts, node groups, and which tiers the nodes span
-        signature = (tuple(np.unique(a.domain[row], return_counts=True)[1].tolist()),
-                     tuple(np.unique(a.group[row]).tolist()),
-                     tuple(len(np.unique(nodes // t.nodes_per_switch)) > 1 for t in cluster.tiers),
-                     len(np.unique(nodes)) > 1)
+        i = b * per_block + int(worst[b])
+        # what group_view reads: the fullest domain, the domains, node groups and which tiers
+        # the row's nodes span
+        signature = (int(k[i]), int(num_domains[i]),
+                     (0,) if uniform else tuple(np.unique(a.group[flat[i]]).tolist()),
+                     tuple(bool(s[i]) for s in spans))
         if signature not in memo:
-            memo[signature] = group_view(cluster, row.tolist())
+            memo[signature] = group_view(cluster, flat[i].tolist())
         views.append(memo[signature])
     return views
 

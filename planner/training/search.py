@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
-from cost_models.groups import stage_views
+from cost_models.groups import ViewsMemo, stage_views
 from cost_models.model_spec import ModelSpec
 from cost_models.parallel import Degrees
 from cost_models.training.config import TrainingConfig, Workload
@@ -198,6 +198,7 @@ def search(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile
     floors = {d: tuple_floor_s(model, cluster, workload, prof, d, space) for d in tuples}
     best: list[Estimate] = []
     kth: list[float] = []  # max-heap (negated) of the top_k step times found so far
+    views_memo: ViewsMemo = {}  # group views by layout, shared by the tuples (listing order)
     pruned_tuples = pruned_bound = estimated = pruned_options = 0
     for i, d in enumerate(sorted(tuples, key=lambda d: (floors[d], d.sort_key()))):
         if progress:
@@ -205,7 +206,7 @@ def search(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile
         if len(kth) >= top_k and floors[d] > -kth[0]:
             pruned_bound += 1
             continue
-        outcome = best_for_degrees(model, cluster, workload, prof, d, space)
+        outcome = best_for_degrees(model, cluster, workload, prof, d, space, views_memo)
         if outcome is None:
             pruned_tuples += 1
             continue
@@ -249,7 +250,8 @@ def tuple_floor_s(model: ModelSpec, cluster: Cluster, workload: Workload, prof: 
 
 
 def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
-                     d: Degrees, space: SearchSpace = SearchSpace()
+                     d: Degrees, space: SearchSpace = SearchSpace(),
+                     views_memo: ViewsMemo | None = None
                      ) -> tuple[Estimate | None, int, int] | None:
     """The fastest fitting option of one degree tuple, with the counts of options estimated and
     pruned by memory; None when the tuple's memory lower bound already does not fit."""
@@ -272,7 +274,7 @@ def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, pro
             fitting = [replace(o, zero_bubble=variant.zero_bubble) for o in memo[plain]]
             for option in fitting:
                 if views is None:
-                    views = stage_views(cluster, option.degrees)
+                    views = stage_views(cluster, option.degrees, memo=views_memo)
                 candidates.append(estimate(model, cluster, workload, option, prof, views=views))
     best = min(candidates, key=rank_key) if candidates else None
     return best, len(candidates), pruned
