@@ -139,3 +139,32 @@ def test_compute_floor_bounds_every_tuple_and_bound_pruning_loses_nothing(moe):
         pruned = search(model, cluster, work, prof, SearchSpace(), top_k=k)
         assert [rank_key(e) for e in pruned.ranked] == [rank_key(e) for e in full.ranked[:k]]
     assert search(model, cluster, work, prof, SearchSpace(), top_k=1).stats.tuples_pruned_bound > 0
+
+
+def test_inconsistent_degrees_name_the_nearest_cluster_and_batch_that_work():
+    """9 nodes of 8 = 72 GPUs = 2^3 * 3^2 with a batch of 16: DP divides 16, TP the 32 heads,
+    PP at most the 8 layers, so no degree tuple covers the 9. The message names the most nodes
+    that work at this batch and the smallest larger batch that works on all GPUs; both are
+    found here by brute force over every node count and every batch (the planner only tries
+    multiples of the GPU count's divisors) and checked by searching them."""
+    from cost_models.space import degree_tuples
+    from planner.errors import InfeasibleError
+    from planner.training.search import space_limits
+    from topologies.cluster import first_nodes
+    model, cluster = _model(False), homogeneous_cluster(GPU, 9, 8)
+    workload = Workload(seq_len=4096, global_batch=16)
+
+    def consistent(c, w):
+        return any(True for _ in degree_tuples(space_limits(model, c, w)))
+
+    with pytest.raises(InfeasibleError) as err:
+        search(model, cluster, workload, default_profile(GPU))
+    nodes = next(n for n in range(8, 0, -1) if consistent(first_nodes(cluster, n), workload))
+    batch = next(b for b in range(17, 16 * 72) if consistent(cluster, replace(workload,
+                                                                               global_batch=b)))
+    message = str(err.value)
+    assert f"nearest that work: {nodes} nodes ({8 * nodes} GPUs) at this batch" in message
+    assert f"or a global batch of {batch} on all 72 GPUs" in message
+    assert search(model, first_nodes(cluster, nodes), workload, default_profile(GPU)).ranked
+    assert search(model, cluster, replace(workload, global_batch=batch),
+                  default_profile(GPU)).ranked

@@ -29,6 +29,7 @@ options estimated, options pruned).
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable
@@ -43,7 +44,7 @@ from cost_models.training.step import (Estimate, compute_floor_s, estimate, esti
 from planner.errors import InfeasibleError
 from cost_models.space import (SpaceLimits, degree_tuples, micro_batch_sizes,
                                   vpp_sizes)
-from topologies.cluster import Cluster
+from topologies.cluster import Cluster, first_nodes
 
 MAX_TP_GPUS = 16  # TP beyond 16 GPUs is never competitive in the cost model's regime
 SLIMPIPE_MIN_SEQ = 16384  # sequence slicing is tried from this sequence length up (long context)
@@ -288,15 +289,39 @@ def rank_key(e: Estimate) -> tuple:
             d.expert_tp, c.micro_batch)
 
 
+def _consistent(model: ModelSpec, cluster: Cluster, workload: Workload) -> bool:
+    return next(iter(degree_tuples(space_limits(model, cluster, workload))), None) is not None
+
+
+def _nearest_consistent(model: ModelSpec, cluster: Cluster, workload: Workload) -> str:
+    """What would make the degrees consistent: the most nodes of the cluster's first ones that
+    work at this batch, and the smallest larger batch that works on all the GPUs (a multiple
+    of a divisor of the GPU count; the data-parallel degree divides both)."""
+    hints = []
+    for nodes in range(cluster.num_nodes - 1, 0, -1):
+        sub = first_nodes(cluster, nodes)
+        if _consistent(model, sub, workload):
+            hints.append(f"{nodes:,} nodes ({sub.num_gpus:,} GPUs) at this batch")
+            break
+    n, batch = cluster.num_gpus, workload.global_batch
+    divisors = [q for q in range(1, math.isqrt(n) + 1) if n % q == 0]
+    candidates = sorted({-(-batch // q) * q for q in divisors + [n // q for q in divisors]})
+    for b in candidates:
+        if b > batch and _consistent(model, cluster, replace(workload, global_batch=b)):
+            hints.append(f"a global batch of {b:,} on all {n:,} GPUs")
+            break
+    return "; nearest that work: " + ", or ".join(hints) if hints else ""
+
+
 def infeasible_reason(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
                       tuples: list[Degrees]) -> str:
     """Which constraint binds when nothing fits: the least memory any configuration needs."""
     gib = 2**30
     if not tuples:
-        return (f"no consistent parallel configuration of {model.name} on {cluster.num_gpus} GPUs"
-                f" with global batch {workload.global_batch} and sequence {workload.seq_len}: "
-                f"the data-parallel degree must divide the batch and TP the {model.num_heads} "
-                f"heads")
+        return (f"no consistent parallel configuration of {model.name} on {cluster.num_gpus:,} "
+                f"GPUs with global batch {workload.global_batch:,} and sequence "
+                f"{workload.seq_len:,}: the data-parallel degree must divide the batch and TP "
+                f"the {model.num_heads} heads{_nearest_consistent(model, cluster, workload)}")
     mem, d = min(((estimate_memory(model, cluster, workload, _frugal(d), prof), d) for d in tuples),
                  key=lambda pair: pair[0].peak_bytes)
     total_states = (mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes) * cluster.num_gpus
