@@ -104,10 +104,10 @@ def test_model_file_with_a_400_digit_integer(tmp_path, kind):
 
 
 @pytest.mark.parametrize("path, value", [
-    (("pools", 0, "ranks", "rows", 0, 1), HUGE),
+    (("pools", 0, "ranks", "exceptions"), [[0, HUGE, 1]]),
     (("training", "micro_batches"), HUGE),
-    (("pools", 0, "ranks", "rows", 0, 0), float("inf")),
-    (("pools", 0, "ranks", "rows", 1, 2), float("nan")),
+    (("pools", 0, "ranks", "exceptions"), [[float("inf"), 0, 1]]),
+    (("pools", 0, "nodes", 0, "first_rank"), float("nan")),
 ])
 @pytest.mark.parametrize("command", ["compare", "explain", "emit"])
 def test_plan_with_a_huge_or_infinite_number(tmp_path, plan_doc, path, value, command):

@@ -1,5 +1,5 @@
 """Golden tests for ``examples/``: the README's commands on each example, held against stored
-output that a person checked, and plan files of the previous schema that still load.
+output that a person checked, and plan files of the previous schemas that still load.
 
 ``examples/mixed-fabric.yaml`` (examples/README.md): four H100 nodes listed fast, slow, fast,
 slow. Checked by hand (2026-11-23) in the stored plan: with tp 8 and pp 2 the fast NVSwitch
@@ -26,6 +26,7 @@ from planner.plan.migrate import upgrade
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden"
 V1 = Path(__file__).parent / "fixtures" / "plans_v1"
+V2 = Path(__file__).parent / "fixtures" / "plans_v2"  # written by schema-2 code (commit 172c6a3)
 runner = CliRunner()
 EXAMPLE = str(ROOT / "examples" / "mixed-fabric.yaml")
 SOLVE = ["solve", "--cluster", EXAMPLE, "--model", "llama-3.1-8b", "--global-batch", "64"]
@@ -76,14 +77,36 @@ def test_schema_1_plans_load_and_keep_every_decision(name):
     """Plan files written before pools (schema 1) load, validate and say the same."""
     old = json.loads((V1 / name).read_text())
     plan = load_plan(V1 / name)
-    assert plan.schema_version == 2 and plan.kind == "training"
+    assert plan.schema_version == 3 and plan.kind == "training"
     pool = plan.pool("train")
-    assert pool.nodes == old["nodes"] and pool.ranks == old["ranks"]
-    assert pool.groups == old["groups"] and pool.node_order == old["node_order"]
+    assert pool.nodes == old["nodes"] and pool.node_order == old["node_order"]
+    assert pool.rank_rows() == [dict(zip(old["ranks"]["columns"], r))
+                                for r in old["ranks"]["rows"]]
+    assert pool.groups == old["groups"]
     assert plan.stages == old["stages"] and plan.prediction == old["prediction"]
     assert plan.config == {**old["config"], "etp": None if old["config"]["etp"] in
                            (None, old["config"]["tp"]) else old["config"]["etp"]}
     assert json.loads(plan_to_json(plan)) == upgrade(old)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in V2.glob("*.json")))
+def test_schema_2_plans_load_to_the_same_pools_and_todays_bytes(name):
+    """A schema-2 file (explicit rank table and groups; the golden training plan and a
+    disaggregated serving plan of two pools) reads to the same ranks, slots and groups; the
+    golden one writes the bytes the current code writes for the same inputs."""
+    old = json.loads((V2 / name).read_text())
+    plan = load_plan(V2 / name)
+    assert plan.schema_version == 3
+    for pool, before in zip(plan.pools, old["pools"], strict=True):
+        assert pool.rank_rows() == [dict(zip(before["ranks"]["columns"], r))
+                                    for r in before["ranks"]["rows"]]
+        assert pool.groups == before["groups"] and pool.nodes == before["nodes"]
+        assert pool.ranks == {"rule": "nodes-in-order/tp-cp-ep-dp-pp", "exceptions": []}
+    written = plan_to_json(plan)
+    assert json.loads(written) == upgrade(old)
+    golden = GOLDEN / name.replace(".json", ".plan.json")
+    if golden.exists():
+        assert written == golden.read_text()
 
 
 def test_a_schema_1_plan_that_cannot_be_upgraded_says_how_to_recreate_it(tmp_path):

@@ -73,15 +73,30 @@ def _broken(plan, change):
 
 
 BREAKS = {
-    "duplicate rank": (lambda d: d["pools"][0]["ranks"]["rows"].__setitem__(
-        1, list(d["pools"][0]["ranks"]["rows"][0])), "ranks are not exactly"),
+    "duplicate slot": (lambda d: d["pools"][0]["ranks"].__setitem__("exceptions", [[0, 0, 1]]),
+                       "two ranks share one GPU (node rank 0 GPU 1)"),
+    "exception rank out of range": (
+        lambda d: d["pools"][0]["ranks"].__setitem__("exceptions", [[16, 1, 0]]),
+        "rank 16 is not one of 0..15"),
+    "exception on another node": (
+        lambda d: d["pools"][0]["ranks"].__setitem__("exceptions", [[0, 1, 0], [8, 0, 0]]),
+        "torchrun runs it on node rank 0"),
+    "exception GPU the node lacks": (
+        lambda d: d["pools"][0]["ranks"].__setitem__("exceptions", [[0, 0, 8]]),
+        "uses GPU 8, its node has 8"),
+    "exception repeats the rule": (
+        lambda d: d["pools"][0]["ranks"].__setitem__("exceptions", [[3, 0, 3]]),
+        "repeats the rule"),
+    "exceptions not numbers": (
+        lambda d: d["pools"][0]["ranks"].__setitem__("exceptions", [[0, 0, 1.0]]),
+        "whole numbers"),
+    "unknown rule": (lambda d: d["pools"][0]["ranks"].__setitem__("rule", "pp-dp-tp"),
+                     "ranks.rule 'pp-dp-tp'"),
+    "first rank": (lambda d: d["pools"][0]["nodes"][1].__setitem__("first_rank", 7),
+                   "node rank 1: first_rank 7"),
     "lost layer": (lambda d: d["training"]["stages"][-1]["layers"].pop(), "layers exactly once"),
     "memory": (lambda d: d["prediction"]["stage_memory"][0].__setitem__("peak_bytes", 1e12),
                "GiB per GPU"),
-    "group size": (lambda d: d["pools"][0]["groups"]["dp"].__setitem__(
-        0, d["pools"][0]["groups"]["dp"][0][:1]), "groups.dp"),
-    "swapped coordinates": (lambda d: d["pools"][0]["ranks"]["rows"][0].__setitem__(3, 1),
-                            "coordinate tp is not"),
     "inputs edited": (lambda d: d["inputs"]["workload"].__setitem__("global_batch", 128),
                       "inputs_hash"),
     "batch": (lambda d: d["training"].__setitem__("micro_batches",
@@ -98,6 +113,67 @@ def test_validator_catches_broken_plans(small_plans, name):
     assert any(message in p for p in problems), problems
     with pytest.raises(InvalidPlanError):
         validate_plan(_broken(plan, change))
+
+
+def test_a_plan_with_exceptions_round_trips_and_moves_only_those_ranks(small_plans):
+    """Ranks 0 and 1 swap GPUs (a hand edit): valid, the file keeps the two exceptions, and
+    only their rows change; coordinates and groups stay the rank order's."""
+    plan = plan_from_json((small_plans / "plan-01.json").read_text())
+    edited = _broken(plan, lambda d: d["pools"][0]["ranks"].__setitem__(
+        "exceptions", [[0, 0, 1], [1, 0, 0]]))
+    assert plan_problems(edited) == []
+    text = plan_to_json(edited)
+    assert json.loads(text)["pools"][0]["ranks"]["exceptions"] == [[0, 0, 1], [1, 0, 0]]
+    again = plan_from_json(text)
+    assert plan_to_json(again) == text
+    before, after = plan.rank_rows(), again.rank_rows()
+    assert [r["local"] for r in after[:3]] == [1, 0, 2]
+    assert [{**r, "local": 0} for r in after[:2]] == [{**r, "local": 0} for r in before[:2]]
+    assert after[2:] == before[2:] and again.groups == plan.groups
+
+
+V2 = Path(__file__).parent / "fixtures" / "plans_v2" / "mixed-fabric-tp8-pp2.json"
+V2_BREAKS = {
+    "duplicate rank": (lambda p: p["ranks"]["rows"].__setitem__(1, list(p["ranks"]["rows"][0])),
+                       "ranks are not exactly 0..31"),
+    "swapped coordinates": (lambda p: p["ranks"]["rows"][0].__setitem__(3, 1),
+                            "rank 0: coordinate tp is not the rank order's"),
+    "group size": (lambda p: p["groups"]["dp"].__setitem__(0, p["groups"]["dp"][0][:1]),
+                   "groups.dp: 16 groups of sizes [1, 2], expected 16 of 2"),
+    "group of other ranks": (lambda p: p["groups"]["tp"][0].__setitem__(0, 8) or
+                             p["groups"]["tp"][1].__setitem__(0, 0),
+                             "groups.tp are not the groups of the rank order"),
+    "group kind missing": (lambda p: p["groups"].pop("edp"), "groups.edp missing"),
+}
+
+
+@pytest.mark.parametrize("name", V2_BREAKS)
+def test_a_schema_2_table_that_is_not_the_rank_order_is_invalid(name):
+    """The schema-2 upgrade drops coordinates and groups only when they are the rank order's."""
+    data = json.loads(V2.read_text())
+    change, message = V2_BREAKS[name]
+    change(data["pools"][0])
+    with pytest.raises(InvalidPlanError) as err:
+        plan_from_dict(data)
+    assert any(message in p for p in err.value.problems), err.value.problems
+
+
+def test_a_schema_2_table_keeps_each_ranks_gpu_as_exceptions():
+    """GPUs swapped within a node become exceptions; a rank moved to another node is read
+    the same way and then refused by the validator."""
+    data = json.loads(V2.read_text())
+    rows = data["pools"][0]["ranks"]["rows"]
+    rows[0][2], rows[1][2] = 1, 0
+    plan = plan_from_dict(copy.deepcopy(data))
+    assert plan.ranks == {"rule": "nodes-in-order/tp-cp-ep-dp-pp",
+                          "exceptions": [[0, 0, 1], [1, 0, 0]]}
+    assert plan_problems(plan) == []
+    assert plan.rank_rows() == [dict(zip(data["pools"][0]["ranks"]["columns"], r)) for r in rows]
+    rows[0][2], rows[1][2] = 0, 1
+    rows[0][1], rows[8][1] = 1, 0  # ranks 0 and 8 trade nodes
+    rows[8][2] = 0
+    problems = plan_problems(plan_from_dict(data))
+    assert any("torchrun runs it on node rank 0" in p for p in problems), problems
 
 
 def test_validator_requires_every_expert_placed():
@@ -212,11 +288,16 @@ def test_explain_rejects_bad_plan_files(tmp_path, content, expected):
 
 def test_explain_rejects_tampered_plan(small_plans, tmp_path):
     data = json.loads((small_plans / "plan-01.json").read_text())
-    data["pools"][0]["ranks"]["rows"][0][0] = 1
-    path = tmp_path / "tampered.json"
-    path.write_text(json.dumps(data))
-    result = runner.invoke(app, ["explain", str(path)], env=ENV)
-    assert result.exit_code == 2 and "invalid plan" in result.output
+    data["pools"][0]["ranks"]["exceptions"] = [[0, 0, 1]]
+    old = json.loads(V2.read_text())
+    old["pools"][0]["ranks"]["rows"][0][0] = 1
+    for name, doc, message in (("tampered.json", data, "two ranks share one GPU"),
+                               ("tampered-v2.json", old, "ranks are not exactly")):
+        path = tmp_path / name
+        path.write_text(json.dumps(doc))
+        result = runner.invoke(app, ["explain", str(path)], env=ENV)
+        assert result.exit_code == 2 and "invalid plan" in result.output, result.output
+        assert str(path) in result.output and message in result.output
 
 
 def test_infeasible_solve_names_binding_constraint_and_writes_nothing(tmp_path):

@@ -2,7 +2,7 @@
 
 A plan file is one JSON object (keys sorted, so the same inputs give the same bytes):
 
-* ``schema_version`` (now 2), ``kind`` (``training`` | ``serving`` | ``experts``),
+* ``schema_version`` (now 3), ``kind`` (``training`` | ``serving`` | ``experts``),
   ``planner_version``, ``inputs_hash`` (sha256 of the canonical JSON of ``inputs``).
 * ``inputs``: ``model`` (every ModelSpec field), ``cluster`` (a cluster spec, as a cluster
   file would hold it, host names included), ``workload``, ``profile`` (calibration
@@ -10,10 +10,21 @@ A plan file is one JSON object (keys sorted, so the same inputs give the same by
 * ``pools``: the meshes of the job, each a :class:`Pool`: ``name``, ``role`` (``train``;
   later ``prefill``, ``decode``, ``attention``, ``ffn``), ``gpu`` (its GPU type), ``degrees``
   (``tp cp pp dp ep etp``, :class:`cost_models.parallel.Degrees`), ``nodes`` (per torchrun node
-  rank: the cluster node, host, node group, GPU count and first rank), ``node_order`` (the
-  same placement as a list), ``ranks`` (a table of ``columns`` and ``rows``: global rank,
-  node rank, local GPU and the rank's coordinate on each parallel axis) and ``groups`` (every
-  process group of each kind, ``tp cp dp dp_cp pp ep edp``, as lists of global ranks).
+  rank: ``node_rank``, the cluster ``node``, ``host``, ``node_group``, ``gpus`` and
+  ``first_rank``, the sum of the GPUs of the node ranks before it), ``node_order`` (the same
+  placement as a list) and ``ranks``, the rank table as a rule plus exceptions:
+
+  - ``rule``: ``"nodes-in-order/tp-cp-ep-dp-pp"`` (:data:`planner.plan.ranks.RANK_RULE`, the
+    only rule): node rank ``i`` runs global ranks ``first_rank .. first_rank + gpus - 1``,
+    rank ``first_rank + j`` on the node's GPU ``j``; every rank's coordinate on each parallel
+    axis is Megatron's rank order tp-cp-ep-dp-pp (:func:`cost_models.parallel.rank_coords`);
+  - ``exceptions``: ``[rank, node_rank, local]`` for each rank that runs on another GPU of its
+    node than the rule says, sorted by rank (planner-written plans have none).
+
+  The per-rank table (:meth:`Pool.rank_rows`: rank, node rank, local GPU, coordinates) and
+  every process group of each kind (:attr:`Pool.groups`, ``tp cp dp dp_cp pp ep edp``, as
+  lists of global ranks, :func:`cost_models.groups.groups_of`) are computed from it; a plan
+  file stores neither, so a plan for 131,072 GPUs stays a few MB.
 * Family sections, each present only in plans of that family:
   ``training``: ``options`` (every training option: micro-batch, recompute, ZeRO, schedule
   flags, per-stage layer counts), ``schedule``, ``micro_batches`` and ``stages`` (per pipeline
@@ -31,24 +42,31 @@ A plan file is one JSON object (keys sorted, so the same inputs give the same by
   candidates, counts); ``notes``.
 
 :func:`plan_to_json` / :func:`plan_from_json` round-trip losslessly. Files of schema 1 (one
-mesh, flat keys) are read through :func:`planner.plan.migrate.upgrade`.
+mesh, flat keys) and schema 2 (an explicit per-rank table and group lists) are read through
+:func:`planner.plan.migrate.upgrade`.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
+from functools import cached_property
 from typing import Any
 
+import numpy as np
+
+from cost_models.groups import groups_of
 from cost_models.model_spec import MLASpec, MoESpec, ModelSpec
+from cost_models.parallel import KINDS, Degrees
 from cost_models.profile import Profile
 from cost_models.training.config import TrainingConfig, Workload
 from topologies.catalog import GB
 from topologies.cluster import Cluster
 from topologies.devices import gpu_to_plain
 from topologies.spec import cluster_from_dict
+from planner.plan.ranks import RANK_COLUMNS, placed_slots, rank_table
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 KINDS_OF_PLAN = ("training", "serving", "experts")
 ROLES = ("train", "colocated", "prefill", "decode", "attention", "ffn")
 SECTIONS = ("training", "experts", "serving", "fabric")  # sections a plan may carry
@@ -56,7 +74,11 @@ SECTIONS = ("training", "experts", "serving", "fabric")  # sections a plan may c
 
 @dataclass(frozen=True)
 class Pool:
-    """One mesh of the job: a role, the GPUs it runs on, its degrees, ranks and groups."""
+    """One mesh of the job: a role, the GPUs it runs on, its degrees and its rank table.
+
+    ``ranks`` is the rule plus exceptions (module docstring); the per-rank table, the slots
+    and the process groups are computed from it on demand and cached.
+    """
 
     name: str
     role: str
@@ -65,15 +87,43 @@ class Pool:
     nodes: list[dict[str, Any]]
     node_order: list[int]
     ranks: dict[str, Any]
-    groups: dict[str, list[list[int]]]
 
-    @property
+    @cached_property
     def num_gpus(self) -> int:
-        return len(self.ranks["rows"])
+        return sum(n["gpus"] for n in self.nodes)
+
+    def parallel_degrees(self) -> Degrees:
+        return Degrees(**self.degrees)
+
+    @cached_property
+    def slots(self) -> tuple[np.ndarray, np.ndarray]:
+        """(node rank, local GPU) of every global rank, as read-only int arrays."""
+        node_rank, local = placed_slots([n["gpus"] for n in self.nodes],
+                                        self.ranks["exceptions"])
+        node_rank.flags.writeable = local.flags.writeable = False
+        return node_rank, local
+
+    @cached_property
+    def rank_array(self) -> np.ndarray:
+        """The rank table as a read-only int array [rank, column] (:data:`RANK_COLUMNS`)."""
+        table = rank_table(self.parallel_degrees(), *self.slots)
+        table.flags.writeable = False
+        return table
 
     def rank_rows(self) -> list[dict[str, int]]:
-        cols = self.ranks["columns"]
-        return [dict(zip(cols, row)) for row in self.ranks["rows"]]
+        """Per global rank: ``rank``, ``node_rank``, ``local`` and its coordinate per axis."""
+        return [dict(zip(RANK_COLUMNS, row)) for row in self.rank_array.tolist()]
+
+    def rank_row(self, rank: int) -> dict[str, int]:
+        """One row of :meth:`rank_rows`."""
+        return dict(zip(RANK_COLUMNS, self.rank_array[rank].tolist()))
+
+    @cached_property
+    def groups(self) -> dict[str, list[list[int]]]:
+        """Every process group of each kind (``tp cp dp dp_cp pp ep edp``) as lists of global
+        ranks, from the degrees (:func:`cost_models.groups.groups_of`)."""
+        d = self.parallel_degrees()
+        return {kind: groups_of(d, kind) for kind in KINDS}
 
 
 @dataclass(frozen=True)
@@ -252,7 +302,7 @@ def plan_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Pr
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
     """Every field; family sections only when the plan has them."""
     out = {f.name: getattr(plan, f.name) for f in fields(plan)}
-    out["pools"] = [asdict(p) for p in plan.pools]
+    out["pools"] = [{f.name: getattr(p, f.name) for f in fields(Pool)} for p in plan.pools]
     for section in SECTIONS:
         if out[section] is None:
             del out[section]
@@ -265,9 +315,9 @@ def plan_to_json(plan: Plan) -> str:
 
 
 def plan_from_dict(data: dict[str, Any]) -> Plan:
-    """The Plan of a plan object; schema 1 objects are upgraded first."""
-    if data.get("schema_version") == 1:
-        from planner.plan.migrate import upgrade  # schema 1 -> 2
+    """The Plan of a plan object; objects of schemas 1 and 2 are upgraded first."""
+    if data.get("schema_version") in (1, 2):
+        from planner.plan.migrate import upgrade  # schema 1 -> 2 -> 3
         data = upgrade(data)
     known = {f.name for f in fields(Plan)}
     unknown = sorted(set(data) - known)

@@ -40,6 +40,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from topologies.cluster import (DEFAULT_ROCE_GID_INDEX, DEVICE_NAME, IFNAME, ISLAND_NAME,
                                 Cluster, NodeGroup, runs_on_sockets)
 
@@ -102,27 +104,27 @@ def fabric_section(cluster: Cluster, pool: Any) -> dict[str, Any] | None:
     or None when the cluster spec names none of its fabric."""
     if not describes_fabric(cluster):
         return None
-    locals_of: dict[int, dict[int, int]] = {}  # node rank -> {LOCAL_RANK: local GPU}
-    first = {n["node_rank"]: n["first_rank"] for n in pool.nodes}
-    for row in pool.rank_rows():
-        locals_of.setdefault(row["node_rank"], {})[row["rank"] - first[row["node_rank"]]] = \
-            row["local"]
-    nodes = [_node_entry(cluster, n, [locals_of[n["node_rank"]][lr]
-                                      for lr in range(n["gpus"])]) for n in pool.nodes]
+    local = pool.slots[1]  # LOCAL_RANK j of a node is global rank first_rank + j
+    nodes = [_node_entry(cluster, n, local[n["first_rank"]:n["first_rank"] + n["gpus"]].tolist())
+             for n in pool.nodes]
     return {"nodes": nodes, "socket_groups": socket_groups(cluster, pool)}
 
 
 def socket_groups(cluster: Cluster, pool: Any) -> dict[str, int]:
     """Per process-group kind, how many of its groups span RDMA networks (and so run on TCP
     sockets, ``topologies.cluster.runs_on_sockets``); kinds with none are left out."""
-    group_of_node_rank = {n["node_rank"]: cluster.group_of_node(n["node"]) for n in pool.nodes}
-    group_of_rank = {row["rank"]: group_of_node_rank[row["node_rank"]]
-                     for row in pool.rank_rows()}
+    group_of_node_rank = np.array([cluster.group_of_node(n["node"]) for n in pool.nodes],
+                                  dtype=np.int64)
+    group_of_rank = group_of_node_rank[pool.slots[0]]
     out: dict[str, int] = {}
     for kind in sorted(pool.groups):
-        count = sum(runs_on_sockets([cluster.node_groups[g] for g in
-                                     {group_of_rank[r] for r in members}])
-                    for members in pool.groups[kind])
+        member_groups = group_of_rank[np.asarray(pool.groups[kind], dtype=np.int64)]
+        mixed = np.sort(member_groups[member_groups.min(1) != member_groups.max(1)], axis=1)
+        if not mixed.size:
+            continue  # every group on one node group: one network
+        combos, counts = np.unique(mixed, axis=0, return_counts=True)
+        count = sum(int(c) for combo, c in zip(combos, counts)
+                    if runs_on_sockets([cluster.node_groups[g] for g in set(combo.tolist())]))
         if count:
             out[kind] = count
     return out

@@ -1,6 +1,8 @@
 """Reading plan files: one clear error naming the file and what is wrong, never a traceback.
 
-Files of schema 1 are upgraded to the current schema on load (:mod:`planner.plan.migrate`).
+Files of schemas 1 and 2 are upgraded to the current schema on load
+(:mod:`planner.plan.migrate`); a schema-2 file whose rank table or groups differ from the rank
+order is an invalid plan.
 
 Every plan read here passes :func:`planner.plan.validate.validate_plan` before anything uses it.
 """
@@ -9,12 +11,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from planner.errors import SpecError
+from planner.errors import InvalidPlanError, SpecError
 from planner.inputs.documents import parse_json
 from planner.plan.document import SCHEMA_VERSION, Plan, plan_from_dict
-
-READABLE_SCHEMAS = (1, SCHEMA_VERSION)  # schema 1 is upgraded on load (planner.plan.migrate)
 from planner.plan.validate import validate_plan
+
+READABLE_SCHEMAS = (1, 2, SCHEMA_VERSION)  # 1 and 2 are upgraded on load (planner.plan.migrate)
 
 
 def load_plan(path: Path | str) -> Plan:
@@ -41,10 +43,12 @@ def load_plan(path: Path | str) -> Plan:
                         "inputs it was made from)", version)
     try:
         plan = plan_from_dict(data)
+    except InvalidPlanError as err:  # an old rank table that is not the rank order's
+        raise InvalidPlanError(str(path), err.problems) from None
     except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError,
             RecursionError) as err:
-        how = (" (a schema-1 plan that cannot be upgraded: re-create it with 'planner solve')"
-               if version == 1 else "")
+        how = (f" (a schema-{version} plan that cannot be upgraded: re-create it with "
+               "'planner solve')" if version != SCHEMA_VERSION else "")
         raise SpecError(str(path), "", f"a plan written by 'planner solve' ({err}){how}") from None
     try:
         return validate_plan(plan, str(path))

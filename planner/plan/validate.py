@@ -1,26 +1,27 @@
 """The one solver-agnostic validator every Plan passes before it is written, printed or emitted.
 
 It checks properties, not how a solver got there. For every plan: the schema, the inputs hash,
-and each pool (the degrees multiply to the pool's GPUs and divide what they split, every rank
-and every (node, GPU) slot is used exactly once, every rank's coordinates are the rank
-order's, every process group partitions the ranks with the right size and varies only its own
-axes). Each family section then has its own checks: :mod:`planner.plan.validate_training`
-(every layer on exactly one stage, the batch adds up, each stage's predicted memory fits),
+and each pool (the degrees multiply to the pool's GPUs and divide what they split; the nodes
+are the cluster's, in node_order, each with its first global rank; the rank table's rule is
+the one rank order and its exceptions, checked as arrays, keep each rank on its node and use
+every (node, GPU) slot exactly once). Coordinates and process groups are not stored: they
+are the rank order's by construction (:mod:`planner.plan.ranks`), and a schema-2 file whose
+table or groups differ from it is refused when it is upgraded (:mod:`planner.plan.migrate`).
+Each family section then has its own checks: :mod:`planner.plan.validate_training` (every
+layer on exactly one stage, the batch adds up, each stage's predicted memory fits),
 :mod:`planner.plan.validate_experts` (every expert has a home, splits sum to 1) and
 :func:`planner.plan.fabric.fabric_problems` (safe device and interface names, and the section
 the plan's cluster and pool give, so emitted NCCL settings match every node's NICs).
 """
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 
-from cost_models.parallel import (COORD_AXES, DENSE_ORDER, EXPERT_ORDER, GROUP_AXES, Axis,
-                                   ConfigError, Degrees, check_degrees, rank_coords)
+from cost_models.parallel import ConfigError, Degrees, check_degrees
 from planner.errors import InvalidPlanError
 from planner.plan.document import KINDS_OF_PLAN, ROLES, SCHEMA_VERSION, Plan, Pool, inputs_hash
 from planner.plan.fabric import fabric_problems
+from planner.plan.ranks import RANK_RULE, exception_array, rule_slots
 from planner.plan.validate_experts import (expert_placement_problems, plan_expert_problems,
                                           validate_expert_placement)
 from planner.plan.validate_training import training_problems
@@ -75,7 +76,7 @@ def _node_problems(pools: list[Pool], num_nodes: int, whole_cluster: bool = True
 
 
 def pool_problems(pool: Pool, model, cluster) -> list[str]:
-    """A pool's role, degrees, rank table and groups."""
+    """A pool's role, degrees, nodes and rank table (rule plus exceptions)."""
     where = f"pool '{pool.name}'"
     if pool.role not in ROLES:
         return [f"{where}: role '{pool.role}', expected one of {ROLES}"]
@@ -88,84 +89,81 @@ def pool_problems(pool: Pool, model, cluster) -> list[str]:
         check_degrees(model, d, gpus)
     except ConfigError as err:
         return [f"{where}: degrees {err}"]
-    return [f"{where}: {p}" for p in _rank_problems(pool, cluster, d) + _group_problems(pool, d)]
+    problems = _node_entry_problems(pool, cluster)
+    if not problems:
+        problems = _exception_problems(pool.ranks, [n["gpus"] for n in pool.nodes])
+    return [f"{where}: {p}" for p in problems]
 
 
-def _rank_problems(pool: Pool, cluster, d: Degrees) -> list[str]:
-    problems = []
-    rows = pool.rank_rows()
-    if sorted(r["rank"] for r in rows) != list(range(d.num_gpus)):
-        problems.append(f"ranks are not exactly 0..{d.num_gpus - 1}")
+def _node_entry_problems(pool: Pool, cluster) -> list[str]:
+    """``node_order`` names distinct nodes of the cluster, and ``nodes`` lists them in that
+    order with the cluster's host and GPU count and each node rank's first global rank."""
     order = pool.node_order
     if len(set(order)) != len(order) or not all(0 <= n < cluster.num_nodes for n in order):
-        problems.append(f"node_order is not a list of distinct nodes of the cluster's "
-                        f"{cluster.num_nodes}")
-        return problems
-    slots = Counter((r["node_rank"], r["local"]) for r in rows)
-    if any(n > 1 for n in slots.values()):
-        problems.append("two ranks share one GPU")
-    for entry in pool.nodes:
-        node = entry["node"]
-        group = cluster.node_groups[cluster.group_of_node(node)]
-        if entry["gpus"] != group.gpus_per_node or entry["host"] != cluster.host_of_node(node):
-            problems.append(f"node rank {entry['node_rank']}: host/GPU count differ from the "
-                            f"cluster's node {node}")
-        if pool.node_order[entry["node_rank"]] != node:
-            problems.append(f"node rank {entry['node_rank']} is node {node} in 'nodes' but "
-                            f"{pool.node_order[entry['node_rank']]} in node_order")
-    gpus_of = {e["node_rank"]: e["gpus"] for e in pool.nodes}
-    if any(r["local"] >= gpus_of.get(r["node_rank"], 0) for r in rows):
-        problems.append("a rank uses a GPU index its node does not have")
-    coords = rank_coords(d)
-    ranks = np.asarray([r["rank"] for r in rows], dtype=np.int64)
-    valid = (ranks >= 0) & (ranks < d.num_gpus)
-    for axis in COORD_AXES:
-        given = np.asarray([r[axis] for r in rows], dtype=np.int64)
-        bad = np.flatnonzero(valid & (given != coords[axis][np.where(valid, ranks, 0)]))
-        if bad.size:
-            problems.append(f"rank {int(ranks[bad[0]])}: coordinate {axis} is not the rank "
-                            "order's")
-            break
-    return problems
-
-
-def _group_problems(pool: Pool, d: Degrees) -> list[str]:
+        return [f"node_order is not a list of distinct nodes of the cluster's "
+                f"{cluster.num_nodes}"]
+    if len(pool.nodes) != len(order):
+        return [f"{len(pool.nodes)} entries in 'nodes', {len(order)} in node_order"]
     problems = []
-    size = {kind: d.group_size(kind) for kind in GROUP_AXES}
-    table = np.asarray(pool.ranks["rows"], dtype=np.int64).reshape(-1, len(pool.ranks["columns"]))
-    column = dict(zip(pool.ranks["columns"], table.T))
-    order = np.argsort(column["rank"], kind="stable")  # row of each rank, if ranks are valid
-    for kind, axes in GROUP_AXES.items():
-        groups = pool.groups.get(kind)
-        if groups is None:
-            problems.append(f"groups.{kind} missing")
-            continue
-        members = sorted(r for g in groups for r in g)
-        if members != list(range(d.num_gpus)):
-            problems.append(f"groups.{kind} do not cover every rank exactly once")
-        if {len(g) for g in groups} != {size[kind]}:
-            problems.append(f"groups.{kind} sizes {sorted({len(g) for g in groups})}, expected "
-                            f"{size[kind]}")
-            continue
-        if members != list(range(d.num_gpus)) or len(table) != d.num_gpus:
-            continue  # coordinates are only comparable over a valid partition
-        fixed = _fixed_axes(kind)
-        rows_of = order[np.asarray(groups, dtype=np.int64)]  # (groups, size) row indices
-        for a in fixed:
-            values = column[a][rows_of]
-            bad = np.flatnonzero((values != values[:, :1]).any(axis=1))
-            if bad.size:
-                g = groups[int(bad[0])]
-                problems.append(f"groups.{kind} group {g[:4]}... mixes ranks of different "
-                                f"{'/'.join(fixed)} coordinates")
-                break
-    return problems
+    first_rank = 0  # the GPUs of the node ranks before this one
+    for i, (entry, node) in enumerate(zip(pool.nodes, order)):
+        group = cluster.node_groups[cluster.group_of_node(node)]
+        if entry["node_rank"] != i or entry["node"] != node:
+            problems.append(f"entry {i} of 'nodes' is node rank {entry['node_rank']} on node "
+                            f"{entry['node']}, node_order says node rank {i} is node {node}")
+        elif (entry["gpus"], entry["host"], entry["node_group"]) != (
+                group.gpus_per_node, cluster.host_of_node(node), group.name):
+            problems.append(f"node rank {i}: host/GPU count/node group differ from the "
+                            f"cluster's node {node}")
+        elif entry["first_rank"] != first_rank:
+            problems.append(f"node rank {i}: first_rank {entry['first_rank']}, expected "
+                            f"{first_rank} (the GPUs of the node ranks before it)")
+        first_rank += group.gpus_per_node
+    return problems[:3]
 
 
-def _fixed_axes(kind: str) -> tuple[str, ...]:
-    """Coordinates all members of a group of ``kind`` share: the other axes of its mesh."""
-    mesh = EXPERT_ORDER + (Axis.PP,) if kind in ("ep", "edp") else DENSE_ORDER
-    return tuple(str(a) for a in mesh if a not in GROUP_AXES[kind])
+def _exception_problems(ranks: dict, gpus_per_node_rank: list[int]) -> list[str]:
+    """The rule is the one this planner knows; each exception names a rank once (sorted), keeps
+    it on the node torchrun gives it, moves it to a GPU the node has, and differs from the
+    rule; after the exceptions every (node, GPU) slot runs exactly one rank."""
+    if not isinstance(ranks, dict) or set(ranks) != {"rule", "exceptions"}:
+        return ["ranks must be an object with keys 'rule' and 'exceptions'"]
+    if ranks["rule"] != RANK_RULE:
+        return [f"ranks.rule {ranks['rule']!r}, this planner knows {RANK_RULE!r}"]
+    try:
+        moved = exception_array(ranks["exceptions"])
+    except ValueError as err:
+        return [str(err)]
+    gpus = np.asarray(gpus_per_node_rank, dtype=np.int64)
+    rank, node_rank, local = moved.T
+    num = int(gpus.sum())
+    bad = np.flatnonzero((rank < 0) | (rank >= num))
+    if bad.size:
+        return [f"ranks.exceptions: rank {int(rank[bad[0]])} is not one of 0..{num - 1}"]
+    if np.any(np.diff(rank) <= 0):
+        return ["ranks.exceptions: ranks must be distinct and in increasing order"]
+    rule_node, rule_local = rule_slots(gpus)
+    bad = np.flatnonzero(node_rank != rule_node[rank])
+    if bad.size:
+        r = int(rank[bad[0]])
+        return [f"ranks.exceptions: rank {r} on node rank {int(node_rank[bad[0]])}, but torchrun "
+                f"runs it on node rank {int(rule_node[r])} (only its GPU may differ)"]
+    bad = np.flatnonzero((local < 0) | (local >= gpus[node_rank]))
+    if bad.size:
+        return [f"ranks.exceptions: rank {int(rank[bad[0]])} uses GPU {int(local[bad[0]])}, its "
+                f"node has {int(gpus[node_rank[bad[0]]])}"]
+    bad = np.flatnonzero(local == rule_local[rank])
+    if bad.size:
+        return [f"ranks.exceptions: rank {int(rank[bad[0]])} repeats the rule's slot"]
+    # a slot's id is the rank the rule puts there; every slot used once = a permutation
+    slot = np.arange(num, dtype=np.int64)
+    slot[rank] = rank - rule_local[rank] + local  # same node: first_rank + the new GPU
+    used = np.bincount(slot, minlength=num)
+    if used.max(initial=0) > 1:
+        s = int(np.argmax(used))
+        return [f"two ranks share one GPU (node rank {int(rule_node[s])} GPU "
+                f"{int(rule_local[s])})"]
+    return []
 
 
 def validate_plan(plan: Plan, source: str = "plan") -> Plan:

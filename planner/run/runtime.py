@@ -42,6 +42,7 @@ from typing import Any, Mapping
 from planner.errors import PlannerError
 from planner.plan.document import Plan
 from planner.plan.file import load_plan
+from planner.plan.ranks import RANK_COLUMNS
 
 
 __all__ = ["AFD_ROLES", "BACKENDS", "AfdRole", "Runtime", "RankView", "WorldMismatch", "afd_expert_homes",
@@ -89,7 +90,9 @@ def rank_view(plan: Plan, env: Mapping[str, str] | None = None) -> RankView:
     if world != plan.num_gpus:
         raise WorldMismatch(f"the plan is for {plan.num_gpus} processes, this job has "
                             f"WORLD_SIZE={world}")
-    row = dict(zip(plan.ranks["columns"], plan.ranks["rows"][rank]))
+    if not 0 <= rank < world:
+        raise WorldMismatch(f"RANK={rank} is outside the plan's {world} processes")
+    row = plan.pool().rank_row(rank)
     node = plan.nodes[row["node_rank"]]
     if local_world != node["gpus"]:
         raise WorldMismatch(f"the plan puts {node['gpus']} processes on node rank "
@@ -97,7 +100,7 @@ def rank_view(plan: Plan, env: Mapping[str, str] | None = None) -> RankView:
     if (node_rank, local) != (row["node_rank"], row["local"]):
         raise WorldMismatch(f"the plan places rank {rank} on node rank {row['node_rank']} GPU "
                             f"{row['local']}, it runs on node rank {node_rank} GPU {local}")
-    coords = {k: row[k] for k in plan.ranks["columns"][3:]}  # the axes, after rank/node/local
+    coords = {k: row[k] for k in RANK_COLUMNS[3:]}  # the axes, after rank/node/local
     stage = plan.stages[coords["pp"]]
     return RankView(rank, world, node_rank, local, coords, coords["pp"], tuple(stage["layers"]),
                     _experts(plan, coords["ep"]))
