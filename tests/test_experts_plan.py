@@ -76,3 +76,23 @@ def test_plan_without_expert_section_keeps_its_old_keys(tmp_path):
     result = CliRunner().invoke(app, SOLVE + ["--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "experts" not in json.loads(out.read_text())
+
+
+def test_rounded_split_keeps_each_experts_fractions_summing_to_one():
+    """Placement files round split fractions to 9 decimals; rounded one by one, a few thousand
+    replicas of one expert sharing evenly miss 1 by more than the validator's 1e-6. Largest-remainder rounding keeps
+    every expert's sum at 1 (to float error) and moves no fraction by a unit or more."""
+    import numpy as np
+
+    from planner.experts.plan import rounded_split
+    rng = np.random.default_rng(7)
+    n = max(range(2000, 4000), key=lambda n: abs(round(1 / n, 9) * n - 1))  # worst for naive
+    phy = np.concatenate([np.zeros(n, dtype=np.int64), 1 + rng.integers(0, 2, 500)])
+    raw = np.where(phy == 0, 1.0, rng.random(len(phy)))  # expert 0: n replicas, 1/n each
+    split = raw / np.bincount(phy, raw)[phy]
+    naive = np.array([round(float(x), 9) for x in split])
+    assert abs(np.bincount(phy, naive)[0] - 1) > 1e-6  # the failure this guards against
+    got = np.array(rounded_split(split, phy))
+    assert np.abs(np.bincount(phy, got) - 1).max() < 1e-9
+    assert np.abs(got - split).max() < 1e-9
+    assert all(x == round(x, 9) for x in got)

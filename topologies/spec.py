@@ -1,13 +1,13 @@
 """Cluster spec files: the pydantic schema at the file boundary and the defaults it fills.
 
 A cluster YAML/JSON file is checked here (unknown keys, non-positive numbers, unknown GPUs,
-inconsistent fabrics) and converted into the frozen :class:`~topologies.cluster.Cluster` the
-cost models read (:func:`cluster_from_dict`). Figures a file may leave out are filled from the
-GPU catalog (``data/gpu_specs.json``) and the defaults below, each with its source. A device
-the catalog lacks (a CPU host measured by ``planner calibrate``, a new GPU) is written inline
-as a :class:`~topologies.devices.DeviceSpec` in place of the catalog name
-(:mod:`topologies.devices`); standard clusters by GPU name are built by
-:mod:`topologies.standard`.
+inconsistent fabrics, counts beyond the limits of :mod:`topologies.limits`) and converted into
+the frozen :class:`~topologies.cluster.Cluster` the cost models read (:func:`cluster_from_dict`).
+Figures a file may leave out are filled from the GPU catalog (``data/gpu_specs.json``) and the
+defaults below, each with its source. A device the catalog lacks (a CPU host measured by
+``planner calibrate``, a new GPU) is written inline as a :class:`~topologies.devices.DeviceSpec`
+in place of the catalog name (:mod:`topologies.devices`); standard clusters by GPU name are
+built by :mod:`topologies.standard`.
 
 Units in the file: bandwidths in GB/s one direction per GPU (``intra_bw_GBps``) or Gbit/s per
 NIC port as marketed (``gbps``); latencies in microseconds. Inside :class:`Cluster` everything
@@ -26,6 +26,8 @@ from topologies.catalog import GB, INLINE_CONFIDENCE, GpuSpec, UnknownGpuError, 
 from topologies.cluster import (DEVICE_NAME, IFNAME, ISLAND_NAME, RDMA_TRANSPORTS, Cluster,
                                 NetworkTier, Nic, NodeGroup)
 from topologies.devices import DeviceSpec, gpu_spec_of
+from topologies.limits import (CLUSTER_GPUS, CLUSTER_NODES, GPUS_PER_NODE, NICS_PER_NODE,
+                               PROCESSES_PER_HOST, Limit)
 
 __all__ = ["PCIE_X16_EFFECTIVE_GBPS", "INTRA_LATENCY_US", "NIC_LATENCY_US", "pcie_generation",
            "NicSpec", "NodeGroupSpec", "NetworkTierSpec", "NetworkSpec", "ClusterSpec",
@@ -83,6 +85,11 @@ class NicSpec(_Strict):
     ifname: str | None = Field(
         default=None, description="The IP interface (eth0, ib0, bond0) NCCL's sockets use on "
         "these NICs: bootstrap, and the socket transport (NCCL_SOCKET_IFNAME).")
+
+    @field_validator("count")
+    @classmethod
+    def _count_within_limit(cls, count: int) -> int:
+        return _within(count, NICS_PER_NODE)
 
     @field_validator("devices")
     @classmethod
@@ -153,6 +160,18 @@ class NodeGroupSpec(_Strict):
         "no RDMA path between them (their communicators fall back to TCP sockets); default: "
         "one island per transport (every ib group reaches every other ib group, every roce "
         "group every roce group).")
+
+    @field_validator("count", "nvlink_domain_nodes")
+    @classmethod
+    def _nodes_within_limit(cls, nodes: int) -> int:
+        return _within(nodes, CLUSTER_NODES)
+
+    @model_validator(mode="after")
+    def _group_within_limits(self) -> NodeGroupSpec:
+        per_node = PROCESSES_PER_HOST if self.fabric == "host" else GPUS_PER_NODE
+        _within(self.gpus_per_node, per_node, "gpus_per_node")
+        _within(self.count * self.gpus_per_node, CLUSTER_GPUS, "count x gpus_per_node")
+        return self
 
     @field_validator("rdma_island")
     @classmethod
@@ -317,6 +336,13 @@ class ClusterSpec(_Strict):
     network: NetworkSpec = Field(default_factory=NetworkSpec, description="Scale-out network.")
 
     @model_validator(mode="after")
+    def _within_limits(self) -> ClusterSpec:
+        _within(sum(g.count for g in self.node_groups), CLUSTER_NODES, "all node groups")
+        _within(sum(g.count * g.gpus_per_node for g in self.node_groups), CLUSTER_GPUS,
+                "all node groups")
+        return self
+
+    @model_validator(mode="after")
     def _unique_group_names(self) -> ClusterSpec:
         names = [g.name for g in self.node_groups]
         if len(set(names)) != len(names):
@@ -344,6 +370,15 @@ class ClusterSpec(_Strict):
         return Cluster(self.name, tuple(g.to_node_group() for g in self.node_groups),
                        tuple(t.to_tier() for t in self.network.tiers),
                        self.network.rail_optimized, self.description)
+
+
+def _within(value: int, limit: Limit, counted: str | None = None) -> int:
+    """``value``, or a ValueError naming ``limit``. A field's own value is quoted by the
+    caller's error; a total (``counted`` says over what) is quoted here."""
+    if limit.exceeded_by(value):
+        got = "" if counted is None else f", got {value:,} ({counted})"
+        raise ValueError(limit.expected() + got)
+    return value
 
 
 def cluster_from_dict(data: Mapping[str, Any]) -> Cluster:

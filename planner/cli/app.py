@@ -23,9 +23,10 @@ from typing import Annotated, Any, Optional
 import typer
 from typer.core import TyperGroup
 
-from planner.cli.common import (ClusterOpt, GpuOpt, GpusPerNodeOpt, OutputFormat, fail,
-                                help_markup_mode, nodes_option, plain_help_width, print_report,
-                                progress_bar, set_debug, set_help_markup_mode)
+from planner.cli.common import (ClusterOpt, GlobalBatchOpt, GpuOpt, GpusPerNodeOpt, OutputFormat,
+                                SeqLenOpt, fail, help_markup_mode, nodes_option,
+                                plain_help_width, print_report, progress_bar, set_debug,
+                                set_help_markup_mode, up_to, within)
 from planner.errors import PlannerError, SpecError
 from planner.training.estimate_json import estimate_to_dict
 from planner.files import write_all_atomic, write_atomic
@@ -33,6 +34,7 @@ from planner.training.estimation import (DEFAULT_GPU, ClusterChoice, ParallelCho
                                          checked_estimate, load_profile, make_config,
                                          make_workload, resolve_cluster)
 from planner.inputs.clusters import OPTIONS_SOURCE
+from planner.inputs.limits import CLUSTER_NODES
 from planner.inputs.models import load_model, model_presets
 from planner.inputs.topo_import import ImportOptions, import_topology
 from planner.report.presets import render_gpu_catalog, render_model_presets
@@ -199,7 +201,9 @@ def topo_import(
     gpu: Annotated[Optional[str], typer.Option(
         help="GPU type of the nodes when the file does not say (default H100).")] = None,
     nodes: Annotated[Optional[int], typer.Option(
-        min=1, help="Nodes like the one a one-node file describes (default 1).")] = None,
+        min=1, callback=within(CLUSTER_NODES),
+        help=up_to("Nodes like the one a one-node file describes (default 1).",
+                   CLUSTER_NODES))] = None,
     nic_gbps: Annotated[Optional[float], typer.Option(
         help="Line rate of one NIC, Gbit/s, when the file does not say (default 400).")] = None,
     transport: Annotated[Optional[Transport], typer.Option(
@@ -243,8 +247,7 @@ def estimate(
     vpp: Annotated[int, typer.Option(
         min=1, help="Model chunks per pipeline stage (interleaved 1F1B when > 1).")] = 1,
     micro_batch: Annotated[int, typer.Option(min=1, help="Sequences per micro-batch.")] = 1,
-    global_batch: Annotated[int, typer.Option(min=1, help="Sequences per step.")] = 1024,
-    seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sequence.")] = 4096,
+    global_batch: GlobalBatchOpt = 1024, seq_len: SeqLenOpt = 4096,
     recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = Recompute.none,
     recompute_layers: Annotated[Optional[int], typer.Option(
         min=1, help="With --recompute full: layers per stage to recompute (default: all).")] = None,
@@ -306,8 +309,7 @@ def solve(
     )] = "llama-3.1-70b",
     cluster: ClusterOpt = None, gpu: GpuOpt = None, nodes: NodesOpt = None,
     gpus_per_node: GpusPerNodeOpt = None,
-    global_batch: Annotated[int, typer.Option(min=1, help="Sequences per step.")] = 1024,
-    seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sequence.")] = 4096,
+    global_batch: GlobalBatchOpt = 1024, seq_len: SeqLenOpt = 4096,
     precision: Annotated[Precision, typer.Option(
         help="bf16/fp8: mixed precision; fp32: plain fp32 (CPU jobs).")] = Precision.bf16,
     optimizer: OptimizerOpt = Optimizer.adam,
@@ -358,15 +360,18 @@ def solve(
     if expert_loads is not None:
         from planner.inputs.expert_loads import load_expert_loads
         loads = load_expert_loads(expert_loads)
-    with progress_bar("searching", output_format is OutputFormat.table) as progress:
+    with _PhaseBars(output_format is OutputFormat.table) as progress:
         result = run_solve(spec, hardware, workload, profile, space, top_k, objective.value,
                            target_tokens_per_s, progress)
-    if loads is not None:
-        result = _with_experts(result, loads, redundant_experts_per_gpu)
-    files = {out: plan_to_json(result.plans[0])} if out is not None else {}
-    if out_dir is not None:
-        files.update({out_dir / f"plan-{i + 1:02d}.json": plan_to_json(plan)
-                      for i, plan in enumerate(result.plans)})
+        if loads is not None:
+            result = _with_experts(result, loads, redundant_experts_per_gpu, progress)
+        named = ([(out, result.plans[0])] if out is not None else []) + (
+            [(out_dir / f"plan-{i + 1:02d}.json", plan) for i, plan in enumerate(result.plans)]
+            if out_dir is not None else [])
+        files = {}
+        for i, (path, plan) in enumerate(named):
+            progress("writing plans", i, len(named))
+            files[path] = plan_to_json(plan)
     write_all_atomic(files)  # every file or none
     if output_format is OutputFormat.json:
         typer.echo("[" + ",\n".join(plan_to_json(p).rstrip() for p in result.plans) + "]")
@@ -374,7 +379,41 @@ def solve(
         print_report(render_solve(result.plans, result.stats))
 
 
-def _with_experts(result, loads, redundant: int):
+class _PhaseBars:
+    """``progress(phase, done, total)`` for ``planner solve``: one transient progress bar per
+    phase (searching, placing, building plans, writing plans), each with its own label and
+    clock; nothing when ``enabled`` is false or stderr is not a terminal (a finished rich bar
+    leaves an empty line there)."""
+
+    def __init__(self, enabled: bool) -> None:
+        from rich.console import Console
+
+        self.enabled = enabled and Console(stderr=True).is_terminal
+        self.phase: str | None = None
+        self.bar: progress_bar | None = None
+        self.update = None
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        if phase != self.phase:
+            self.close()
+            self.phase, self.bar = phase, progress_bar(phase, self.enabled, total)
+            self.update = self.bar.__enter__()
+        if self.update is not None:
+            self.update(done, total)
+
+    def close(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*(exc or (None, None, None)))
+            self.bar = None
+
+    def __enter__(self) -> "_PhaseBars":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close(*exc)
+
+
+def _with_experts(result, loads, redundant: int, progress: _PhaseBars):
     """Plans with an expert-placement section, validated again (``planner.experts.plan``)."""
     from dataclasses import replace
 
@@ -382,9 +421,12 @@ def _with_experts(result, loads, redundant: int):
     from planner.plan.validate import validate_plan
 
     cache: dict = {}
-    plans = tuple(validate_plan(with_expert_placement(p, loads, redundant, cache), f"plan {i + 1}")
-                  for i, p in enumerate(result.plans))
-    return replace(result, plans=plans)
+    plans = []
+    for i, p in enumerate(result.plans):
+        progress("placing experts", i, len(result.plans))
+        plans.append(validate_plan(with_expert_placement(p, loads, redundant, cache),
+                                   f"plan {i + 1}"))
+    return replace(result, plans=tuple(plans))
 
 
 from planner.cli.plans import compare, emit, explain, launch  # noqa: E402

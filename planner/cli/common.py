@@ -24,14 +24,35 @@ from rich.errors import NotRenderableError
 from rich.markup import escape
 
 from planner.errors import SpecError
+from planner.inputs.limits import (CLUSTER_NODES, GLOBAL_BATCH, GPUS_PER_NODE, SEQUENCE_TOKENS,
+                                   Limit)
 
-__all__ = ["ClusterOpt", "GpuOpt", "GpusPerNodeOpt", "nodes_option", "OutputFormat", "progress_bar", "print_report", "report_width",
-           "help_markup_mode", "plain_help_width", "set_help_markup_mode", "fail",
+__all__ = ["ClusterOpt", "GpuOpt", "GpusPerNodeOpt", "nodes_option", "GlobalBatchOpt",
+           "SeqLenOpt", "within", "up_to", "OutputFormat", "progress_bar", "print_report",
+           "report_width", "help_markup_mode", "plain_help_width", "set_help_markup_mode", "fail",
            "RICH_HELP_MIN_COLUMNS", "PIPED_HELP_COLUMNS", "using_document", "set_debug",
            "debug_requested"]
 
 RICH_HELP_MIN_COLUMNS = 100
 PIPED_HELP_COLUMNS = 120
+
+
+def within(limit: Limit) -> Callable[[Any], Any]:
+    """An option callback refusing a value beyond ``limit`` (planner.inputs.limits): click's
+    'Invalid value for --option' followed by the limit and its reason, exit code 2. The lower
+    bound stays the option's own ``min``."""
+    def check(value: Any) -> Any:
+        values = value if isinstance(value, (list, tuple)) else (value,)
+        bad = next((v for v in values if limit.exceeded_by(v)), None)
+        if bad is not None:
+            raise typer.BadParameter(limit.refused(bad))
+        return value
+    return check
+
+
+def up_to(help_text: str, limit: Limit) -> str:
+    """``help_text`` with the option's maximum appended."""
+    return f"{help_text} At most {limit.maximum:,}."
 
 
 # How every command names its hardware: a cluster file or preset, or a standard cluster of
@@ -41,12 +62,23 @@ ClusterOpt = Annotated[Optional[str], typer.Option(
 GpuOpt = Annotated[Optional[str], typer.Option(
     help="GPU type for a standard cluster (see 'planner presets gpus').")]
 GpusPerNodeOpt = Annotated[Optional[int], typer.Option(
-    min=1, help="GPUs per node (default: the GPU's usual node).")]
+    min=1, callback=within(GPUS_PER_NODE),
+    help=up_to("GPUs per node (default: the GPU's usual node).", GPUS_PER_NODE))]
 
 
 def nodes_option(default_help: str) -> Any:
     """``--nodes`` of a standard cluster; commands differ only in what they default to."""
-    return Annotated[Optional[int], typer.Option(min=1, help=f"Nodes of --gpu ({default_help}).")]
+    return Annotated[Optional[int], typer.Option(
+        min=1, callback=within(CLUSTER_NODES),
+        help=up_to(f"Nodes of --gpu ({default_help}).", CLUSTER_NODES))]
+
+
+# The training workload: sequences per step and tokens per sequence.
+GlobalBatchOpt = Annotated[int, typer.Option(
+    min=1, callback=within(GLOBAL_BATCH), help=up_to("Sequences per step.", GLOBAL_BATCH))]
+SeqLenOpt = Annotated[int, typer.Option(
+    min=1, callback=within(SEQUENCE_TOKENS),
+    help=up_to("Tokens per sequence.", SEQUENCE_TOKENS))]
 
 
 class OutputFormat(str, Enum):

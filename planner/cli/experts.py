@@ -11,8 +11,12 @@ import numpy as np
 import typer
 from rich.console import Console
 
-from planner.cli.common import OutputFormat, progress_bar, using_document
+from planner.cli.common import OutputFormat, progress_bar, up_to, using_document, within
 from planner.errors import SpecError
+from planner.inputs.limits import (EP_GPUS, EXPERT_SLOTS, EXPERTS, GPUS_PER_NODE,
+                                   INPUT_FILE_BYTES, LOAD_VALUES, LOCALITY_SLACK, MODEL_LAYERS,
+                                   ROBUST_SCENARIOS, SLOTS_PER_GPU, TOKENS_PER_STEP, TRACE_STEPS,
+                                   check, check_file_size)
 from planner.files import write_all_atomic, write_atomic, write_atomic_bytes
 
 experts_app = typer.Typer(no_args_is_help=True, help="MoE expert replication, placement and quotas.")
@@ -66,12 +70,26 @@ def _loads(path: Optional[Path]):
 
 
 def _slots(num_experts: int, gpus: int, slots_per_gpu: Optional[int], redundant_per_gpu: int) -> int:
-    if slots_per_gpu is not None:
-        return slots_per_gpu
-    if num_experts % gpus:
-        raise SpecError("--gpus", "", f"a divisor of the {num_experts} experts, or give "
-                        "--slots-per-gpu", gpus)
-    return num_experts // gpus + redundant_per_gpu
+    """Slots per GPU, within :data:`EXPERT_SLOTS` for the whole group."""
+    if slots_per_gpu is None:
+        if num_experts % gpus:
+            raise SpecError("--gpus", "", f"a divisor of the {num_experts} experts, or give "
+                            "--slots-per-gpu", gpus)
+        slots_per_gpu = num_experts // gpus + redundant_per_gpu
+    check(gpus * slots_per_gpu, EXPERT_SLOTS, "command line", "--gpus x --slots-per-gpu")
+    return slots_per_gpu
+
+
+# Image formats the heatmap is written in, by the --heatmap file's suffix.
+HEATMAP_SUFFIXES = (".png",)
+
+
+def _check_heatmap(path: Optional[Path]) -> None:
+    """Refuse a --heatmap file whose suffix names a format it is not written in (before any
+    output is written)."""
+    if path is not None and path.suffix.lower() not in HEATMAP_SUFFIXES:
+        raise SpecError("--heatmap", "", f"a file ending in {' or '.join(HEATMAP_SUFFIXES)} "
+                        "(the heatmap is written as PNG)", str(path))
 
 
 PLACEMENT_EXPECTED = "a placement file written by 'planner experts plan --out'"
@@ -81,6 +99,7 @@ def _read_placement_json(path: Path):
     """A placement file's JSON (our document or SGLang's map); SpecError if unreadable."""
     from planner.inputs.documents import parse_json
 
+    check_file_size(path)
     try:
         return parse_json(Path(path).read_text(encoding="utf-8"), str(path))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -98,11 +117,18 @@ def _read_current(path: Path):
 @experts_app.command("plan")
 def plan(
     loads: LoadsArg = None,
-    gpus: Annotated[int, typer.Option(min=1, help="GPUs in the expert-parallel group.")] = 64,
-    gpus_per_node: Annotated[int, typer.Option(min=1, help="GPUs per node.")] = 8,
+    gpus: Annotated[int, typer.Option(
+        min=1, callback=within(EP_GPUS),
+        help=up_to("GPUs in the expert-parallel group.", EP_GPUS))] = 64,
+    gpus_per_node: Annotated[int, typer.Option(
+        min=1, callback=within(GPUS_PER_NODE), help=up_to("GPUs per node.", GPUS_PER_NODE))] = 8,
     slots_per_gpu: Annotated[Optional[int], typer.Option(
-        min=1, help="Expert slots per GPU (default experts/gpus + --redundant-per-gpu).")] = None,
-    redundant_per_gpu: Annotated[int, typer.Option(min=0, help="Redundant slots per GPU.")] = 1,
+        min=1, callback=within(SLOTS_PER_GPU), help="Expert slots per GPU (default "
+        f"experts/gpus + --redundant-per-gpu). At most {SLOTS_PER_GPU.maximum:,}, and GPUs x "
+        f"slots at most {EXPERT_SLOTS.maximum:,}.")] = None,
+    redundant_per_gpu: Annotated[int, typer.Option(
+        min=0, callback=within(SLOTS_PER_GPU),
+        help=up_to("Redundant slots per GPU.", SLOTS_PER_GPU))] = 1,
     dispatch: Annotated[Dispatch, typer.Option(
         help="How the runtime splits an expert's tokens over its replicas: 'even' (vLLM, SGLang "
              "--ep-dispatch-algorithm dynamic), 'sglang' (SGLang's static per-rank dispatch), "
@@ -114,14 +140,16 @@ def plan(
                                               "placement and report its worst scenario.")] = False,
     drift: Annotated[float, typer.Option(min=0, help="Robust mode, one-step file: log-normal "
                                                      "sigma of per-expert drift.")] = 0.15,
-    scenarios: Annotated[int, typer.Option(min=2, help="Robust mode: drifted scenarios.")] = 16,
+    scenarios: Annotated[int, typer.Option(
+        min=2, callback=within(ROBUST_SCENARIOS),
+        help=up_to("Robust mode: drifted scenarios.", ROBUST_SCENARIOS))] = 16,
     quotas: Annotated[Quotas, typer.Option(
         help="Robust mode with --dispatch static/realtime: 'realtime' scores per-scenario quotas, "
              "'static' the plan's split ratios.")] = Quotas.realtime,
     locality_slack: Annotated[Optional[float], typer.Option(
-        min=0, max=100, help="Trade balance for locality: accept busiest/mean up to (1+slack) "
-                             "x the best to cut cross-node dispatch (at most 100: beyond, "
-                             "balance no longer counts).")] = None,
+        min=0, callback=within(LOCALITY_SLACK), help="Trade balance for locality: accept "
+        "busiest/mean up to (1+slack) x the best to cut cross-node dispatch (at most 100: "
+        "beyond, balance no longer counts).")] = None,
     current: Annotated[Optional[Path], typer.Option(
         help="Current placement (this command's --out file or SGLang's physical_to_logical_map)"
              " to migrate from.")] = None,
@@ -131,13 +159,14 @@ def plan(
     expert_mb: Annotated[float, typer.Option(min=0, help="Weights of one expert (MB), for "
                                                          "migration bytes.")] = 0.0,
     expert_groups: Annotated[int, typer.Option(
-        min=1, help="Expert groups for the EPLB-style baseline's hierarchical mode (DeepSeek-V3: "
-                    "8); 1 compares with EPLB's global policy.")] = 1,
+        min=1, callback=within(EXPERTS), help="Expert groups for the EPLB-style baseline's "
+        "hierarchical mode (DeepSeek-V3: 8); 1 compares with EPLB's global policy.")] = 1,
     out: Annotated[Optional[Path], typer.Option(help="Write the placement JSON here.")] = None,
     sglang: Annotated[Optional[Path], typer.Option(
         help="Write SGLang's --init-expert-location file here.")] = None,
     vllm: Annotated[Optional[Path], typer.Option(help="Write vLLM's --eplb-config JSON here.")] = None,
-    heatmap: Annotated[Optional[Path], typer.Option(help="Write a before/after GPU-load PNG.")] = None,
+    heatmap: Annotated[Optional[Path], typer.Option(
+        help="Write a before/after GPU-load heatmap to this .png file.")] = None,
     output_format: Annotated[OutputFormat, typer.Option(
         "--format", help="table or json.")] = OutputFormat.table,
 ) -> None:
@@ -151,11 +180,14 @@ def plan(
     from planner.report.experts import heatmap_png, render_experts
     from planner.plan.validate import validate_expert_placement
 
+    _check_heatmap(heatmap)
     rule = resolve_dispatch(dispatch, sglang is not None, vllm is not None)
     if locality_slack is not None and rule in ("even", "sglang"):
         raise SpecError("--locality-slack", "", "--dispatch static or realtime (the even and "
                         "SGLang rules fix the split, so there is no balance to trade)", rule)
     data = _loads(loads)
+    if robust:  # every step of a trace is a scenario
+        check(data.series.shape[0], ROBUST_SCENARIOS, data.source, "steps (with --robust)")
     options = ExpertOptions(gpus, gpus_per_node,
                             _slots(data.num_experts, gpus, slots_per_gpu, redundant_per_gpu),
                             robust, rule, drift, scenarios, quotas.value, locality_slack,
@@ -211,13 +243,23 @@ def evaluate(
 @experts_app.command("synth")
 def synth(
     out: Annotated[Path, typer.Argument(help="Output file (.npy, or .json in SGLang's format).")],
-    layers: Annotated[int, typer.Option(min=1)] = 4,
-    experts: Annotated[int, typer.Option(min=2)] = 64,
-    steps: Annotated[int, typer.Option(min=1)] = 32,
-    tokens_per_step: Annotated[int, typer.Option(min=1)] = 16384,
-    top_k: Annotated[int, typer.Option(min=1)] = 8,
+    layers: Annotated[int, typer.Option(
+        min=1, callback=within(MODEL_LAYERS), help=up_to("MoE layers.", MODEL_LAYERS))] = 4,
+    experts: Annotated[int, typer.Option(
+        min=2, callback=within(EXPERTS), help=up_to("Experts per layer.", EXPERTS))] = 64,
+    steps: Annotated[int, typer.Option(
+        min=1, callback=within(TRACE_STEPS), help=f"Steps of the trace. At most "
+        f"{TRACE_STEPS.maximum:,}, and steps x layers x experts at most "
+        f"{LOAD_VALUES.maximum:,}.")] = 32,
+    tokens_per_step: Annotated[int, typer.Option(
+        min=1, callback=within(TOKENS_PER_STEP),
+        help=up_to("Tokens routed per step.", TOKENS_PER_STEP))] = 16384,
+    top_k: Annotated[int, typer.Option(
+        min=1, callback=within(EXPERTS), help=up_to("Experts each token visits.", EXPERTS))] = 8,
     zipf: Annotated[float, typer.Option(min=0, help="Zipf exponent of expert popularity.")] = 1.0,
-    drift_every: Annotated[int, typer.Option(min=1, help="Steps between hot-set drifts.")] = 8,
+    drift_every: Annotated[int, typer.Option(
+        min=1, callback=within(TRACE_STEPS),
+        help=up_to("Steps between hot-set drifts.", TRACE_STEPS))] = 8,
     seed: Annotated[int, typer.Option()] = 0,
 ) -> None:
     """Write synthetic routing counts (Zipf popularity, drifting hot set) for tests and demos."""
@@ -225,10 +267,17 @@ def synth(
 
     from planner.inputs.expert_loads import synthetic_loads
 
+    check(steps * layers * experts, LOAD_VALUES, "command line", "--steps x --layers x --experts")
+    if out.suffix.lower() not in (".npy", ".json"):
+        raise SpecError(str(out), "", "a file ending in .npy or .json", out.suffix or out.name)
     series = synthetic_loads(layers, experts, steps, tokens_per_step, top_k, zipf, drift_every,
                              seed=seed)
     if out.suffix.lower() == ".json":
-        write_atomic(out, json.dumps({"logical_count": series.astype(int).tolist()}) + "\n")
+        text = json.dumps({"logical_count": series.astype(int).tolist()}) + "\n"
+        if len(text) > INPUT_FILE_BYTES.maximum:  # planner could not read it back
+            raise SpecError(str(out), "", f"{INPUT_FILE_BYTES.expected()}: this trace takes "
+                            f"{len(text) / 2**20:,.0f} MiB as JSON; write it as .npy")
+        write_atomic(out, text)
     else:
         buffer = io.BytesIO()
         np.save(buffer, series)

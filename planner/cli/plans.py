@@ -188,7 +188,8 @@ def launch(
 
     from planner.emit import EmitOptions
     from planner.emit import emit as run_emit
-    from planner.run.launch import (MAX_LOCAL_PROCESSES, afd_local, local_command, run_local,
+    from planner.run.launch import (MAX_LOCAL_PROCESSES, TORCH_MISSING, afd_local,
+                                    local_command, run_local, torch_installed,
                                     write_launch_record)
     from planner.plan.file import load_plan
 
@@ -211,6 +212,8 @@ def launch(
                               plan_path=str(plan))
         typer.echo(run_emit("torchrun", loaded, options)["torchrun_commands.txt"], nl=False)
         return
+    if not dry_run and not torch_installed():
+        fail(TORCH_MISSING, 2)
     cmd = local_command(loaded, plan, script, list(script_arg or []), record, master_port)
     typer.echo(f"planner launch: {shlex.join(cmd)}", err=True)
     if dry_run:

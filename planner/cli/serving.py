@@ -14,10 +14,11 @@ from cost_models.parallel import ConfigError
 from cost_models.serving.config import ServingWorkload, parse_pool
 from cost_models.serving.profile import serving_overrides
 from planner.cli.common import (ClusterOpt, GpuOpt, GpusPerNodeOpt, OutputFormat, nodes_option,
-                                 print_report)
+                                 print_report, up_to, within)
 from planner.errors import SpecError
 from planner.files import write_atomic
 from planner.inputs.clusters import OPTIONS_SOURCE
+from planner.inputs.limits import SEQUENCE_TOKENS
 from planner.inputs.models import load_model
 from planner.inputs.request_lengths import load_request_lengths
 from planner.report.serving import render_serve, render_serve_estimate
@@ -59,8 +60,10 @@ ModelOpt = Annotated[str, typer.Option(
     help="Model preset (see 'planner presets models'), model YAML/JSON or HF config.json.")]
 NodesOpt = nodes_option("default: the fewest whose memory holds the weights twice over")
 EstimateNodesOpt = nodes_option("default 1")
-IslOpt = Annotated[int, typer.Option(min=1, help="Input tokens per request.")]
-OslOpt = Annotated[int, typer.Option(min=1, help="Output tokens per request.")]
+IslOpt = Annotated[int, typer.Option(min=1, callback=within(SEQUENCE_TOKENS), help=up_to(
+    "Input tokens per request.", SEQUENCE_TOKENS))]
+OslOpt = Annotated[int, typer.Option(min=1, callback=within(SEQUENCE_TOKENS), help=up_to(
+    "Output tokens per request.", SEQUENCE_TOKENS))]
 TtftOpt = Annotated[Optional[float], typer.Option(help="Target mean time to first token, ms.")]
 TpotOpt = Annotated[Optional[float], typer.Option(help="Target time per output token, ms.")]
 PctOpt = Annotated[float, typer.Option(min=1.0, max=99.9, help=(

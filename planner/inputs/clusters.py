@@ -3,7 +3,8 @@
 Every failure becomes one :class:`~planner.errors.SpecError` line that names the file (with the
 line when it can be found) or the option, the field path (``node_groups.0.gpu``) and what was
 expected: unknown preset, missing file, malformed YAML/JSON, missing or extra field,
-non-positive number, unknown GPU, inconsistent fabric or network.
+non-positive number, unknown GPU, inconsistent fabric or network, a count beyond its limit
+(:mod:`topologies.limits`: nodes, GPUs per node, GPUs in all).
 """
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ from pydantic import ValidationError
 
 from planner.errors import SpecError
 from planner.inputs.documents import YAML_LOADER, parse_json, parse_yaml
-from topologies.catalog import UnknownGpuError
+from planner.inputs.limits import (CLUSTER_GPUS, CLUSTER_NODES, GPUS_PER_NODE, check,
+                                   check_file_size)
+from topologies.catalog import UnknownGpuError, get_gpu
 from topologies.cluster import Cluster
 from topologies.presets import cluster_presets, preset_text
 from topologies.spec import cluster_from_dict, fields_at
-from topologies.standard import homogeneous_cluster
+from topologies.standard import homogeneous_cluster, node_type_for
 
 CLUSTER_OPTION = "--cluster"
 OPTIONS_SOURCE = "command line"
@@ -47,7 +50,11 @@ def cluster_from_options(gpu: str, nodes: int, gpus_per_node: int | None = None)
     if gpus_per_node is not None and gpus_per_node < 1:
         raise SpecError(OPTIONS_SOURCE, "--gpus-per-node", "a whole number >= 1",
                         got=gpus_per_node)
+    check(nodes, CLUSTER_NODES, OPTIONS_SOURCE, "--nodes")
+    check(gpus_per_node, GPUS_PER_NODE, OPTIONS_SOURCE, "--gpus-per-node")
     try:
+        per_node = gpus_per_node or node_type_for(get_gpu(gpu)).gpus_per_node
+        check(nodes * per_node, CLUSTER_GPUS, OPTIONS_SOURCE, "--nodes x GPUs per node")
         return homogeneous_cluster(gpu, nodes, gpus_per_node)
     except UnknownGpuError as err:
         raise SpecError(OPTIONS_SOURCE, "--gpu", f"a GPU from the catalog ({err})") from None
@@ -67,6 +74,7 @@ def _load_preset(name: str) -> Cluster:
 
 
 def _load_file(path: Path) -> Cluster:
+    check_file_size(path)
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as err:

@@ -9,7 +9,9 @@ deep flow nesting.
 :func:`parse_json` and :func:`parse_yaml` turn every such case into one
 :class:`~planner.errors.SpecError` naming the file, and :func:`check_document` rejects what
 parsed but cannot be used: nesting deeper than :data:`MAX_NESTING`, cycles, and integers
-beyond a signed 64-bit value.
+beyond a signed 64-bit value. Text longer than :data:`MAX_TEXT_CHARS` is refused before any
+parser sees it (the readers refuse such files before reading them; this is the backstop).
+The maximums and their reasons are in :mod:`planner.inputs.limits`.
 """
 from __future__ import annotations
 
@@ -21,23 +23,27 @@ from typing import Any
 import yaml
 
 from planner.errors import SpecError
+from planner.inputs.limits import ALIASED_VALUES, INPUT_FILE_BYTES, NESTING_DEPTH, WHOLE_NUMBER
 
 # libyaml's loader when PyYAML was built with it (ten times faster), else the pure-Python one;
 # both safe (no Python object tags).
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # No planner input nests deeper than about 8 levels (a plan's pools.0.groups.cp.0.0 is 6).
-MAX_NESTING = 100
+MAX_NESTING = NESTING_DEPTH.maximum
 # Integers a C long (and so numpy's int64) holds; a larger count is no real quantity.
-MAX_INT = 2**63 - 1
+MAX_INT = WHOLE_NUMBER.maximum
 # Values a document may reach again through YAML aliases (``*name``) beyond its own: a file of
 # nested aliases (a 'billion laughs') is small but expands to more than anything can walk.
-MAX_ALIASED_NODES = 1_000_000
+MAX_ALIASED_NODES = ALIASED_VALUES.maximum
+# Characters of one document (a character is at least a byte: the file-size limit).
+MAX_TEXT_CHARS = INPUT_FILE_BYTES.maximum
 
 
 def parse_json(text: str, source: str) -> Any:
     """``json.loads(text)``, checked by :func:`check_document`. A syntax error is left to the
     caller (``json.JSONDecodeError``, which each reader words its own way); every other
     failure is a SpecError naming ``source``."""
+    check_text_size(text, source)
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
@@ -79,6 +85,7 @@ def parse_yaml(text: str, source: str) -> Any:
     """``yaml.safe_load(text)`` (with :func:`yaml_loader_for`), checked by
     :func:`check_document`. A syntax error is left to the caller (``yaml.YAMLError``); every
     other failure is a SpecError naming ``source``."""
+    check_text_size(text, source)
     check_yaml_text(text, source)
     try:
         data = yaml.load(text, Loader=yaml_loader_for(text))
@@ -88,6 +95,14 @@ def parse_yaml(text: str, source: str) -> Any:
         raise bad_value_error(err, source) from None
     check_document(data, source)
     return data
+
+
+def check_text_size(text: str, source: str) -> None:
+    """Refuse a document longer than :data:`MAX_TEXT_CHARS`: parsed, it would take ten to
+    thirty times that in memory."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise SpecError(source, "", f"{INPUT_FILE_BYTES.expected()}; this text has "
+                        f"{len(text) / 2**20:,.1f} MiB")
 
 
 def _max_digits() -> int:

@@ -8,6 +8,10 @@ Accepted files (``load_expert_loads``):
 * CSV: one row per layer, one column per expert (a non-numeric first row is a header);
 * NPY: ``[layers, experts]`` or ``[steps, layers, experts]``.
 
+Sizes are capped (:mod:`planner.inputs.limits`): layers, experts, trace steps and values in all,
+and text files (JSON, CSV) at 64 MiB; an NPY file's shape is checked from its header, before
+its data is read.
+
 Loads are token counts (token, top-k slot assignments) or any non-negative weights. Layers whose
 counts are all zero (dense layers, as in SGLang's DeepSeek-V3 files) are kept in the array and
 reported as dense by :attr:`ExpertLoads.moe_layers`.
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import json
+import warnings
 from tokenize import TokenError
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +29,8 @@ import numpy as np
 
 from planner.errors import SpecError
 from planner.inputs.documents import parse_json
+from planner.inputs.limits import (EXPERTS, LOAD_VALUES, MODEL_LAYERS, TRACE_STEPS, check,
+                                   check_file_size)
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,8 @@ def load_expert_loads(path: Path) -> ExpertLoads:
     if not path.is_file():
         raise SpecError(str(path), "", "an existing expert-loads file (.json, .csv or .npy)")
     suffix = path.suffix.lower()
+    if suffix in (".csv", ".json"):
+        check_file_size(path)
     if suffix == ".npy":
         array, field = _read_npy(path), "array"
     elif suffix == ".csv":
@@ -66,33 +75,44 @@ def load_expert_loads(path: Path) -> ExpertLoads:
 
 
 def _read_npy(path: Path) -> np.ndarray:
-    try:
-        array = np.load(path, allow_pickle=False)
+    try:  # memory-mapped: the header's shape is checked before any data is read
+        with warnings.catch_warnings():  # e.g. "created on Python 2": the header still parses
+            warnings.simplefilter("ignore")
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError, MemoryError, OverflowError, SyntaxError,
             TokenError) as err:  # numpy parses the header with Python's tokenizer
         raise SpecError(str(path), "", f"a numeric NPY array ({type(err).__name__}: "
                         f"{' '.join(str(err).split())[:200]})") from None
     if not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
         raise SpecError(str(path), "array", "integer or float loads", f"dtype {array.dtype}")
-    return array.astype(np.float64)
+    _check_shape(array.shape, str(path), "array")
+    return np.array(array, dtype=np.float64)
 
 
 def _read_csv(path: Path) -> np.ndarray:
+    """One row per layer, one column per expert; rows are converted as they are read, and
+    reading stops at the first row beyond :data:`MODEL_LAYERS`."""
+    rows: list[np.ndarray] = []
     try:
-        rows = [r for r in csv.reader(_read_text(path).splitlines()) if r]
+        for i, row in enumerate(r for r in csv.reader(_read_text(path).splitlines()) if r):
+            if i == 0 and not _numeric(row[0]):
+                continue  # a header
+            if rows and len(row) != rows[0].size:
+                raise SpecError(str(path), f"row {len(rows) + 1}", f"{rows[0].size} columns like "
+                                "row 1 (one column per expert)", len(row))
+            check(len(row), EXPERTS, str(path), f"row {len(rows) + 1}: columns")
+            check(len(rows) + 1, MODEL_LAYERS, str(path), "rows")
+            rows.append(_numbers(row, str(path), len(rows) + 1))
     except csv.Error as err:  # e.g. a field over csv's 128 KiB limit
         raise SpecError(str(path), "", f"a CSV file of numbers ({err})") from None
-    if rows and not _numeric(rows[0][0]):
-        rows = rows[1:]
-    ragged = next((i for i, r in enumerate(rows) if len(r) != len(rows[0])), None)
-    if ragged is not None:
-        raise SpecError(str(path), f"row {ragged + 1}", f"{len(rows[0])} columns like row 1 "
-                        "(one column per expert)", len(rows[ragged]))
+    return np.array(rows, dtype=np.float64) if rows else np.zeros((0, 0))
+
+
+def _numbers(row: list[str], source: str, number: int) -> np.ndarray:
     try:
-        return np.array([[float(x) for x in r] for r in rows], dtype=np.float64)
+        return np.array([float(x) for x in row], dtype=np.float64)
     except ValueError:
-        bad = next(i for i, r in enumerate(rows) if not all(_numeric(x) for x in r))
-        raise SpecError(str(path), f"row {bad + 1}", "numbers only (one row per layer, one "
+        raise SpecError(source, f"row {number}", "numbers only (one row per layer, one "
                         "column per expert)") from None
 
 
@@ -133,14 +153,29 @@ def _read_json(path: Path) -> tuple[np.ndarray, str]:
                         "[steps][layers][experts] array of numbers") from None
 
 
+def _check_shape(shape: tuple[int, ...], source: str, field: str) -> None:
+    """A ``[layers, experts]`` or ``[steps, layers, experts]`` shape within the limits."""
+    if len(shape) not in (2, 3) or min(shape) < 1:
+        raise SpecError(source, field, "a [layers][experts] or [steps][layers][experts] array",
+                        f"shape {list(shape)}")
+    steps, layers, experts = (1, *shape) if len(shape) == 2 else shape
+    check(steps, TRACE_STEPS, source, f"{field}: steps")
+    check(layers, MODEL_LAYERS, source, f"{field}: layers")
+    check(experts, EXPERTS, source, f"{field}: experts")
+    check(steps * layers * experts, LOAD_VALUES, source, f"{field}: steps x layers x experts")
+
+
 def _checked(array: np.ndarray, source: str, field: str) -> np.ndarray:
+    _check_shape(array.shape, source, field)
     if array.ndim == 2:
         array = array[None]
-    if array.ndim != 3 or min(array.shape) < 1:
-        raise SpecError(source, field, "a [layers][experts] or [steps][layers][experts] array",
-                        f"shape {list(array.shape)}")
     if not np.all(np.isfinite(array)) or np.any(array < 0):
         raise SpecError(source, field, "finite, non-negative loads")
+    with np.errstate(over="ignore"):
+        total = array.sum()
+    if not np.isfinite(total):  # then every partial sum planning takes is finite too
+        raise SpecError(source, field, "loads whose sum is a finite number (below about "
+                        "1.8e308)")
     if array.shape[2] < 2:
         raise SpecError(source, field, "at least 2 experts per layer", array.shape[2])
     if not np.any(array.sum((0, 2)) > 0):

@@ -31,10 +31,30 @@ from cost_models.model_spec import (
     ACTIVATIONS, LinearAttnSpec, MLASpec, ModelSpec, MoESpec, SparseAttnSpec)
 from planner.errors import SpecError
 from planner.inputs.documents import parse_json
+from planner.inputs.limits import (ATTENTION_HEADS, EXPERTS, HIDDEN_SIZE, LAYER_WIDTH,
+                                   MODEL_LAYERS, SEQUENCE_TOKENS, VOCABULARY, Limit,
+                                   check_file_size)
 
 _MISSING = object()
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
+
+# The limit (planner.inputs.limits) on each integer key; any other is a width (LAYER_WIDTH).
+# Checked as a key is read, before anything per layer is built from it.
+_KEY_LIMITS: dict[str, Limit] = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "first_k_dense_replace", "moe_layer_freq",
+                     "decoder_sparse_step", "max_window_layers", "num_nextn_predict_layers",
+                     "interleave_moe_layer_step", "no_rope_layer_interval",
+                     "full_attention_interval", "index_topk_freq", "index_skip_topk_offset"),
+                    MODEL_LAYERS),
+    **dict.fromkeys(("hidden_size", "n_embd"), HIDDEN_SIZE),
+    **dict.fromkeys(("num_attention_heads", "n_head", "num_key_value_heads", "index_n_heads",
+                     "linear_num_key_heads", "linear_num_value_heads"), ATTENTION_HEADS),
+    **dict.fromkeys(EXPERT_KEYS + TOP_K_KEYS + ("n_shared_experts",), EXPERTS),
+    **dict.fromkeys(("sliding_window", "attention_chunk_size", "n_positions", "index_topk"),
+                    SEQUENCE_TOKENS),
+    "vocab_size": VOCABULARY,
+}
 
 
 @dataclass(frozen=True)
@@ -57,7 +77,8 @@ class _Config:
         return self.data.get(key) is not None
 
     def int(self, key: str, default: Any = _MISSING, minimum: int = 1) -> int:
-        """The integer at ``key`` (>= ``minimum``); ``default`` when absent or null."""
+        """The integer at ``key`` (>= ``minimum``, within its limit: :data:`_KEY_LIMITS`);
+        ``default`` when absent or null."""
         value = self.data.get(key)
         if value is None:
             if default is _MISSING:
@@ -65,6 +86,9 @@ class _Config:
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise self.error(key, f"an integer >= {minimum}", value)
+        limit = _KEY_LIMITS.get(key, LAYER_WIDTH)
+        if limit.exceeded_by(value):
+            raise self.error(key, limit.expected(), value)
         return value
 
     def flag(self, key: str, default: bool) -> bool:
@@ -466,6 +490,7 @@ def model_from_hf_config(data: dict, source: str) -> ModelSpec:
 def read_json(path: str | Path) -> Any:
     """Parse a JSON file; a missing file or bad JSON raises SpecError naming the file."""
     path = Path(path)
+    check_file_size(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:

@@ -20,10 +20,27 @@ from cost_models.model_spec import ModelSpec
 from planner.errors import SpecError
 from planner.inputs.documents import parse_yaml
 from planner.inputs.hf_import import model_from_hf_config, read_json
+from planner.inputs.limits import (ATTENTION_HEADS, EXPERTS, HIDDEN_SIZE, LAYER_WIDTH,
+                                   MODEL_LAYERS, SEQUENCE_TOKENS, VOCABULARY, Limit, check,
+                                   check_file_size)
 from planner.inputs.model_file import model_from_yaml_dict
 
 _PRESET_DIR = resources.files("planner").joinpath("data", "models")
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+# The limit on each count of our model schema (planner.inputs.model_file), by field path;
+# any other field of a block is a width (LAYER_WIDTH).
+_SCHEMA_LIMITS: dict[str, Limit] = {
+    "num_layers": MODEL_LAYERS, "mtp_layers": MODEL_LAYERS, "hidden_size": HIDDEN_SIZE,
+    "num_heads": ATTENTION_HEADS, "num_kv_heads": ATTENTION_HEADS, "vocab_size": VOCABULARY,
+    "head_dim": LAYER_WIDTH, "ffn_hidden_size": LAYER_WIDTH,
+    "position_embeddings": SEQUENCE_TOKENS, "sliding_window": SEQUENCE_TOKENS,
+    "attention_chunk": SEQUENCE_TOKENS, "moe.num_experts": EXPERTS, "moe.top_k": EXPERTS,
+    "moe.num_shared_experts": EXPERTS, "linear_attn.num_key_heads": ATTENTION_HEADS,
+    "linear_attn.num_value_heads": ATTENTION_HEADS, "sparse_attn.index_topk": SEQUENCE_TOKENS,
+    "sparse_attn.index_n_heads": ATTENTION_HEADS,
+}
+_SCHEMA_BLOCKS = ("moe", "mla", "linear_attn", "sparse_attn")
 
 
 @lru_cache(maxsize=1)
@@ -41,6 +58,7 @@ def model_presets() -> dict[str, str]:
 def read_mapping(path: Path) -> Any:
     """Parse a ``.json`` file with ``json``, anything else with ``yaml.safe_load``; a parse
     error names the file and the line."""
+    check_file_size(path)
     if path.suffix.lower() == ".json":
         return read_json(path)
     try:
@@ -58,7 +76,23 @@ def model_from_data(data: Any, source: str) -> ModelSpec:
     """A parsed file: HF ``config.json`` when it has ``model_type``, else our schema."""
     if isinstance(data, dict) and "model_type" in data:
         return model_from_hf_config(data, source)
+    check_schema_limits(data, source)
     return model_from_yaml_dict(data, source)
+
+
+def check_schema_limits(data: Any, source: str) -> None:
+    """Refuse a count of our model schema beyond its limit (:data:`_SCHEMA_LIMITS`) before
+    the model is built: ``num_layers: 1000000000`` would build a billion-entry table per
+    layer kind. Types are left to the schema's validator."""
+    if not isinstance(data, dict):
+        return
+    for key, value in data.items():
+        if key in _SCHEMA_BLOCKS and isinstance(value, dict):
+            for inner, number in value.items():
+                path = f"{key}.{inner}"
+                check(number, _SCHEMA_LIMITS.get(path, LAYER_WIDTH), source, path)
+        elif key in _SCHEMA_LIMITS:
+            check(value, _SCHEMA_LIMITS[key], source, key)
 
 
 def load_model_file(path: str | Path) -> ModelSpec:

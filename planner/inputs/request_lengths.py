@@ -21,6 +21,7 @@ import numpy as np
 
 from planner.errors import SpecError
 from planner.inputs.documents import parse_json
+from planner.inputs.limits import SEQUENCE_TOKENS, check_file_size
 
 INPUT_KEYS = ("input_tokens", "isl", "prompt_tokens", "input_len")
 OUTPUT_KEYS = ("output_tokens", "osl", "completion_tokens", "output_len")
@@ -59,8 +60,11 @@ def _checked(pairs: list, source: str) -> RequestLengths:
     ins, outs = [], []
     for i, (a, b) in enumerate(pairs):
         for name, v in (("input_tokens", a), ("output_tokens", b)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 1 or v != int(v):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 1 or (
+                    isinstance(v, float) and not v.is_integer()):  # NaN, inf: not whole
                 raise SpecError(source, f"request {i}: {name}", "a whole number >= 1", v)
+            if SEQUENCE_TOKENS.exceeded_by(v):
+                raise SpecError(source, f"request {i}: {name}", SEQUENCE_TOKENS.expected(), v)
         ins.append(int(a))
         outs.append(int(b))
     return RequestLengths(tuple(ins), tuple(outs), source)
@@ -113,6 +117,7 @@ def load_request_lengths(path: Path) -> RequestLengths:
     source = str(path)
     if not path.is_file():
         raise SpecError(source, "", "an existing CSV or JSON file of request lengths")
+    check_file_size(path)
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as err:

@@ -37,6 +37,7 @@ from planner.errors import SpecError
 from planner.inputs.clusters import OPTIONS_SOURCE
 from planner.inputs.documents import (MAX_NESTING, bad_value_error, check_document,
                                       check_yaml_text, parse_yaml, yaml_loader_for)
+from planner.inputs.limits import CLUSTER_NODES, TOPOLOGY_FILE_BYTES, check
 from topologies.catalog import UnknownGpuError, get_gpu
 from topologies.spec import cluster_from_dict
 from topologies.standard import LEAF_GPUS, node_type_for
@@ -47,8 +48,10 @@ __all__ = ["FORMATS", "MAX_INPUT_BYTES", "DEFAULT_GPU", "DEFAULT_NIC_GBPS", "DEF
            "expand_hostlist"]
 
 FORMATS = ("nvidia-smi", "nccl-xml", "slurm", "astra-sim")
-MAX_INPUT_BYTES = 16 * 1024 * 1024
-MAX_HOSTS = 1_000_000  # a hostlist expanding past this is refused (no runaway expansion)
+MAX_INPUT_BYTES = TOPOLOGY_FILE_BYTES.maximum
+# A hostlist expanding past this is refused (no runaway expansion).
+MAX_HOSTS = CLUSTER_NODES.maximum
+HOSTS_EXPECTED = f"at most {MAX_HOSTS:,} host names in all ({CLUSTER_NODES.reason})"
 DEFAULT_GPU = "H100"
 DEFAULT_NIC_GBPS = 400.0  # NDR InfiniBand / 400GbE, the usual H100-generation compute NIC
 DEFAULT_TRANSPORT = "ib"
@@ -127,8 +130,8 @@ def read_topology_text(path: str | Path) -> str:
     try:
         size = path.stat().st_size
         if size > MAX_INPUT_BYTES:
-            raise SpecError(source, "", f"a topology file of at most {MAX_INPUT_BYTES >> 20} MiB "
-                            f"(it has {size / 2**20:.1f} MiB)")
+            raise SpecError(source, "", f"a topology file of {TOPOLOGY_FILE_BYTES.expected()}; "
+                            f"it has {size / 2**20:.1f} MiB")
         with path.open("rb") as handle:
             data = handle.read(MAX_INPUT_BYTES + 1)
     except FileNotFoundError:
@@ -136,7 +139,7 @@ def read_topology_text(path: str | Path) -> str:
     except OSError as err:
         raise SpecError(source, "", f"a readable file ({err.strerror})") from None
     if len(data) > MAX_INPUT_BYTES:
-        raise SpecError(source, "", f"a topology file of at most {MAX_INPUT_BYTES >> 20} MiB")
+        raise SpecError(source, "", f"a topology file of {TOPOLOGY_FILE_BYTES.expected()}")
     if b"\x00" in data:
         at = data.index(b"\x00")
         raise SpecError(f"{source}:{_line_at(data, at)}", "",
@@ -726,14 +729,13 @@ def expand_hostlist(expr: str, where: str = "hostlist", limit: int = MAX_HOSTS) 
             if match.group(2) is not None:
                 choices = _expand_ranges(match.group(3), where, expr, limit)
                 if len(expanded) * len(choices) > limit:
-                    raise SpecError(where, "", f"at most {MAX_HOSTS:,} host names in all",
-                                    got=expr)
+                    raise SpecError(where, "", HOSTS_EXPECTED, got=expr)
                 expanded = [e + c for e in expanded for c in choices]
             if len(expanded) > limit:
-                raise SpecError(where, "", f"at most {MAX_HOSTS:,} host names in all", got=expr)
+                raise SpecError(where, "", HOSTS_EXPECTED, got=expr)
         names += expanded
         if len(names) > limit:
-            raise SpecError(where, "", f"at most {MAX_HOSTS:,} host names in all", got=expr)
+            raise SpecError(where, "", HOSTS_EXPECTED, got=expr)
     return names
 
 
@@ -774,7 +776,7 @@ def _expand_ranges(ranges: str, where: str, original: str, limit: int) -> list[s
             raise SpecError(where, "", f"ranges from low to high ({item} runs backwards)",
                             got=original)
         if hi - lo + 1 + len(out) > limit:
-            raise SpecError(where, "", f"at most {MAX_HOSTS:,} host names in all", got=original)
+            raise SpecError(where, "", HOSTS_EXPECTED, got=original)
         width = len(lo_text) if lo_text.startswith("0") else 0
         out += [str(v).zfill(width) for v in range(lo, hi + 1)]
     return out
@@ -857,6 +859,7 @@ def _check_options(options: ImportOptions) -> None:
     if options.nodes is not None and options.nodes < 1:
         raise SpecError(OPTIONS_SOURCE, "--nodes", "a whole number of nodes >= 1",
                         got=options.nodes)
+    check(options.nodes, CLUSTER_NODES, OPTIONS_SOURCE, "--nodes")
     if options.nic_gbps is not None and not options.nic_gbps > 0:
         raise SpecError(OPTIONS_SOURCE, "--nic-gbps", "a NIC line rate > 0 Gbit/s",
                         got=options.nic_gbps)

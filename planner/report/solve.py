@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # annotations only: the stats are handed in by the CLI
     from planner.training.search import SearchStats
 
 __all__ = ["plan_bottleneck", "schedule_text", "plan_row", "top_table", "render_solve",
-           "expert_placement_line"]
+           "expert_placement_line", "notes_lines"]
 
 GIB = 2**30
 
@@ -98,7 +98,7 @@ def top_table(plans: tuple[Plan, ...] | list[Plan], title: str) -> tuple[FitTabl
 
 
 def render_solve(plans: tuple[Plan, ...], stats: SearchStats) -> RenderableType:
-    """Header, top-k table, the winner's why, the search footer."""
+    """Header, top-k table, the winner's why, the plans' notes, the search footer."""
     best = plans[0]
     w = best.inputs["workload"]
     head = Text(f"{best.inputs['model']['name']} on {best.inputs['cluster']['name']}", style="bold")
@@ -123,7 +123,24 @@ def render_solve(plans: tuple[Plan, ...], stats: SearchStats) -> RenderableType:
     extra += [Text(f"#{i + 1} {expert_placement_line(p)}")
               for i, p in enumerate(plans) if p.experts is not None][:3]
     table, same = top_table(plans, f"Top {len(plans)} plans, fastest first")
-    return Group(head, Text(), table, *([same] if same else []), why, *extra, footer)
+    return Group(head, Text(), table, *([same] if same else []), why, *extra,
+                 *notes_lines(plans), footer)
+
+
+def notes_lines(plans: tuple[Plan, ...] | list[Plan]) -> list[Text]:
+    """Each distinct note of the plans once, first seen first, naming the plans it concerns
+    unless it concerns every plan: ``note (#2, #5): placement: ...``, ``note: batch: ...``."""
+    where: dict[str, list[int]] = {}
+    for n, plan in enumerate(plans, start=1):
+        for note in plan.notes:
+            where.setdefault(note, []).append(n)
+    lines = []
+    for note, numbers in where.items():
+        who = "" if len(numbers) == len(plans) else " (" + ", ".join(f"#{n}" for n in numbers) + ")"
+        line = Text(f"note{who}: ", style="bold yellow")
+        line.append(note, style="")
+        lines.append(line)
+    return lines
 
 
 def listing_line(step_s: float, listed: dict) -> str:

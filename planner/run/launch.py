@@ -8,6 +8,7 @@ grace period, so no worker outlives the command. Logs stream to the terminal as 
 The exit status is torchrun's (non-zero when a worker failed), 130 after Ctrl-C.
 
 Several nodes: the per-node commands of ``planner emit torchrun`` (to run on each host).
+Without torch installed nothing is started: :data:`TORCH_MISSING` says what to install.
 
 An AFD serving plan (``planner serve --mode afd``): its decode pools, attention GPUs then FFN
 GPUs, as one torchrun world on this machine (:func:`afd_local`), running the AFD decode job
@@ -16,6 +17,7 @@ pool is not run. At most :data:`MAX_LOCAL_PROCESSES` processes.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -32,6 +34,8 @@ from planner.run.runtime import afd_world, degrees_of
 
 GRACE_S = 5.0
 MAX_LOCAL_PROCESSES = 16  # an AFD plan's decode world on one machine: refused beyond this
+TORCH_MISSING = ("planner launch runs the job under torchrun, which needs PyTorch: "
+                 "pip install 'planner[torch]'")
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,11 @@ def local_command(plan: Plan, plan_path: Path, script: str | None, script_args: 
             cmd += ["--out", str(record)]
         return cmd + list(script_args)
     return cmd + [script, *script_args]
+
+
+def torch_installed() -> bool:
+    """Whether this interpreter (the one torchrun runs under) can import torch."""
+    return importlib.util.find_spec("torch") is not None
 
 
 def afd_local(plan: Plan) -> tuple[int, int] | None:

@@ -8,10 +8,16 @@ the same stage and letting the partition DP give slow stages fewer layers beats 
 order. The assignment of nodes to stages is a CP-SAT problem (``solvers.mapping``); each
 candidate placement is then judged by the full cost model, and Megatron's order is always a
 candidate, so the result is never predicted slower than it.
+
+What CP-SAT did is said, not hidden: when it proves no mapping exists, finds none in its time
+limit, or stops at its limit short of a proof of optimality, :func:`placement` returns a line
+for the plan's notes (:func:`mapping_note`) along with the estimate. The limit is CP-SAT's
+deterministic time (``solvers.mapping.cpsat``), so a time-limited placement is the same on
+every run unless the wall-clock backstop fired, which the note then says too.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from cost_models.model_spec import ModelSpec
 from cost_models.training.config import Workload
@@ -20,7 +26,8 @@ from cost_models.training.partition import partition_inputs
 from cost_models.training.step import Estimate, estimate
 from cost_models.groups import stage_views
 from planner.training.slicing import refine_partition
-from solvers.mapping import InfeasibleMapping, MappingProblem, MappingTimeout, solve_mapping
+from solvers.mapping import (InfeasibleMapping, Mapping, MappingProblem, MappingTimeout,
+                             solve_mapping)
 from topologies.cluster import Cluster
 from topologies.spec import cluster_from_dict
 
@@ -104,10 +111,46 @@ def mapping_problem(model: ModelSpec, cluster: Cluster, workload: Workload, est:
         unit_network=network, unit_socket_speed=socket)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """A placed estimate and what happened on the way, as lines for the plan's notes."""
+
+    estimate: Estimate
+    notes: tuple[str, ...] = ()
+
+
+def mapping_note(problem: MappingProblem, outcome: Mapping | Exception,
+                 listing_used: bool) -> str | None:
+    """One line on a CP-SAT mapping that did not end in a proven optimum (None when it did).
+
+    ``outcome``: the mapping, or the :class:`InfeasibleMapping` / :class:`MappingTimeout`
+    raised; ``listing_used``: the plan kept the listing order."""
+    limit = f"{problem.time_limit_s:g} s limit (deterministic time)"
+    if isinstance(outcome, InfeasibleMapping):
+        return (f"placement: CP-SAT found no feasible mapping of nodes to the "
+                f"{problem.num_stages} stages: {outcome}; listing order used")
+    if isinstance(outcome, Exception):
+        return f"placement: CP-SAT found no mapping within its {limit}; listing order used"
+    wall = "stopped by its wall-clock backstop, so a rerun may place differently"
+    if outcome.optimal:  # the tie-break among optima may still have been cut short
+        return (f"placement: CP-SAT's tie-break among optimal placements was {wall}"
+                if outcome.wall_clock_stopped else None)
+    kept = "; listing order kept (predicted faster)" if listing_used else ""
+    return (f"placement: CP-SAT hit its {limit}; best placement found, gap "
+            f"{outcome.gap:.1%}{kept}" + (f"; {wall}" if outcome.wall_clock_stopped else ""))
+
+
 def best_placement(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
                    prof: Profile) -> Estimate:
+    """The estimate of :func:`placement` (its notes dropped)."""
+    return placement(model, cluster, workload, est, prof).estimate
+
+
+def placement(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
+              prof: Profile) -> Placement:
     """The fastest of Megatron's order and the CP-SAT placements, each with its best layer
-    partition. Returns an estimate whose ``node_order`` is the placement (None: listing order).
+    partition: an estimate whose ``node_order`` is the placement (None: listing order), and
+    the note on CP-SAT's outcome when it was not a proven optimum.
 
     On a mixed cluster the search's pick may be an interleaved schedule, whose even chunks the
     partition DP cannot reshape; the same degrees with 1F1B and ZB-H1 are placed too, since
@@ -122,19 +165,23 @@ def best_placement(model: ModelSpec, cluster: Cluster, workload: Workload, est: 
             if other.memory.fits:
                 variants.append(other)
     placed = [_place(model, cluster, workload, v, prof) for v in variants]
-    return min(placed, key=lambda e: round(e.step_time_s, 12))
+    return min(placed, key=lambda p: round(p.estimate.step_time_s, 12))
 
 
 def _place(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
-           prof: Profile) -> Estimate:
+           prof: Profile) -> Placement:
     """Megatron's order and the CP-SAT placements of ``est``'s configuration, the fastest."""
     megatron = refine_partition(model, cluster, workload, est, prof)
-    if est.config.degrees.pp == 1 or _uniform(cluster):
-        return megatron
+    smallest_node = min(g.gpus_per_node for g in cluster.node_groups)
+    if (est.config.degrees.pp == 1 or _uniform(cluster)
+            or cluster.num_gpus // est.config.degrees.pp < smallest_node):
+        return Placement(megatron)  # nothing to place: one stage, equal nodes, or stages
+        # smaller than a node (nodes are placed whole, so only the listing order exists)
+    problem = mapping_problem(model, cluster, workload, est, prof)
     try:
-        mapping = solve_mapping(mapping_problem(model, cluster, workload, est, prof))
-    except (InfeasibleMapping, MappingTimeout):
-        return megatron
+        mapping = solve_mapping(problem)
+    except (InfeasibleMapping, MappingTimeout) as err:
+        return Placement(megatron, (mapping_note(problem, err, listing_used=True),))
     order = [n for stage in mapping.stage_units for n in stage]
     candidates = [megatron]
     base = replace(est.config, stage_layer_counts=None)
@@ -143,4 +190,6 @@ def _place(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate
         placed = estimate(model, cluster, workload, base, prof, node_order)
         if placed.memory.fits:
             candidates.append(refine_partition(model, cluster, workload, placed, prof))
-    return min(candidates, key=lambda e: (round(e.step_time_s, 12), e.node_order is not None))
+    best = min(candidates, key=lambda e: (round(e.step_time_s, 12), e.node_order is not None))
+    note = mapping_note(problem, mapping, listing_used=best.node_order is None)
+    return Placement(best, (note,) if note else ())

@@ -293,12 +293,27 @@ def _consistent(model: ModelSpec, cluster: Cluster, workload: Workload) -> bool:
     return next(iter(degree_tuples(space_limits(model, cluster, workload))), None) is not None
 
 
+NEAREST_SCAN_NODES = 2048  # node counts tried one by one below the cluster's (about 0.2 s)
+
+
+def _fewer_nodes(num_nodes: int) -> list[int]:
+    """Node counts to try, most first: every count down to ``NEAREST_SCAN_NODES`` below the
+    cluster's, then the largest multiples of 2**k under that and the powers of two (on huge
+    clusters a full scan takes minutes)."""
+    exact = list(range(num_nodes - 1, max(num_nodes - 1 - NEAREST_SCAN_NODES, 0), -1))
+    floor = exact[-1] if exact else 1
+    bits = range(floor.bit_length())
+    coarse = sorted(({(floor >> k) << k for k in bits} | {1 << k for k in bits}) - {0}
+                    - set(exact), reverse=True)
+    return exact + [n for n in coarse if n < floor]
+
+
 def _nearest_consistent(model: ModelSpec, cluster: Cluster, workload: Workload) -> str:
     """What would make the degrees consistent: the most nodes of the cluster's first ones that
     work at this batch, and the smallest larger batch that works on all the GPUs (a multiple
     of a divisor of the GPU count; the data-parallel degree divides both)."""
     hints = []
-    for nodes in range(cluster.num_nodes - 1, 0, -1):
+    for nodes in _fewer_nodes(cluster.num_nodes):
         sub = first_nodes(cluster, nodes)
         if _consistent(model, sub, workload):
             hints.append(f"{nodes:,} nodes ({sub.num_gpus:,} GPUs) at this batch")

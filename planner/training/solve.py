@@ -6,27 +6,37 @@
    partition (``planner.training.slicing``).
 3. Candidates are re-ranked, turned into Plans with a one-line "why", and validated.
 
+What went wrong quietly goes into each plan's ``notes``: a CP-SAT placement that was
+infeasible or stopped at its time limit (``planner.training.placement``), and a global batch
+too small for the cluster (``planner.training.batch``, judged on the best plan and noted on
+every plan). ``progress(phase, done, total)`` is told of each phase: ``searching``,
+``placing`` and ``building plans`` (with ``min-gpus``, prefixed by the sub-cluster's nodes).
+
 Objective ``min-gpus`` searches sub-clusters (the first n nodes) from small to large and
 returns the plans of the smallest one whose best plan reaches the target tokens/s.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from cost_models.model_spec import ModelSpec
 from cost_models.training.config import Workload
 from cost_models.profile import Profile
 from cost_models.training.step import Estimate
 from planner.errors import InfeasibleError
-from planner.training.placement import best_placement
+from planner.training.batch import batch_note
+from planner.training.placement import placement
 from planner.plan.document import Plan
 from planner.training.build import build_plan
-from planner.training.search import Progress, SearchSpace, SearchStats, rank_key, search
+from planner.training.search import SearchSpace, SearchStats, rank_key, search
 from planner.plan.validate import validate_plan
 from planner.training.why import why_line
 from topologies.cluster import Cluster, first_nodes
 
 OBJECTIVES = ("throughput", "min-gpus")
+
+PhaseProgress = Callable[[str, int, int], None]  # (phase, done, total)
 
 
 @dataclass(frozen=True)
@@ -40,7 +50,7 @@ class SolveResult:
 def solve(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
           space: SearchSpace = SearchSpace(), top_k: int = 10, objective: str = "throughput",
           target_tokens_per_s: float | None = None,
-          progress: Progress | None = None) -> SolveResult:
+          progress: PhaseProgress | None = None) -> SolveResult:
     """The ``top_k`` best plans for ``objective`` (see module docstring)."""
     if objective == "min-gpus":
         return _min_gpus(model, cluster, workload, prof, space, top_k, target_tokens_per_s,
@@ -50,24 +60,35 @@ def solve(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
 
 def _best_plans(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
                 space: SearchSpace, top_k: int, objective: str,
-                progress: Progress | None) -> SolveResult:
-    result = search(model, cluster, workload, prof, space, top_k, progress)
-    refined = sorted((best_placement(model, cluster, workload, e, prof) for e in result.ranked),
-                     key=rank_key)
+                progress: PhaseProgress | None) -> SolveResult:
+    report = progress or _quiet
+    result = search(model, cluster, workload, prof, space, top_k,
+                    lambda done, total: report("searching", done, total))
+    placed = []
+    for i, est in enumerate(result.ranked):
+        report("placing", i, len(result.ranked))
+        placed.append(placement(model, cluster, workload, est, prof))
+    report("placing", len(placed), len(placed))
+    placed.sort(key=lambda p: rank_key(p.estimate))
+    refined = [p.estimate for p in placed]
+    batch = batch_note(model, cluster, refined[0], prof)
     plans = []
-    for i, est in enumerate(refined):
+    for i, (est, place) in enumerate(zip(refined, placed)):
+        report("building plans", i, len(refined))
         runner_up = refined[1] if i == 0 and len(refined) > 1 else None
         why = why_line(est, runner_up) if i == 0 else ""
         search_info = {"position": i + 1, "degree_tuples": result.stats.degree_tuples,
                        "options_estimated": result.stats.options_estimated}
-        plan = build_plan(model, cluster, est, prof, objective, why, search_info)
+        notes = [*place.notes, *([batch] if batch else [])]
+        plan = build_plan(model, cluster, est, prof, objective, why, search_info, notes)
         plans.append(validate_plan(plan, f"plan {i + 1}"))
+    report("building plans", len(refined), len(refined))
     return SolveResult(tuple(plans), tuple(refined), result.stats, cluster)
 
 
 def _min_gpus(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
               space: SearchSpace, top_k: int, target: float | None,
-              progress: Progress | None) -> SolveResult:
+              progress: PhaseProgress | None) -> SolveResult:
     if not target or target <= 0:
         raise InfeasibleError("objective min-gpus needs --target-tokens-per-s > 0")
     sizes = sorted({max(1, cluster.num_nodes // 2**i) for i in range(12)} | {cluster.num_nodes})
@@ -75,7 +96,8 @@ def _min_gpus(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Prof
     for nodes in sizes:
         sub = first_nodes(cluster, nodes)
         try:
-            result = _best_plans(model, sub, workload, prof, space, top_k, "min-gpus", progress)
+            result = _best_plans(model, sub, workload, prof, space, top_k, "min-gpus",
+                                 _prefixed(progress, f"{nodes} node{'s' * (nodes != 1)}: "))
         except InfeasibleError:
             continue
         total = result.estimates[0].tokens_per_s_per_gpu * sub.num_gpus
@@ -84,3 +106,13 @@ def _min_gpus(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Prof
             return result
     raise InfeasibleError(f"no sub-cluster reaches {target:,.0f} tokens/s: the whole cluster's "
                           f"best plan gives {best_seen:,.0f} tokens/s")
+
+
+def _quiet(phase: str, done: int, total: int) -> None:
+    """No progress to report to."""
+
+
+def _prefixed(progress: PhaseProgress | None, prefix: str) -> PhaseProgress | None:
+    if progress is None:
+        return None
+    return lambda phase, done, total: progress(prefix + phase, done, total)

@@ -27,15 +27,22 @@ after the solve: Megatron's mapping when it attains the optimum, else a second C
 with the objective fixed finds the lexicographically greatest count matrix (solved in segments
 with lexicographic weights below 2**52).
 
-Determinism: one worker and a fixed seed, so equal inputs give equal outputs as long as no
-solve hits ``time_limit_s`` (a wall-clock limit). A time-limited solve is hinted with
-Megatron's mapping (or a grouped first-fit start) and never returns anything worse than it.
+Determinism: one worker, a fixed seed and a limit on CP-SAT's *deterministic* time
+(``max_deterministic_time``, a count of work whose unit CP-SAT means to be close to a second;
+it does not depend on the machine's speed or load), so equal inputs give equal outputs even when
+a solve is cut short: ``time_limit_s`` is that budget, shared by all the solves of one call.
+A wall-clock backstop of :data:`WALL_CLOCK_FACTOR` times the budget (at least 1 s) stops a
+solve on a machine far slower than that calibration; only then may two runs differ, and the
+answer says so (``Mapping.wall_clock_stopped``). A time-limited solve is hinted with
+Megatron's mapping (or a grouped first-fit start) and never returns anything worse than it;
+its ``bound`` is CP-SAT's bound, or the trivial one (every stage at the fastest speed) when
+CP-SAT found no solution.
 """
 from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from ortools.sat.python import cp_model
@@ -46,11 +53,17 @@ from solvers.mapping.problem import (Mapping, MappingProblem, MappingTimeout, St
                                      make_mapping, no_disjoint_stages, scaled, scaled_objective,
                                      speed_scale, stage_speed, unit_classes)
 
-__all__ = ["LEX_WEIGHT_LIMIT", "LEX_MAX_SOLVES", "RANDOM_SEED", "solve_mapping"]
+__all__ = ["LEX_WEIGHT_LIMIT", "LEX_MAX_SOLVES", "RANDOM_SEED", "WALL_CLOCK_FACTOR",
+           "solve_mapping"]
 
 LEX_WEIGHT_LIMIT = 2 ** 52  # largest lexicographic weight product in one tie-break solve
 LEX_MAX_SOLVES = 16  # larger models skip the lexicographic tie-break phase
 RANDOM_SEED = 20240711
+# The wall-clock backstop, in wall seconds per deterministic second of the budget (at least one
+# such second, for presolve). Measured on a loaded 2-core machine: 4 to 10 wall seconds per
+# deterministic second on a 512-node instance of four speeds, so there it can fire; it bounds
+# one placement at 2x its budget in wall time (20 s for the default 10 s).
+WALL_CLOCK_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -189,12 +202,33 @@ def _hint(problem: MappingProblem, classes: Sequence[UnitClass], built: _Model,
             built.model.add_hint(built.mixed[s], len(on) > 1)
 
 
-def _solver(time_limit_s: float) -> cp_model.CpSolver:
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = RANDOM_SEED
-    solver.parameters.max_time_in_seconds = max(time_limit_s, 1e-3)
-    return solver
+class _Budget:
+    """The deterministic seconds left to one ``solve_mapping`` call, and its wall backstop."""
+
+    def __init__(self, deterministic_s: float) -> None:
+        self.left_s = deterministic_s
+        self.deadline = time.monotonic() + WALL_CLOCK_FACTOR * max(deterministic_s, 1.0)
+        self.wall_clock_stopped = False
+
+    def solver(self) -> cp_model.CpSolver:
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        solver.parameters.random_seed = RANDOM_SEED
+        solver.parameters.max_deterministic_time = max(self.left_s, 1e-3)
+        solver.parameters.max_time_in_seconds = max(self.deadline - time.monotonic(), 1e-3)
+        return solver
+
+    def spend(self, solver: cp_model.CpSolver, status: int) -> None:
+        """Charge a finished solve; note when the backstop, not the budget, stopped it."""
+        self.left_s -= solver.deterministic_time
+        limit = solver.parameters.max_time_in_seconds
+        unfinished = status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
+        if unfinished and solver.wall_time >= 0.99 * limit:
+            self.wall_clock_stopped = True
+
+    @property
+    def spent(self) -> bool:
+        return self.left_s <= 0 or time.monotonic() >= self.deadline
 
 
 def _solution_rows(solver: cp_model.CpSolver, built: _Model) -> list[list[int]]:
@@ -216,7 +250,8 @@ def _lex_segments(built: _Model) -> list[list[tuple[cp_model.IntVar, int]]]:
     return segments
 
 
-def _lex_max(built: _Model, rows: list[list[int]], optimum: int, deadline: float) -> list[list[int]]:
+def _lex_max(built: _Model, rows: list[list[int]], optimum: int,
+             budget: _Budget) -> list[list[int]]:
     """Among mappings of integer objective ``optimum``, the lexicographically greatest rows."""
     m = built.model
     m.add(built.objective == optimum)
@@ -225,8 +260,7 @@ def _lex_max(built: _Model, rows: list[list[int]], optimum: int, deadline: float
     for segment in _lex_segments(built):
         if all(size == 1 for _, size in segment):
             continue
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if budget.spent:
             break
         weights, w = [], 1
         for _, size in reversed(segment):
@@ -238,8 +272,9 @@ def _lex_max(built: _Model, rows: list[list[int]], optimum: int, deadline: float
         m.clear_hints()
         for n in flat:
             m.add_hint(n, values[n.index])
-        solver = _solver(remaining)
+        solver = budget.solver()
         status = solver.solve(m)
+        budget.spend(solver, status)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             break
         values = {n.index: solver.value(n) for n in flat}
@@ -250,7 +285,7 @@ def _lex_max(built: _Model, rows: list[list[int]], optimum: int, deadline: float
 
 def solve_mapping(problem: MappingProblem) -> Mapping:
     """Best mapping by CP-SAT over class counts; never worse than Megatron's order."""
-    deadline = time.monotonic() + problem.time_limit_s
+    budget = _Budget(problem.time_limit_s)
     # Step 1: data -- feasibility, Megatron's mapping, the warm start
     check_gpu_supply(problem)
     scale = speed_scale(problem)
@@ -267,33 +302,36 @@ def solve_mapping(problem: MappingProblem) -> Mapping:
         _hint(problem, classes, built, start)
     built.model.maximize(built.objective)
     # Step 3: solve
-    solver = _solver(deadline - time.monotonic())
+    solver = budget.solver()
     status = solver.solve(built.model)
+    budget.spend(solver, status)
     # Step 4: extract, by status
     if status == cp_model.INFEASIBLE:
         raise no_disjoint_stages(problem)
     if status == cp_model.MODEL_INVALID:
         raise RuntimeError(f"invalid CP-SAT model: {built.model.validate()}")
-    bound = solver.best_objective_bound / scale
     if status == cp_model.OPTIMAL:
-        return _extract_optimal(problem, classes, built, solver, megatron, deadline)
-    if status == cp_model.FEASIBLE:
-        return _extract_feasible(problem, classes, built, solver, (megatron, start), bound)
-    if start is None:  # no solution within the time limit, and nothing to fall back on
+        found = _extract_optimal(problem, classes, built, solver, megatron, budget)
+    elif status == cp_model.FEASIBLE:
+        found = _extract_feasible(problem, classes, built, solver, (megatron, start),
+                                  solver.best_objective_bound / scale)
+    elif start is None:  # no solution within the time limit, and nothing to fall back on
         raise MappingTimeout(f"no mapping found within {problem.time_limit_s} s")
-    return make_mapping(problem, start, bound, optimal=False)
+    else:  # no solution yet, so no bound from CP-SAT either: the trivial one
+        found = make_mapping(problem, start, upper / scale, optimal=False)
+    return replace(found, wall_clock_stopped=budget.wall_clock_stopped)
 
 
 def _extract_optimal(problem: MappingProblem, classes: Sequence[UnitClass], built: _Model,
                      solver: cp_model.CpSolver, megatron: StageUnits | None,
-                     deadline: float) -> Mapping:
+                     budget: _Budget) -> Mapping:
     """The optimum under the tie-break: Megatron's if it attains it, else the lex-max rows."""
     found = round(solver.objective_value)
     if megatron is not None and scaled_objective(problem, megatron) >= found:
         return make_mapping(problem, megatron, None, optimal=True)  # tie-break rule 2
     rows = _solution_rows(solver, built)
     if len(_lex_segments(built)) <= LEX_MAX_SOLVES:
-        rows = _lex_max(built, rows, found, deadline)  # tie-break rule 3
+        rows = _lex_max(built, rows, found, budget)  # tie-break rule 3
     return make_mapping(problem, expand_rows(classes, rows), None, optimal=True)
 
 

@@ -73,7 +73,7 @@ class MappingProblem:
     num_stages: int
     gpus_per_stage: int
     domain_span_penalty: float = 0.0
-    time_limit_s: float = 10.0
+    time_limit_s: float = 10.0  # CP-SAT deterministic seconds, shared by the whole solve
     # The network a unit's collectives use (its RDMA network; units that cannot do RDMA
     # with each other differ) and its speed when a stage mixes networks and so runs its
     # collectives over sockets (<= its speed). None: one network, speeds as given.
@@ -129,6 +129,16 @@ class Mapping:
     objective: float
     bound: float  # best bound on the objective (== objective when optimal)
     optimal: bool
+    # a solve was stopped by the wall-clock backstop, not the deterministic budget: another
+    # run may answer differently (``solvers.mapping.cpsat``)
+    wall_clock_stopped: bool = False
+
+    @property
+    def gap(self) -> float:
+        """(bound - objective) / bound: how far from optimal the answer may be (0: optimal)."""
+        if self.optimal or self.bound <= 0:
+            return 0.0
+        return (self.bound - self.objective) / self.bound
 
 
 @dataclass(frozen=True)
