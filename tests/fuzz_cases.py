@@ -2,8 +2,8 @@
 to run one through the command line. Shared by the bounded CI test (``tests/test_fuzz_inputs.py``)
 and the long campaign (``benchmarks/fuzz_inputs.py``).
 
-A case is a reader (``cluster``, ``model``, ``loads``, ``placement``, ``plan``), the files it
-writes and the command that reads them:
+A case is a reader (``cluster``, ``model``, ``loads``, ``placement``, ``plan``, ``options``),
+the files it writes and the command that reads them:
 
 * ``cluster``: ``planner topo show FILE`` (YAML or JSON cluster spec);
 * ``model``: ``planner estimate --model FILE`` (our model schema in YAML/JSON, or an HF config.json);
@@ -11,7 +11,10 @@ writes and the command that reads them:
   FILE`` (SGLang JSON, CSV or NPY);
 * ``placement``: ``planner experts eval FILE LOADS``;
 * ``plan``: ``planner explain FILE``, ``planner compare FILE SEED`` or ``planner emit FMT FILE
-  --out-dir DIR``.
+  --out-dir DIR``;
+* ``options``: ``planner solve``, ``estimate``, ``topo show``, ``serve``, ``experts synth`` and
+  ``experts plan`` with one to four options set to drawn values (overflowing, non-numeric, at
+  and beyond the input limits, unknown GPU and model names).
 
 Documents are valid seeds with one to three mutations at any depth (wrong types, integers of
 hundreds of digits, inf/nan, nesting thousands deep, long strings, long lists, keys removed or
@@ -48,7 +51,7 @@ from planner.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
-READERS = ("cluster", "model", "loads", "placement", "plan")
+READERS = ("cluster", "model", "loads", "placement", "plan", "options")
 CLEAN_EXIT_CODES = (0, 2, 3)  # done, bad input, infeasible
 
 CLUSTER_SEED = {
@@ -359,8 +362,74 @@ def plan_cases(draw: Any) -> Case:
                                 "--out-dir", "{dir}/launch"], outputs=["launch"])
 
 
+# Command-line options: numbers that overflow, are not numbers, sit at and beyond the input
+# limits (docs/limits.md), and names that do not exist.
+OPTION_TEXT = st.sampled_from([
+    "0", "-1", "1", "2", "3", "7", "8", "64", "1048577", "2147483648", "1" + "0" * 30,
+    "9" * 5000, "inf", "-inf", "nan", "1e308", "1.5", "-0", "", " ", "abc", "1_000", "0x10",
+    "\x00", "~nouser/x", "a" * 10_000])
+OPTION_LIMITS = st.sampled_from(["1024", "16384", "131072", "1048576", "65536", "4096"])
+OPTION_NUMBERS = st.integers(1, 16).map(str) | OPTION_TEXT
+GPU_NAMES = st.sampled_from(["H100", "A100", "H800", "B200", "GB200", "V100", "MI300X", "L40S",
+                             "H20", "nope", ""])
+MODEL_NAMES = st.sampled_from(["llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "deepseek-v3",
+                               "qwen3-30b-a3b", "nope", ""])
+COMMON_CLUSTER = {"--gpu": GPU_NAMES, "--nodes": OPTION_NUMBERS,
+                  "--gpus-per-node": OPTION_NUMBERS}
+TRAINING = {**COMMON_CLUSTER, "--model": MODEL_NAMES, "--global-batch": OPTION_NUMBERS,
+            "--seq-len": OPTION_NUMBERS, "--tp": OPTION_NUMBERS, "--pp": OPTION_NUMBERS,
+            "--cp": OPTION_NUMBERS, "--ep": OPTION_NUMBERS, "--micro-batch": OPTION_NUMBERS,
+            "--precision": st.sampled_from(["bf16", "fp8", "fp32", "fp16", "x"])}
+# command -> (fixed arguments, options to draw from, outputs it may write)
+OPTION_COMMANDS: dict[str, tuple[list[str], dict[str, Any], list[str]]] = {
+    "solve": (["solve", "--format", "json", "--out", "{dir}/out/plan.json"],
+              {**TRAINING, "--top-k": OPTION_NUMBERS, "--objective": st.sampled_from(
+                  ["throughput", "min-gpus"]), "--target-tokens-per-s": OPTION_TEXT,
+               "--out-dir": st.just("{dir}/out/plans")}, ["out"]),
+    "estimate": (["estimate", "--format", "json"],
+                 {**TRAINING, "--dp": OPTION_NUMBERS, "--etp": OPTION_NUMBERS,
+                  "--vpp": OPTION_NUMBERS, "--zero": OPTION_NUMBERS,
+                  "--recompute-layers": OPTION_NUMBERS, "--seq-slices": OPTION_NUMBERS}, []),
+    "topo": (["topo", "show"], COMMON_CLUSTER, []),
+    "serve": (["serve", "--format", "json", "--out", "{dir}/out/serve.json"],
+              {**COMMON_CLUSTER, "--model": MODEL_NAMES, "--isl": OPTION_NUMBERS,
+               "--osl": OPTION_NUMBERS, "--ttft-ms": OPTION_TEXT, "--tpot-ms": OPTION_TEXT,
+               "--rate": OPTION_TEXT, "--concurrency": OPTION_NUMBERS, "--mtp": OPTION_NUMBERS,
+               "--top-k": OPTION_NUMBERS, "--moe-imbalance": OPTION_TEXT,
+               "--prefix-hit": OPTION_TEXT}, ["out"]),
+    "synth": (["experts", "synth", "--out", "{dir}/out/trace.npy"],
+              {"--layers": OPTION_NUMBERS, "--experts": OPTION_NUMBERS,
+               "--steps": OPTION_NUMBERS, "--tokens-per-step": OPTION_NUMBERS,
+               "--top-k": OPTION_NUMBERS, "--zipf": OPTION_TEXT,
+               "--drift-every": OPTION_NUMBERS, "--seed": OPTION_NUMBERS}, ["out"]),
+    "experts": (["experts", "plan", "{loads}", "--format", "json",
+                 "--out", "{dir}/out/placement.json"],
+                {"--gpus": OPTION_NUMBERS, "--gpus-per-node": OPTION_NUMBERS,
+                 "--slots-per-gpu": OPTION_NUMBERS, "--locality-slack": OPTION_TEXT,
+                 "--scenarios": OPTION_NUMBERS, "--drift": OPTION_TEXT,
+                 "--expert-mb": OPTION_TEXT, "--heatmap": st.sampled_from(
+                     ["{dir}/out/h.png", "{dir}/out/h.txt", "/proc/nope/h.png"])}, ["out"]),
+}
+
+
+@st.composite
+def option_cases(draw: Any) -> Case:
+    """One command with one to four of its options set to a drawn value (with
+    ``--probe-limits``, also large valid counts: inside the limits every command must end)."""
+    fixed, options, outputs = OPTION_COMMANDS[draw(st.sampled_from(sorted(OPTION_COMMANDS)))]
+    names = draw(st.lists(st.sampled_from(sorted(options)), min_size=1, max_size=4,
+                          unique=True))
+    args = [a.replace("{loads}", str(generated_seeds()["loads_path"])) for a in fixed]
+    for name in names:
+        values = options[name]
+        if PROBE_LIMITS and values is OPTION_NUMBERS:
+            values = values | OPTION_LIMITS
+        args += [name, draw(values)]
+    return Case("options", {}, args, outputs=outputs)
+
+
 CASES = {"cluster": cluster_cases, "model": model_cases, "loads": loads_cases,
-         "placement": placement_cases, "plan": plan_cases}
+         "placement": placement_cases, "plan": plan_cases, "options": option_cases}
 
 
 # --- running a case --------------------------------------------------------------------------
