@@ -17,6 +17,20 @@ Sources, per formula:
   time = bytes / (HBM bandwidth * efficiency), the roofline model (Williams et al. 2009).
 * GEMM efficiency falls for thin shards: eff = gemm_efficiency * n / (n + gemm_half_dim) with n
   the smallest GEMM dimension (tile and wave quantisation; a calibration parameter).
+
+MoE terms (each a small function below; no MoE-only parameter):
+* Routed-expert GEMMs run as one grouped GEMM whose M is the tokens each local expert gets,
+  :func:`tokens_per_expert` = tokens/tp * top_k * imbalance * etp / (E/ep) (Megatron-Core MoE
+  docs, "parallel folding"; the busiest rank under ``moe_imbalance``). Fine-grained experts
+  (DeepSeek-V3 2048 wide, Qwen3 1536) at small M run below peak through the same
+  n/(n + gemm_half_dim) curve as every other GEMM.
+* Token permutation and un-permutation are memory-bound copies (Megatron-Core
+  ``moe_utils.permute`` / ``unpermute``: an index_select of each routed copy and a weighted
+  scatter-add back): :func:`moe_permute_elems_per_token`, HBM traffic / HBM bandwidth.
+* Router: the h x E GEMM (in :func:`moe_gemms`) and the fp32 softmax/sigmoid, top-k and
+  aux-loss kernels over the E logits (:func:`router_bytes_per_token`).
+* Shared experts: a dense (GLU-)MLP on every token, TP-sharded like a dense MLP (DeepSeek-V3
+  report, sec. 2.1.2, eq. 12).
 """
 from __future__ import annotations
 
@@ -117,26 +131,51 @@ def mlp_gemms(hidden: int, ffn: int, glu: bool, tokens: float, tp: int,
     return up, Gemm(tokens, hidden, ffn / tp, count)
 
 
-def moe_gemms(model: ModelSpec, sh: Shard) -> tuple[Gemm, ...]:
-    """Router, routed experts on this GPU (busiest GPU under imbalance), shared experts.
+def tokens_per_expert(model: ModelSpec, sh: Shard) -> float:
+    """M of the grouped expert GEMM: (token, expert) pairs each local expert of the busiest
+    EP rank computes for one micro-batch.
 
-    Tokens reaching this GPU's experts: every token of the EP group picks ``top_k`` experts,
-    spread over ``ep`` ranks, so a rank receives on average as many (token, slot) pairs as it
-    sent: tokens/tp * top_k (tokens are sequence-sharded over TP). With expert TP the etp ranks
-    of one expert slice each see those tokens and hold 1/etp of the FFN (Megatron-Core MoE
-    parallel folding).
+    Every token of the EP group picks ``top_k`` experts spread over ``ep`` ranks, so a rank
+    receives on average as many pairs as it sent: tokens/tp * top_k (tokens are sequence-sharded
+    over TP); the busiest rank ``moe_imbalance`` times that (1 = Megatron's
+    ``--moe-router-force-load-balancing``). With expert TP the etp ranks of one expert slice each
+    see those tokens (Megatron-Core MoE parallel folding). They are shared by E/ep local experts.
     """
+    moe = model.moe
+    routed_tokens = sh.tokens * moe.top_k * sh.moe_imbalance * sh.etp / sh.tp
+    return routed_tokens / (moe.num_experts / sh.ep)
+
+
+def moe_gemms(model: ModelSpec, sh: Shard) -> tuple[Gemm, ...]:
+    """Router (h x E on this rank's tokens), routed experts on this GPU (busiest GPU under
+    imbalance; M from :func:`tokens_per_expert`), shared experts (every token, TP-sharded)."""
     moe = model.moe
     h = model.hidden_size
     local_experts = moe.num_experts / sh.ep
-    routed_tokens = sh.tokens * moe.top_k * sh.moe_imbalance * sh.etp / sh.tp
-    per_expert = routed_tokens / local_experts
     gemms = (Gemm(sh.tokens / sh.tp, moe.num_experts, h),)
-    gemms += mlp_gemms(h, moe.expert_ffn_hidden, model.glu, per_expert, sh.etp, local_experts)
+    gemms += mlp_gemms(h, moe.expert_ffn_hidden, model.glu, tokens_per_expert(model, sh),
+                       sh.etp, local_experts)
     if moe.num_shared_experts:
         width = (moe.shared_ffn_hidden or moe.expert_ffn_hidden) * moe.num_shared_experts
         gemms += mlp_gemms(h, width, model.glu, sh.tokens, sh.tp)
     return gemms
+
+
+def moe_permute_elems_per_token(routed_per_token: float, hidden: int) -> float:
+    """HBM elements moved per token by permute + un-permute: each of the token's routed
+    copies is read and written once by the permute (gather into expert order) and once by the
+    un-permute (weighted scatter back), 4*h per copy (Megatron-Core
+    ``megatron/core/transformer/moe/moe_utils.py``: ``permute``, ``unpermute``)."""
+    return routed_per_token * 4 * hidden
+
+
+def router_bytes_per_token(num_experts: int) -> float:
+    """HBM bytes per token of the router's memory-bound kernels: the E logits in fp32 written
+    by the router GEMM epilogue, read by the score function (softmax or sigmoid) which writes E
+    probabilities, read again by top-k and by the load-balancing loss (Switch Transformer,
+    Fedus et al. 2021, eq. 4; Megatron-Core ``moe/router.py``, fp32 router logits): 4 passes
+    of 4 bytes over E."""
+    return 4 * 4 * num_experts
 
 
 def attention_core_flops(model: ModelSpec, layer: int, sh: Shard) -> tuple[float, int]:
@@ -169,15 +208,17 @@ def _elementwise_bytes(model: ModelSpec, layer: int, sh: Shard) -> float:
         ffn = routed * (3 if model.glu else 2) * moe.expert_ffn_hidden / sh.etp
         ffn += moe.num_shared_experts * (3 if model.glu else 2) * (
             moe.shared_ffn_hidden or moe.expert_ffn_hidden) / t
-        ffn += routed * 4 * h  # permute and un-permute: read and write each routed token
+        ffn += moe_permute_elems_per_token(routed, h)
+        router = router_bytes_per_token(moe.num_experts) / t  # router sees tokens/tp
     else:
         ffn = (3 if model.glu else 2) * model.ffn_hidden_size / t
+        router = 0.0
     per_token = replicated + rotary + ACT_BYTES * ffn
     scores = 0.0
     if sh.unfused_attention:  # scale+mask+softmax (r/w 2 B), dropout (r/w 2 B + 1 B mask)
         keys = _attention_keys(model, layer, sh.seq_len, causal_skip=False)
         scores = keys * model.num_heads / t * (4 + (5 if sh.dropout else 0))
-    return sh.tokens * (per_token + scores) * sh.elem_bytes / ACT_BYTES
+    return sh.tokens * ((per_token + scores) * sh.elem_bytes / ACT_BYTES + router)
 
 
 def layer_work(model: ModelSpec, layer: int, sh: Shard) -> LayerWork:

@@ -25,6 +25,10 @@ class Workload:
     ``precision``: bf16/fp16/fp8 are mixed precision (2-byte activations and weights, fp32 main
     gradients and master weights); fp32 trains in plain fp32 (4-byte everything, no master copy),
     as a plain-torch job on CPU does. ``optimizer``: adam (two fp32 moments) or sgd (none).
+    fp16 adds dynamic loss scaling (Micikevicius et al. 2018, "Mixed Precision Training", sec.
+    3.2), whose only per-step cost is one pass over the main gradients before the optimizer
+    (:attr:`loss_scaling_bytes_per_param`); its memory is that of bf16 (the scaler's state is
+    a few scalars).
     """
 
     seq_len: int
@@ -60,15 +64,27 @@ class Workload:
         return self.elem_bytes, 4, master + moments
 
     @property
+    def loss_scaling_bytes_per_param(self) -> int:
+        """HBM bytes fp16's loss scaling moves per parameter and step: unscaling the fp32 main
+        gradients and checking them for inf/NaN in one fused pass, read 4 + write 4 (Megatron-LM
+        ``MixedPrecisionOptimizer._unscale_main_grads_and_check_for_nan``, which calls
+        ``torch._amp_foreach_non_finite_check_and_unscale_``); 0 for other precisions. Steps
+        skipped on overflow are not counted: with Megatron's defaults (scale x2 after 1,000
+        clean steps, ``--loss-scale-window``) about one step in a thousand, once the scale has
+        settled, which is below this model's resolution."""
+        return 8 if self.precision == "fp16" else 0
+
+    @property
     def optimizer_bytes_per_param(self) -> int:
         """HBM bytes the optimizer step moves per parameter (memory bound).
 
         Fused Adam, mixed precision: read fp32 p, m, v, g (16), write p, m, v (12), write the
         2-byte copy (2) = 30. SGD: read p and g, write p (12), plus the 2-byte copy when mixed.
+        fp16 adds :attr:`loss_scaling_bytes_per_param`.
         """
-        if self.optimizer == "adam":
-            return 28 + (2 if self.precision != "fp32" else 0)
-        return 12 + (2 if self.precision != "fp32" else 0)
+        mixed = 2 if self.precision != "fp32" else 0
+        base = 28 if self.optimizer == "adam" else 12
+        return base + mixed + self.loss_scaling_bytes_per_param
 
     @property
     def tokens(self) -> int:
@@ -104,6 +120,7 @@ class TrainingConfig:
     zero_bubble: bool = False  # ZB-H1 schedule (Qi et al. 2023): 1F1B with weight grads deferred
     stage_layer_counts: tuple[int, ...] | None = None  # layers per stage (None: even split)
     seq_slices: int = 1  # SlimPipe (Li et al. 2025): micro-batches cut into k sequence slices
+    moe_a2a_overlap: bool = False  # Megatron --overlap-moe-expert-parallel-comm (combined 1F1B)
 
     def __post_init__(self) -> None:
         for name in ("vpp", "micro_batch"):
@@ -125,6 +142,11 @@ class TrainingConfig:
         if self.seq_slices > 1 and (pp == 1 or self.vpp > 1 or self.zero_bubble):
             raise ConfigError("seq_slices", "1 unless the schedule is plain 1F1B with pp > 1 "
                               "(SlimPipe slices 1F1B micro-batches)", self.seq_slices)
+        # Megatron-LM validate_args for --overlap-moe-expert-parallel-comm: interleaved schedule
+        # when pipelined, no full recompute
+        if self.moe_a2a_overlap and ((pp > 1 and self.vpp == 1) or self.recompute == "full"):
+            raise ConfigError("moe_a2a_overlap", "off with full recompute, and with pp > 1 "
+                              "unless vpp > 1 (Megatron's combined 1F1B)", True)
         if self.zero_bubble and self.vpp > 1:
             raise ConfigError("vpp", "1 with the zb-h1 schedule", self.vpp)
         if self.stage_layer_counts is not None:
@@ -148,10 +170,13 @@ class TrainingConfig:
         return cls(degrees=Degrees(**degrees), **data)
 
     def options_dict(self) -> dict:
-        """The training options as plain data (every field but ``degrees``)."""
+        """The training options as plain data (every field but ``degrees``; ``moe_a2a_overlap``
+        only when set, so that plans written before it existed read and hash alike)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "degrees"}
         if out["stage_layer_counts"] is not None:
             out["stage_layer_counts"] = list(out["stage_layer_counts"])
+        if not out["moe_a2a_overlap"]:
+            del out["moe_a2a_overlap"]
         return out
 
     def flat_dict(self) -> dict:

@@ -17,7 +17,8 @@ from cost_models.model_spec import ModelSpec
 from cost_models.training.config import TrainingConfig
 from cost_models.training.memory import layer_params_split
 
-__all__ = ["config_stage_layers", "kind_counts", "layer_tables", "stage_layers", "stage_params"]
+__all__ = ["config_stage_layers", "kind_counts", "layer_tables", "mtp_params", "stage_layers",
+           "stage_params"]
 
 
 def config_stage_layers(num_layers: int, cfg: TrainingConfig) -> tuple[tuple[int, ...], ...]:
@@ -108,6 +109,21 @@ def stage_params(model: ModelSpec, cfg: TrainingConfig, stage: int,
     vocab = model.vocab_size * model.hidden_size
     if stage == 0:
         dense += vocab + model.position_embeddings * model.hidden_size
-    if stage == cfg.degrees.pp - 1 and (not model.tied_embeddings or cfg.degrees.pp > 1):
-        dense += vocab
+    if stage == cfg.degrees.pp - 1:
+        if not model.tied_embeddings or cfg.degrees.pp > 1:
+            dense += vocab
+        mtp_dense, mtp_expert = mtp_params(model)
+        dense, expert = dense + mtp_dense, expert + mtp_expert
     return dense / cfg.degrees.tp, expert / (cfg.degrees.ep * cfg.degrees.expert_tp)
+
+
+def mtp_params(model: ModelSpec) -> tuple[float, float]:
+    """(non-expert, expert) parameters of the MTP modules, held by the last stage: per module a
+    layer of the last layer's kind, two RMSNorms (2h) and the projection M_k (2h x h) (DeepSeek-V3
+    report, sec. 2.2; the embedding and output head are shared with the main model)."""
+    if not model.mtp_layers:
+        return 0.0, 0.0
+    h = model.hidden_size
+    dense, expert = layer_tables(model)[0][model.num_layers - 1]
+    return (model.mtp_layers * (dense + 2 * h + 2 * h * h + h),
+            model.mtp_layers * expert)

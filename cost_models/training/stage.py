@@ -11,7 +11,20 @@ Overlap assumptions (explicit, each a Megatron option in ``TrainingConfig``):
   GEMMs and only the excess shows.
 * Context-parallel KV exchange hides behind the attention core it feeds (ring attention); only
   the excess shows.
-* Expert all-to-all (dispatch, combine) and pipeline send/recv are exposed.
+* Expert all-to-all (dispatch, combine) is exposed, unless ``moe_a2a_overlap`` (Megatron
+  ``--overlap-moe-expert-parallel-comm``, "Combined 1F1B" / "EP A2A overlap" in the
+  Megatron-Core MoE docs, ``user-guide/features/moe_a2a_overlap``): the forward of one
+  micro-batch and the backward of another run as one interleaved unit, each layer cut into
+  attention, dispatch, MLP, combine (DeepSeek-V3 report, sec. 3.2.1), and each all-to-all
+  hides behind the other micro-batch's compute it is paired with; only the excess shows
+  (:func:`a2a_exposed_s`). Megatron allows it only without full recompute and, when
+  pipelined, with the interleaved schedule (``TrainingConfig`` checks both). The micro-batches
+  of the pipeline's warm-up and cool-down, which have no partner, are not told apart.
+* Pipeline send/recv is exposed.
+
+MTP (DeepSeek-V3 report, sec. 2.2): each of ``model.mtp_layers`` modules on the last stage
+costs one more transformer layer of the last layer's kind, a 2h -> h projection and one more
+LM head and loss (Megatron-Core places MTP on the last pipeline stage).
 
 SlimPipe (``seq_slices = k``): a slice's GEMMs, elementwise kernels, launch overheads and TP/EP
 collectives are costed at the slice's token count (smaller GEMMs run less efficiently, k times
@@ -23,15 +36,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cost_models import communication as comm
-from cost_models.compute import (BWD_ATTN, BWD_GEMM, LayerTime, Shard, backward_time_s,
-                                 layer_forward_time, layer_work, lm_head_forward_time)
+from cost_models.compute import (BWD_ATTN, BWD_GEMM, Gemm, LayerTime, Shard, attention_gemms,
+                                 backward_time_s, gemm_time_s, layer_forward_time, layer_work,
+                                 lm_head_forward_time)
 from cost_models.groups import GroupViews
 from cost_models.training.config import TrainingConfig
 from cost_models.training.context import StepContext
 from cost_models.training.layers import kind_counts
 
-__all__ = ["SELECTIVE_FLASH_ELEMENTWISE_SHARE", "SELECTIVE_UNFUSED_ELEMENTWISE_SHARE",
-           "StageCost", "fully_recomputed", "layer_cost", "stage_cost"]
+__all__ = ["A2A_SM_SHARE", "SELECTIVE_FLASH_ELEMENTWISE_SHARE",
+           "SELECTIVE_UNFUSED_ELEMENTWISE_SHARE", "StageCost", "a2a_exposed_s",
+           "fully_recomputed", "layer_cost", "mtp_cost", "stage_cost"]
 
 # Selective recompute re-runs part of a layer's memory-bound (elementwise) forward time; which
 # part depends on the attention kernel (TrainingConfig docstring). No published measurement
@@ -115,6 +130,39 @@ def _selective_recompute_s(ctx: StepContext, t: LayerTime) -> float:
     return SELECTIVE_FLASH_ELEMENTWISE_SHARE * t.elementwise_s  # norms and activation functions
 
 
+# Share of the GPU's SMs an overlapped all-to-all takes from the compute it runs beside:
+# DeepSeek-V3 report, sec. 3.2.2 ("only 20 SMs are sufficient to fully utilize the bandwidths
+# of IB and NVLink", of the H800's 132). A physical figure, not fitted.
+A2A_SM_SHARE = 20 / 132
+
+
+def a2a_exposed_s(a2a_s: float, attn_fwd_s: float, mlp_fwd_s: float, attn_bwd_s: float,
+                  mlp_bwd_s: float) -> float:
+    """Exposed time of one layer's four all-to-alls (forward dispatch and combine, backward
+    dispatch and combine, ``a2a_s`` each) under Megatron's combined 1F1B.
+
+    The forward of micro-batch i+1 and the backward of micro-batch i are interleaved as
+    (Megatron-Core ``moe_a2a_overlap`` docs; DeepSeek-V3 report, sec. 3.2.1, fig. 4):
+    forward attention | backward combine, forward dispatch | backward MLP, forward MLP |
+    backward dispatch, forward combine | backward attention. Each pair takes the longer of the
+    all-to-all and its partner compute c, the compute slowed while they overlap by the SMs the
+    communication holds: c + min(a2a, c) * f / (1 - f), f = ``A2A_SM_SHARE``. The result is
+    that minus the compute: between 0 and the four all-to-alls fully exposed.
+    """
+    slow = A2A_SM_SHARE / (1 - A2A_SM_SHARE)
+    return sum(max(a2a_s, c + slow * min(a2a_s, c)) - c
+               for c in (attn_fwd_s, mlp_bwd_s, mlp_fwd_s, attn_bwd_s))
+
+
+def _attention_block_s(ctx: StepContext, t: LayerTime) -> tuple[float, float]:
+    """(forward, backward) time of a layer's attention block: its projections and core (the
+    rest of the layer is the MLP/MoE block and the memory-bound kernels around it)."""
+    k = ctx.cfg.seq_slices
+    proj = k * sum(gemm_time_s(g, ctx.rates, ctx.prof)
+                   for g in attention_gemms(ctx.model, ctx.slice_shard))
+    return proj + t.attention_s, BWD_GEMM * proj + BWD_ATTN * t.attention_s
+
+
 def layer_cost(ctx: StepContext, views: GroupViews, layer: int,
                recomputed: bool) -> tuple[float, ...]:
     """(compute, recompute, tp, cp, ep, weight-grad) seconds of one layer, forward + backward."""
@@ -126,13 +174,34 @@ def layer_cost(ctx: StepContext, views: GroupViews, layer: int,
     else:
         tp_fwd = tp_bwd = tp
     cp_fwd, cp_bwd = max(0.0, cp - t.attention_s), max(0.0, 2 * cp - BWD_ATTN * t.attention_s)
+    ep_total = 2 * ep  # forward dispatch + combine, and the same again in the backward
+    if ctx.cfg.moe_a2a_overlap and ep > 0:  # never with full recompute (TrainingConfig)
+        attn_f, attn_b = _attention_block_s(ctx, t)
+        ep_total = a2a_exposed_s(ep / 2, attn_f, fwd - attn_f, attn_b, bwd - attn_b)
     recompute = 0.0
     if recomputed:
         recompute = fwd + tp_fwd + cp_fwd + ep
     elif ctx.cfg.recompute == "selective":
         recompute = _selective_recompute_s(ctx, t)
     weight_grad = (BWD_GEMM - 1) * t.gemm_s  # dW = x^T dy: one forward GEMM's worth
-    return fwd + bwd, recompute, tp_fwd + tp_bwd, cp_fwd + cp_bwd, 2 * ep, weight_grad
+    return fwd + bwd, recompute, tp_fwd + tp_bwd, cp_fwd + cp_bwd, ep_total, weight_grad
+
+
+def mtp_cost(ctx: StepContext, views: GroupViews) -> tuple[float, ...]:
+    """(compute, recompute, tp, cp, ep, weight-grad) seconds of the model's MTP modules for one
+    micro-batch (DeepSeek-V3 report, sec. 2.2, eq. 21-23): per module a transformer layer of
+    the last layer's kind, the projection M_k of [h; emb] (2h -> h, column-parallel over TP)
+    and one more shared LM head with its loss; forward + 2x backward as elsewhere."""
+    m = ctx.model
+    if not m.mtp_layers:
+        return (0.0,) * 6
+    layer = layer_cost(ctx, views, m.num_layers - 1, recomputed=False)
+    k = ctx.cfg.seq_slices
+    proj = Gemm(ctx.slice_shard.tokens, m.hidden_size / ctx.cfg.degrees.tp, 2 * m.hidden_size)
+    extra = 3 * k * (gemm_time_s(proj, ctx.rates, ctx.prof)
+                     + lm_head_forward_time(m, ctx.slice_shard, ctx.rates, ctx.prof))
+    per_module = (layer[0] + extra,) + layer[1:]
+    return tuple(m.mtp_layers * x for x in per_module)
 
 
 def fully_recomputed(cfg: TrainingConfig, layers: Sequence[int]) -> int:
@@ -159,8 +228,9 @@ def stage_cost(ctx: StepContext, stage: int, layers: Sequence[int],
                 cache[key] = layer_cost(ctx, views, layer, recomputed)
             parts = [a + count * b for a, b in zip(parts, cache[key])]
     k = cfg.seq_slices
-    if stage == cfg.degrees.pp - 1:  # LM head and loss: forward + 2x backward
+    if stage == cfg.degrees.pp - 1:  # LM head and loss: forward + 2x backward; MTP modules
         parts[0] += 3 * k * lm_head_forward_time(m, ctx.slice_shard, ctx.rates, ctx.prof)
+        parts = [a + b for a, b in zip(parts, mtp_cost(ctx, views))]
     # each TP rank sends 1/t of the boundary activation: sequence parallelism, or Megatron's
     # scatter/gather optimisation without it (SC'21 sec. 4.1); SlimPipe sends k slices
     act_bytes = ctx.slice_shard.tokens * m.hidden_size * ctx.rates.elem_bytes / cfg.degrees.tp

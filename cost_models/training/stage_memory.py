@@ -85,11 +85,15 @@ def stage_memory(ctx: StepContext, stage: int, layers: Sequence[int],
     per_mb = sum(count * terms.layer_bytes(model, layer, mode)
                  for mode, lo, hi in segments
                  for _, count, layer in kind_counts(model, layers, lo, hi))
+    last = stage == d.pp - 1
+    if last and model.mtp_layers:  # MTP modules (DeepSeek-V3 sec. 2.2): a layer each, stored
+        per_mb += model.mtp_layers * terms.layer_bytes(model, model.num_layers - 1,
+                                                       terms.rest_mode)
     # chunks (or SlimPipe slices) in flight, each 1/vpp (1/k) of a micro-batch
     activations = per_mb * in_flight_chunks(stage, d.pp, cfg.vpp, m, k) / (cfg.vpp * k)
     if cfg.recompute == "full" and n_full and layers:  # one layer's full activations
         activations += terms.layer_bytes(model, layers[0], "none") / k
-    logits = terms.logits_bytes if stage == d.pp - 1 else 0.0
+    logits = terms.logits_bytes * (1 + model.mtp_layers) if last else 0.0  # MTP: own logits
     base = weights + grads + optim + activations + logits
     return MemoryBreakdown(weights_bytes=weights, grads_bytes=grads, optimizer_bytes=optim,
                            activations_bytes=activations, logits_bytes=logits,
