@@ -1,7 +1,9 @@
 """GPU catalog: peak compute, memory and link figures per GPU type.
 
-The data file ``data/gpu_specs.json`` is a verbatim copy of the project's reference table
+The data file ``data/gpu_specs.json`` is a copy of the project's reference table
 (``shared/data/gpu_specs.json``); every entry there carries its own ``source`` and ``confidence``.
+Figures added here that the reference table lacks (the H100 96 GB part's peak, Blackwell MXFP8
+peaks and NVLink domains) say so in the entry's ``catalog_additions``, with their source.
 Units in the file: TFLOP/s dense (no 2:4 sparsity), HBM in GB as marketed (we read it as GiB,
 which is what ``nvidia-smi`` reports for the 80 GB parts: 81,920 MiB on A100-80GB), bandwidths in
 GB/s with NVLink given as total bidirectional per GPU (we store one direction: half).
@@ -17,7 +19,10 @@ from importlib import resources
 GIB = 2**30
 GB = 1e9
 
-# Precisions we know how to cost, and the catalog keys that give their dense peak.
+# Precisions we know how to cost, and the catalog keys that give their dense peak. "bf16" is
+# also the 16-bit tensor peak the training cost model reads for fp16 and fp8 (which scales it,
+# ``Profile.fp8_speedup``), so a part without bf16 (V100) gives its fp16 figure there; whether
+# the hardware computes in a precision is :meth:`GpuSpec.supports`, not the presence of a peak.
 _PEAK_KEYS: dict[str, tuple[str, ...]] = {
     "bf16": ("bf16_tflops_dense", "fp16_tflops_dense", "fp16_tensor_tflops_dense"),
     "fp16": ("fp16_tflops_dense", "fp16_tensor_tflops_dense", "bf16_tflops_dense"),
@@ -25,6 +30,12 @@ _PEAK_KEYS: dict[str, tuple[str, ...]] = {
     "tf32": ("tf32_tflops_dense",),
     "fp32": ("fp32_tflops_dense",),  # no catalog entry carries it yet; inline devices may
 }
+# A precision the hardware computes in needs its own key: bf16 only where the catalog gives
+# ``bf16_tflops_dense`` (every tensor-core part computes fp16 at its 16-bit rate). MXFP8
+# (Blackwell's block-scaled FP8, OCP Microscaling: 32-element blocks, E8M0 scales) runs at the
+# FP8 rate, so it is a capability here, not a peak of its own.
+_NATIVE_KEYS: dict[str, tuple[str, ...]] = {"bf16": ("bf16_tflops_dense",),
+                                             "mxfp8": ("mxfp8_tflops_dense",)}
 PRECISIONS: tuple[str, ...] = tuple(_PEAK_KEYS)
 
 # ``confidence`` of a device described inline in a cluster file (topologies.devices.DeviceSpec)
@@ -53,6 +64,7 @@ class GpuSpec:
     nvlink_domain_gpus: int | None
     source: str
     confidence: str
+    native_precisions: frozenset[str] = frozenset()  # empty: every precision with a peak
 
     def __post_init__(self) -> None:
         if self.hbm_bytes <= 0 or self.hbm_bw_bytes_per_s <= 0:
@@ -70,6 +82,20 @@ class GpuSpec:
                              f"(has: {have})") from None
 
 
+    def supports(self, precision: str) -> bool:
+        """Whether the GPU computes in ``precision`` (``fp16``, ``bf16``, ``fp8``, ``mxfp8``
+        ...): V100 has no bf16, A100 no fp8, only Blackwell MXFP8. A device described inline
+        (no catalog entry) computes in what it gives a peak for, fp16 where it gives bf16."""
+        if self.native_precisions:
+            return precision in self.native_precisions
+        return precision in self.peak_flops or (precision == "fp16" and "bf16" in self.peak_flops)
+
+
+def _native(entry: dict, peaks: dict[str, float]) -> frozenset[str]:
+    keyed = {p for p, keys in _NATIVE_KEYS.items() if any(entry.get(k) for k in keys)}
+    return frozenset({p for p in peaks if p not in _NATIVE_KEYS} | keyed)
+
+
 def _peaks(entry: dict) -> dict[str, float]:
     peaks: dict[str, float] = {}
     for precision, keys in _PEAK_KEYS.items():
@@ -82,10 +108,11 @@ def _peaks(entry: dict) -> dict[str, float]:
 
 def _gpu_from_entry(name: str, entry: dict) -> GpuSpec:
     link_bidir_GBps = entry.get("nvlink_bw_GBps_bidir") or entry.get("xgmi_bw_GBps_bidir") or 0
+    peaks = _peaks(entry)
     return GpuSpec(
         name=name,
         arch=entry.get("arch", "unknown"),
-        peak_flops=_peaks(entry),
+        peak_flops=peaks,
         hbm_bytes=float(entry["hbm_gb"]) * GIB,
         hbm_bw_bytes_per_s=float(entry["hbm_bw_GBps"]) * GB,
         nvlink_bw_bytes_per_s=float(link_bidir_GBps) * GB / 2,
@@ -93,6 +120,7 @@ def _gpu_from_entry(name: str, entry: dict) -> GpuSpec:
         nvlink_domain_gpus=entry.get("nvlink_domain_gpus"),
         source=entry.get("source", ""),
         confidence=entry.get("confidence", ""),
+        native_precisions=_native(entry, peaks),
     )
 
 

@@ -30,8 +30,8 @@ from planner.cli.common import (ClusterOpt, GlobalBatchOpt, GpuOpt, GpusPerNodeO
 from planner.errors import PlannerError, SpecError
 from planner.training.estimate_json import estimate_to_dict
 from planner.files import write_all_atomic, write_atomic
-from planner.training.estimation import (DEFAULT_GPU, ClusterChoice, ParallelChoice,
-                                         checked_estimate, load_profile, make_config,
+from planner.training.estimation import (AUTO, DEFAULT_GPU, ClusterChoice, ParallelChoice,
+                                         auto_estimate, load_profile, parse_auto_int,
                                          make_workload, resolve_cluster)
 from planner.inputs.clusters import OPTIONS_SOURCE
 from planner.inputs.limits import CLUSTER_NODES
@@ -136,10 +136,12 @@ class Recompute(str, Enum):
     none = "none"
     selective = "selective"
     full = "full"
+    auto = "auto"
 
 
 class Precision(str, Enum):
     bf16 = "bf16"
+    fp16 = "fp16"
     fp8 = "fp8"
     fp32 = "fp32"
 
@@ -243,12 +245,15 @@ def estimate(
     cp: Annotated[int, typer.Option(min=1, help="Context-parallel degree.")] = 1,
     ep: Annotated[int, typer.Option(min=1, help="Expert-parallel degree (MoE).")] = 1,
     etp: Annotated[Optional[int], typer.Option(
-        min=1, help="Expert tensor-parallel degree (default: --tp).")] = None,
+        min=1, help="Expert tensor-parallel degree (default: the divisor of --tp that is "
+                    "fastest and fits, MoE models).")] = None,
     vpp: Annotated[int, typer.Option(
         min=1, help="Model chunks per pipeline stage (interleaved 1F1B when > 1).")] = 1,
-    micro_batch: Annotated[int, typer.Option(min=1, help="Sequences per micro-batch.")] = 1,
+    micro_batch: Annotated[str, typer.Option(
+        help="Sequences per micro-batch, or auto: the fastest that fits.")] = "1",
     global_batch: GlobalBatchOpt = 1024, seq_len: SeqLenOpt = 4096,
-    recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = Recompute.none,
+    recompute: Annotated[Recompute, typer.Option(
+        help="Activation recomputation; auto: the fastest that fits.")] = Recompute.none,
     recompute_layers: Annotated[Optional[int], typer.Option(
         min=1, help="With --recompute full: layers per stage to recompute (default: all).")] = None,
     sequence_parallel: Annotated[Optional[bool], typer.Option(
@@ -261,7 +266,8 @@ def estimate(
     seq_slices: Annotated[int, typer.Option(
         min=1, help="SlimPipe: sequence slices per micro-batch (1F1B, pp > 1).")] = 1,
     precision: Annotated[Precision, typer.Option(
-        help="bf16/fp8: mixed precision; fp32: plain fp32 (CPU jobs).")] = Precision.bf16,
+        help="bf16/fp8: mixed precision; fp16: mixed precision with loss scaling (V100); "
+             "fp32: plain fp32 (CPU jobs).")] = Precision.bf16,
     optimizer: OptimizerOpt = Optimizer.adam,
     calibration: Annotated[Optional[Path], typer.Option(
         help="JSON overriding calibration parameters (see docs/calibration.md).")] = None,
@@ -270,20 +276,21 @@ def estimate(
 ) -> None:
     """Estimate step time, throughput and per-GPU memory of one parallel configuration.
 
-    Without --cluster or --gpu the cluster is 8 nodes of H100.
+    Without --cluster or --gpu the cluster is 8 nodes of H100. Settings left to auto
+    (--recompute auto, --micro-batch auto, --etp unset) take the fastest value that fits;
+    the output names them under "chosen".
     """
     spec = load_model(model)
     hardware = resolve_cluster(ClusterChoice(cluster, gpu, nodes, gpus_per_node), DEFAULT_GPU)
-    workload = make_workload(seq_len, global_batch, precision.value, optimizer.value)
-    choice = ParallelChoice(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp,
-                            micro_batch=micro_batch, recompute=recompute.value,
-                            recompute_layers=recompute_layers,
+    workload = make_workload(seq_len, global_batch, precision.value, optimizer.value, hardware)
+    choice = ParallelChoice(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=AUTO if etp is None else etp,
+                            vpp=vpp, micro_batch=parse_auto_int(micro_batch, "--micro-batch"),
+                            recompute=recompute.value, recompute_layers=recompute_layers,
                             sequence_parallel=sequence_parallel, zero=zero,
                             zero_bubble=zero_bubble, seq_slices=seq_slices)
-    cfg = make_config(choice, hardware.num_gpus)
     profile = load_profile(hardware.slowest_gpu.name, calibration)
-    est = checked_estimate(spec, hardware, workload, cfg, profile)
-    data = estimate_to_dict(est)
+    result = auto_estimate(spec, hardware, workload, choice, profile)
+    data = estimate_to_dict(result.estimate, result.chosen)
     if output_format is OutputFormat.json:
         typer.echo(json.dumps(data, sort_keys=True, indent=2))
     else:
@@ -311,7 +318,8 @@ def solve(
     gpus_per_node: GpusPerNodeOpt = None,
     global_batch: GlobalBatchOpt = 1024, seq_len: SeqLenOpt = 4096,
     precision: Annotated[Precision, typer.Option(
-        help="bf16/fp8: mixed precision; fp32: plain fp32 (CPU jobs).")] = Precision.bf16,
+        help="bf16/fp8: mixed precision; fp16: mixed precision with loss scaling (V100); "
+             "fp32: plain fp32 (CPU jobs).")] = Precision.bf16,
     optimizer: OptimizerOpt = Optimizer.adam,
     top_k: Annotated[int, typer.Option(min=1, max=100, help="Plans to show.")] = 10,
     objective: Annotated[Objective, typer.Option(
@@ -351,7 +359,7 @@ def solve(
                         "--objective min-gpus", target_tokens_per_s)
     spec = load_model(model)
     hardware = resolve_cluster(ClusterChoice(cluster, gpu, nodes, gpus_per_node), DEFAULT_GPU)
-    workload = make_workload(seq_len, global_batch, precision.value, optimizer.value)
+    workload = make_workload(seq_len, global_batch, precision.value, optimizer.value, hardware)
     profile = load_profile(hardware.slowest_gpu.name, calibration)
     space = SearchSpace(tp=tp, pp=pp, cp=cp, ep=ep, micro_batch=micro_batch,
                         schedules=tuple(s.value for s in schedule) if schedule else

@@ -40,6 +40,7 @@ MEMORY_ROWS = (
     ("other_bytes", "Other (workspaces, fragmentation)"),
 )
 GROUP_NAMES = {"tp": "TP", "cp": "CP", "dp_cp": "DP x CP", "pp": "PP", "ep": "EP"}
+_CHOSEN_NAMES = {"recompute": "recompute", "micro_batch": "micro-batch", "etp": "etp"}
 
 
 def _gpu_names(cluster: Cluster) -> str:
@@ -58,6 +59,10 @@ def _header(est: Mapping[str, Any], cluster: Cluster, num_layers: int) -> Text:
                  f"{cfg['micro_batches']:,} micro-batches of {cfg['micro_batch']}\n")
     title.append(f"{work['precision']} · recompute {cfg['recompute']} · ZeRO-{cfg['zero']} · "
                  f"sequence parallel {'on' if cfg['sequence_parallel'] else 'off'}")
+    chosen = est.get("chosen")
+    if chosen:
+        picked = ", ".join(f"{_CHOSEN_NAMES.get(k, k)} {v}" for k, v in chosen.items())
+        title.append(f"\nchosen (auto, fastest that fits): {picked}", style="cyan")
     return title
 
 

@@ -6,7 +6,7 @@ raising ``schema_version``. Formats only: every number comes from the Estimate.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Mapping
 
 from cost_models.training.memory import MemoryBreakdown
 from cost_models.training.config import TrainingConfig, Workload
@@ -43,7 +43,7 @@ def _stages(est: Estimate) -> list[dict[str, Any]]:
     return [{**asdict(stage), "total_s": stage.total_s} for stage in est.stages]
 
 
-def estimate_to_dict(est: Estimate) -> dict[str, Any]:
+def estimate_to_dict(est: Estimate, chosen: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The JSON object of one estimate. Units are in the key names (``_s``, ``_bytes``).
 
     Keys (stable; print with ``sort_keys=True``):
@@ -70,8 +70,11 @@ def estimate_to_dict(est: Estimate) -> dict[str, Any]:
       slowest link tier it crosses; groups of one GPU are left out.
     * ``stages``: per pipeline stage, one micro-batch: ``stage``, ``layers``, ``compute_s``,
       ``recompute_s``, ``tp_comm_s``, ``cp_comm_s``, ``ep_comm_s``, ``pp_comm_s``, ``total_s``.
+    * ``chosen`` (only when ``chosen`` is given, as ``planner estimate`` does): each setting
+      left to auto (``recompute``, ``micro_batch``, ``etp``) -> the value picked, the fastest
+      that fits (``{}`` when every setting was given). The same values are in ``config``.
     """
-    return {
+    out = {
         "schema_version": SCHEMA_VERSION,
         "model": est.model,
         "cluster": est.cluster,
@@ -89,3 +92,6 @@ def estimate_to_dict(est: Estimate) -> dict[str, Any]:
         "tiers": dict(est.tiers),
         "stages": _stages(est),
     }
+    if chosen is not None:
+        out["chosen"] = dict(chosen)
+    return out
