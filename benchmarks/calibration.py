@@ -2,8 +2,15 @@
 
     python benchmarks/calibration.py          # evaluate the shipped defaults
     python benchmarks/calibration.py --fit    # refit, write cost_models/data/profiles.json
+    python benchmarks/calibration.py --loso   # also leave-one-source-out refits (~13 min on 2 cores)
 
-Writes ``benchmarks/results/calibration.json`` and ``docs/calibration.md``.
+Rows: ``benchmarks/data/published_runs_calibration.json`` (reference set) plus
+``benchmarks/data/published_runs_extra.json`` (Megatron-Bridge and MPT tables). Rows whose model
+or precision the cost model cannot handle are listed as "not predicted: <reason>".
+Writes ``benchmarks/results/calibration.json`` and ``docs/calibration.md``: error per row, per
+source, GPU family and dense/MoE; ranking (Kendall tau, top-1) per layout sweep; with
+``--loso``, the in-memory refit on all sources (in-sample) next to the refit without each
+source predicting that source (leave-one-source-out). ``--loso`` never writes profiles.json.
 The fit keeps the parameters few and physical: one GEMM efficiency per GPU family, and
 attention efficiency, HBM efficiency and kernel overhead shared by all GPUs. It minimises the
 mean absolute log error over the scored rows by coordinate descent on fixed grids
@@ -25,8 +32,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from cost_models import profile as profile_module  # noqa: E402
 from cost_models.profile import Profile, default_profile  # noqa: E402
 from cost_models.training.step import estimate  # noqa: E402
-from published_runs import (best_estimate, era, load_rows, predicted_metric,  # noqa: E402
-                            row_cluster, row_model, row_target, row_workload)
+from published_runs import (best_estimate, era, gpu_family, load_all_rows,  # noqa: E402
+                            predicted_metric, row_cluster, row_model, row_target, row_workload,
+                            source_name, unsupported)
 
 PROFILES_JSON = ROOT / "cost_models" / "data" / "profiles.json"
 RESULTS_JSON = ROOT / "benchmarks" / "results" / "calibration.json"
@@ -34,7 +42,8 @@ DOC_MD = ROOT / "docs" / "calibration.md"
 
 # GPU families that share one GEMM efficiency (same silicon, same kernels).
 FAMILIES = {"A100-SXM4-80GB": "A100", "A100-SXM4-40GB": "A100", "H100-SXM5-80GB": "H100",
-            "V100-SXM3-32GB": "V100", "GB200": "GB200", "GB300": "GB200"}
+            "V100-SXM3-32GB": "V100", "GB200": "GB200", "GB300": "GB200",
+            "B200": "GB200", "B300": "GB200"}  # Blackwell: one GEMM efficiency
 GRIDS = {
     "gemm_efficiency": [x / 100 for x in range(50, 96, 1)],
     "attention_efficiency": [x / 100 for x in range(25, 81, 5)],
@@ -55,7 +64,27 @@ def evaluate_row(row: dict, prof: Profile) -> dict:
         "note": target.note, "fits": est.memory.fits, "era": era(row),
         "peak_gib": est.memory.peak_bytes / 2**30, "micro_batch": est.config.micro_batch,
         "step_time_s": est.step_time_s, "mfu": est.mfu,
+        "source": source_name(row), "family": gpu_family(row),
+        "moe": row_model(row).moe is not None, "model": row["model"].get("name"),
+        "seq_len": row["model"]["seq_len"], "precision": row["config"].get("precision"),
+        "layout": layout(row), "table": row.get("source_table") or "",
+        "global_batch": row["config"].get("global_batch"),
     }
+
+
+def layout(row: dict) -> str:
+    c = row["config"]
+    parts = [f"TP{c.get('tp') or 1}", f"PP{c.get('pp') or 1}", f"CP{c.get('cp') or 1}",
+             f"EP{c.get('ep') or 1}", f"VP{c.get('vpp') or 1}", f"mb{c.get('micro_batch') or '?'}"]
+    if c.get("recompute"):
+        parts.append(f"rc:{str(c['recompute']).split(':')[0]}")
+    if "FSDP" in str(c.get("zero")):
+        parts.append("FSDP")
+    if "tp-comm-overlap" in str(c.get("overlap", "")):
+        parts.append("tp-overlap")
+    if "interleaved" in str(c.get("schedule") or "") and not c.get("vpp"):
+        parts.append("interleaved (v unpublished)")
+    return " ".join(parts)
 
 
 def _profiles(params: dict) -> dict[str, Profile]:
@@ -86,6 +115,15 @@ def _loss(pinned: list[tuple], params: dict) -> float:
     return sum(errs) / len(errs)
 
 
+def _grid_argmin(grid: list[float], f) -> float:
+    """Best grid point: every 4th point first, then the points around the best of those
+    (grids longer than 15 points; deterministic)."""
+    if len(grid) <= 15:
+        return min(grid, key=f)
+    i = min(range(0, len(grid), 4), key=lambda j: f(grid[j]))
+    return min(grid[max(0, i - 3):i + 4], key=f)
+
+
 def fit(rows: list[dict], sweeps: int = 2) -> dict:
     """Coordinate descent over GRIDS; GEMM efficiency per family on that family's rows."""
     pinned = _pinned(rows)
@@ -101,7 +139,7 @@ def fit(rows: list[dict], sweeps: int = 2) -> dict:
             if name.startswith("gemm:"):
                 subset = [p for p in pinned if FAMILIES[p[0]["cluster"]["gpu_key"]] == name[5:]]
             if subset:
-                params[name] = min(grid, key=lambda v: _loss(subset, {**params, name: v}))
+                params[name] = _grid_argmin(grid, lambda v: _loss(subset, {**params, name: v}))
         print(f"sweep: loss {_loss(pinned, params):.4f} {params}", file=sys.stderr)
     return params
 
@@ -129,21 +167,73 @@ def scored_rows(rows: list[dict]) -> list[dict]:
             and row_target(r).scored]
 
 
+def predictable(rows: list[dict]) -> tuple[list[dict], dict[str, str]]:
+    """Training rows with a target that the cost model can predict, and the reason for each
+    row left out."""
+    usable, reasons = [], {}
+    for r in rows:
+        if r["kind"] != "training" or row_target(r) is None:
+            continue
+        why = unsupported(r)
+        if why is None and not r["config"].get("global_batch"):
+            why = "global batch not published, so no step time can be predicted"
+        if why is None:
+            try:
+                best_estimate(r, default_profile(r["cluster"]["gpu_key"]))
+            except (ValueError, KeyError) as e:
+                why = f"configuration rejected by the cost model ({e})"
+        if why:
+            reasons[r["id"]] = why
+        else:
+            usable.append(r)
+    return usable, reasons
+
+
+def _evaluate_with(rows: list[dict], params: dict) -> list[dict]:
+    profiles = _profiles(params)
+    return [evaluate_row(r, profiles[r["cluster"]["gpu_key"]]) for r in rows]
+
+
+def loso(usable: list[dict]) -> dict:
+    """In-sample refit on every scored row, and for each source a refit without it that
+    predicts its rows (parameters only in memory)."""
+    scored = scored_rows(usable)
+    params_all = fit(scored)
+    out = {"params_all": params_all, "in_sample": _evaluate_with(usable, params_all),
+           "held_out": [], "params_without": {}}
+    for src in sorted({source_name(r) for r in usable}):
+        train = [r for r in scored if source_name(r) != src]
+        params = fit(train)
+        out["params_without"][src] = params
+        out["held_out"] += _evaluate_with([r for r in usable if source_name(r) == src], params)
+        print(f"loso: {src} done", file=sys.stderr)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fit", action="store_true", help="refit the default profiles first")
+    ap.add_argument("--loso", action="store_true",
+                    help="also refit in memory on all sources and without each source")
+    ap.add_argument("--loso-cache", type=Path, default=None,
+                    help="with --loso: reuse the refits stored in this file, else store them there")
     args = ap.parse_args()
-    rows = load_rows()
+    rows = load_all_rows()
+    usable, reasons = predictable(rows)
     if args.fit:
-        params = fit(scored_rows(rows))
-        write_profiles(params, _loss(_pinned(scored_rows(rows)), params))
+        params = fit(scored_rows(usable))
+        write_profiles(params, _loss(_pinned(scored_rows(usable)), params))
         profile_module._defaults.cache_clear()  # re-read the refitted JSON
-    usable = [r for r in rows if r["kind"] == "training" and row_target(r) is not None]
-    skipped = [r["id"] for r in usable if not r["config"].get("global_batch")]
-    results = [evaluate_row(r, default_profile(r["cluster"]["gpu_key"]))
-               for r in usable if r["id"] not in skipped]
+    results = [evaluate_row(r, default_profile(r["cluster"]["gpu_key"])) for r in usable]
+    loso_results = None
+    if args.loso and args.loso_cache and args.loso_cache.exists():
+        loso_results = json.loads(args.loso_cache.read_text())
+    elif args.loso:
+        loso_results = loso(usable)
+        if args.loso_cache:
+            args.loso_cache.write_text(json.dumps(loso_results))
     from calibration_report import memory_results, write_outputs
-    write_outputs(results, memory_results(rows), RESULTS_JSON, DOC_MD, skipped)
+    write_outputs(results, memory_results(rows), RESULTS_JSON, DOC_MD, reasons, loso_results)
 
 
 if __name__ == "__main__":

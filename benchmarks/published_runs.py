@@ -25,6 +25,8 @@ model zoo and Korthikanti et al.'s MFU.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,11 +41,49 @@ from topologies.cluster import Cluster
 from topologies.standard import homogeneous_cluster
 
 DATA = Path(__file__).parent / "data" / "published_runs_calibration.json"
+EXTRA = Path(__file__).parent / "data" / "published_runs_extra.json"
 MICRO_BATCHES = (1, 2, 4, 8)
+
+# Short source names (leave-one-source-out holds out one of these at a time), by id prefix.
+SOURCES = (("megatron-sc21", "megatron-sc21"),
+           ("megatron-readme-jan2021", "megatron-readme-2021"),
+           ("megatron-2020", "megatron-2020"), ("megatron-h100-2024", "megatron-h100-2024"),
+           ("korthikanti", "korthikanti-2022"), ("modelzoo", "megatron-moe-modelzoo"),
+           ("mbridge", "megatron-bridge"), ("mpt", "mosaicml-mpt"), ("nemo-2407", "nemo-24.07"),
+           ("torchtitan", "torchtitan"))
 
 
 def load_rows(path: Path = DATA) -> list[dict]:
     return json.loads(path.read_text())
+
+
+def load_all_rows() -> list[dict]:
+    """The reference set plus ``published_runs_extra.json`` (when present)."""
+    return load_rows(DATA) + (load_rows(EXTRA) if EXTRA.exists() else [])
+
+
+def source_name(row: dict) -> str:
+    return next((name for prefix, name in SOURCES if row["id"].startswith(prefix)), "other")
+
+
+def gpu_family(row: dict) -> str:
+    g = row["cluster"]["gpu_key"]
+    return ("A100" if g.startswith("A100") else "H100" if g.startswith("H100") else
+            "V100" if g.startswith("V100") else "Blackwell" if g[-4:] in ("B200", "B300") else g)
+
+
+def unsupported(row: dict) -> str | None:
+    """Why the cost model cannot predict a row yet (None when it can)."""
+    m = row["model"]
+    if not m.get("preset") and not m.get("layers"):
+        return f"model {m.get('name')} has no planner preset (architecture not in the model library)"
+    if "fp4" in str(row["config"].get("precision", "")).lower():
+        return "NVFP4 precision not modelled (workload precisions: bf16, fp16, fp8, fp32)"
+    try:
+        get_gpu(row["cluster"]["gpu_key"])
+    except Exception:  # noqa: BLE001 - any catalog miss
+        return f"GPU {row['cluster']['gpu_key']} not in the catalog"
+    return None
 
 
 def era(row: dict) -> str:
@@ -54,6 +94,14 @@ def era(row: dict) -> str:
 
 def row_model(row: dict) -> ModelSpec:
     m = row["model"]
+    if m.get("preset"):
+        from planner.inputs.models import load_model
+        spec = load_model(m["preset"])
+        # Megatron-Bridge's DeepSeek-V3 rows ran without the MTP module unless the row is marked
+        # "w/mtp" (its performance tables' model column); the preset carries the released MTP
+        if spec.mtp_layers and "w/mtp" not in row["id"].lower():
+            spec = replace(spec, mtp_layers=0)
+        return spec
     moe = None
     if m.get("moe"):
         mo = m["moe"]
@@ -80,12 +128,15 @@ def row_cluster(row: dict) -> Cluster:
 
 def row_workload(row: dict) -> Workload:
     gb = row["config"].get("global_batch") or row["config"]["dp"] * 8
-    precision = "fp8" if "fp8" in str(row["config"].get("precision", "")).lower() else "bf16"
+    published = str(row["config"].get("precision", "")).lower()
+    precision = "fp8" if "fp8" in published else "fp16" if "fp16" in published else "bf16"
     return Workload(row["model"]["seq_len"], gb, precision)
 
 
 def _zero(row: dict) -> int:
     z = str(row["config"].get("zero"))
+    if "SHARD_GRAD_OP" in z:
+        return 2
     if "FSDP" in z:
         return 3
     return 0 if era(row) == "2021" else 1
@@ -101,7 +152,14 @@ def row_config(row: dict, micro_batch: int = 1) -> TrainingConfig:
     c, old = row["config"], era(row) == "2021"
     tp = c.get("tp") or 1
     sp = bool(c.get("seq_parallel")) if old or c.get("seq_parallel") is not None else tp > 1
-    return TrainingConfig(degrees=Degrees(tp=tp, pp=c.get("pp") or 1, dp=c.get("dp") or 1, cp=c.get("cp") or 1, ep=c.get("ep") or 1, etp=c.get("expert_tp") or (1 if c.get("ep") else None)), vpp=c.get("vpp") or 1, micro_batch=c.get("micro_batch") or micro_batch, recompute=_recompute(row), sequence_parallel=sp, zero=_zero(row), attention="unfused" if old else "flash", dropout=old, overlap_grad_reduce=not old, overlap_param_gather=not old, tp_comm_overlap="tp-comm-overlap" in str(c.get("overlap", "")))
+    return TrainingConfig(degrees=Degrees(tp=tp, pp=c.get("pp") or 1, dp=c.get("dp") or 1, cp=c.get("cp") or 1, ep=c.get("ep") or 1, etp=c.get("expert_tp") or (1 if c.get("ep") else None)), vpp=c.get("vpp") or 1, micro_batch=c.get("micro_batch") or micro_batch, recompute=_recompute(row), sequence_parallel=sp, zero=_zero(row), attention="unfused" if old else "flash", dropout=old, overlap_grad_reduce=not old, overlap_param_gather=not old, tp_comm_overlap="tp-comm-overlap" in str(c.get("overlap", "")), moe_a2a_overlap=_a2a_overlap(row))
+
+
+def _a2a_overlap(row: dict) -> bool:
+    """Expert all-to-all overlapped with the other micro-batch's compute (Megatron's
+    ``--overlap-moe-expert-parallel-comm``) only where the row says it ran so."""
+    text = f"{row['config'].get('overlap', '')} {row.get('notes', '')}".lower()
+    return "a2a overlap" in text
 
 
 def megatron_flops(model: ModelSpec, batch: int, seq: int) -> float:

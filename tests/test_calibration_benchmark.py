@@ -1,0 +1,77 @@
+"""The calibration benchmark's data and bookkeeping (benchmarks/calibration*.py): every extra
+row keeps its origin, rows the cost model cannot handle are named with a reason, and the
+ranking statistics are right on hand-checked cases. Fast: no fit is run."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import calibration  # noqa: E402
+import calibration_report as report  # noqa: E402
+import published_runs as pr  # noqa: E402
+
+EXTRA = json.loads(pr.EXTRA.read_text())
+
+
+def test_every_extra_row_names_its_source_and_configuration():
+    ids = [r["id"] for r in EXTRA]
+    assert len(ids) == len(set(ids))
+    for r in EXTRA:
+        assert r["source"].startswith("github:") and r["source_url"].startswith("https://")
+        assert r["source_table"] and r["confidence"] in ("A", "B", "C")
+        assert pr.source_name(r) != "other"
+        c = r["config"]
+        assert c["global_batch"] and c["micro_batch"] and r["model"]["seq_len"]
+        assert c["tp"] * c["pp"] * c["cp"] * c["dp"] == r["cluster"]["num_gpus"] or \
+            "FSDP" in str(c["zero"])
+        assert r["measured"]["tokens_per_sec_per_gpu"] > 0
+
+
+def test_unpredictable_rows_are_listed_with_a_reason_not_dropped():
+    rows = [r for r in EXTRA if "Nemotron" in r["model"]["name"]][:1] + \
+        [r for r in EXTRA if r["config"]["precision"] == "NVFP4" and r["model"].get("preset")][:1]
+    usable, reasons = calibration.predictable(rows)
+    assert not usable and len(reasons) == 2
+    assert any("preset" in why for why in reasons.values())
+    assert any("NVFP4" in why for why in reasons.values())
+
+
+def test_a_preset_row_is_predicted():
+    row = next(r for r in EXTRA if r["model"].get("preset") == "qwen3-30b-a3b"
+               and r["cluster"]["gpu_key"] == "B200")
+    usable, reasons = calibration.predictable([row])
+    assert usable and not reasons
+    res = calibration.evaluate_row(row, calibration.default_profile(row["cluster"]["gpu_key"]))
+    assert res["moe"] and res["source"] == "megatron-bridge" and res["family"] == "Blackwell"
+    assert res["predicted"] > 0 and res["metric"] == "tokens_per_s_per_gpu"
+
+
+def test_kendall_tau_on_hand_checked_orders():
+    assert report._kendall([1, 2, 3], [10, 20, 30]) == 1
+    assert report._kendall([1, 2, 3], [30, 20, 10]) == -1
+    assert report._kendall([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)
+
+
+def _r(layout, published, predicted, metric="tokens_per_s_per_gpu"):
+    return {"id": layout, "source": "s", "table": "T", "model": "m", "gpu": "g", "gpus": 8,
+            "seq_len": 4096, "precision": "bf16", "metric": metric, "global_batch": 64,
+            "layout": layout, "published": published, "predicted": predicted}
+
+
+def test_sweep_top1_uses_the_published_value_of_the_predicted_best():
+    sw = report.sweeps([_r("a", 100, 90), _r("b", 98, 95), _r("c", 80, 70)])
+    assert len(sw) == 1 and sw[0]["predicted_best"] == "b" and sw[0]["top1"]
+    assert sw[0]["published_of_predicted_best"] == pytest.approx(0.98)
+    sw = report.sweeps([_r("a", 100, 90), _r("b", 90, 95)])
+    assert not sw[0]["top1"] and sw[0]["kendall_tau"] == -1
+
+
+def test_step_time_sweeps_rank_the_shortest_step_first():
+    sw = report.sweeps([_r("a", 10.0, 11.0, "step_time_s"), _r("b", 12.0, 12.5, "step_time_s")])
+    assert sw[0]["published_best"] == "a" and sw[0]["top1"] and sw[0]["kendall_tau"] == 1
