@@ -199,7 +199,9 @@ def _elementwise_bytes(model: ModelSpec, layer: int, sh: Shard) -> float:
     unless sequence parallelism shards them (Korthikanti et al. 2022, sec. 4.2.2).
     """
     h, t = model.hidden_size, sh.tp
-    replicated = 2 * 2 * h + 2 * 3 * h + (2 * 5 * h if sh.dropout else 0)
+    # bytes at ACT_BYTES per value: norms 2 x (h + h), residual adds 2 x (2h + h), dropouts
+    # 2 x (2 + 2 + 1 bytes) x h
+    replicated = ACT_BYTES * (2 * 2 * h + 2 * 3 * h) + (2 * 5 * h if sh.dropout else 0)
     replicated /= t if sh.sequence_parallel else 1
     rotary = 4 * (model.num_heads + model.num_kv_heads) * model.head_dim / t
     if model.is_moe_layer(layer):

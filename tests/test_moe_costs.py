@@ -143,7 +143,8 @@ def test_a2a_overlap_refused_where_megatron_refuses_it(options):
 
 def test_dense_model_has_no_moe_terms_and_ignores_moe_flags():
     """A dense model's estimate does not see the MoE options, and its elementwise traffic is
-    the dense sum with no permutation or router bytes."""
+    the dense sum with no permutation or router bytes: norms and residual adds in bytes at
+    ACT_BYTES per value (4h + 6h values per token, sequence-parallel over TP 2)."""
     model = load_model("llama-3.1-8b")
     cluster = homogeneous_cluster("H100-SXM5-80GB", 1)
     cfg = TrainingConfig(degrees=Degrees(tp=2, dp=4), sequence_parallel=True)
@@ -154,7 +155,7 @@ def test_dense_model_has_no_moe_terms_and_ignores_moe_flags():
     sh = _shard(4096, tp=2)
     h, f = model.hidden_size, model.ffn_hidden_size
     rotary = 4 * (model.num_heads + model.num_kv_heads) * model.head_dim / 2
-    dense = 4096 * ((4 * h + 6 * h) / 2 + rotary + ACT_BYTES * 3 * f / 2)
+    dense = 4096 * (ACT_BYTES * (4 * h + 6 * h) / 2 + rotary + ACT_BYTES * 3 * f / 2)
     assert layer_work(model, 0, sh).elementwise_bytes == pytest.approx(dense, rel=1e-12)
 
 
