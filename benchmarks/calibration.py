@@ -42,6 +42,7 @@ DOC_MD = ROOT / "docs" / "calibration.md"
 
 # GPU families that share one GEMM efficiency (same silicon, same kernels).
 FAMILIES = {"A100-SXM4-80GB": "A100", "A100-SXM4-40GB": "A100", "H100-SXM5-80GB": "H100",
+            "H100-SXM5-96GB-HBM2e-500W": "H100",
             "V100-SXM3-32GB": "V100", "GB200": "GB200", "GB300": "GB200",
             "B200": "GB200", "B300": "GB200"}  # Blackwell: one GEMM efficiency
 GRIDS = {
@@ -155,8 +156,8 @@ def write_profiles(params: dict, loss: float) -> None:
         "A100-SXM4-40GB": "A100-SXM4-80GB", "A100-PCIe-80GB": "A100-SXM4-80GB",
         "H800-SXM5-80GB": "H100-SXM5-80GB", "H200-SXM-141GB": "H100-SXM5-80GB",
         "H100-NVL-94GB": "H100-SXM5-80GB", "H100-PCIe-80GB": "H100-SXM5-80GB",
-        "H20-96GB": "H100-SXM5-80GB", "V100-SXM2-32GB": "V100-SXM3-32GB", "GB300": "GB200",
-        "B200": "GB200", "B300": "GB200"}
+        "H20-96GB": "H100-SXM5-80GB", "H100-SXM5-96GB-HBM2e-500W": "H100-SXM5-80GB",
+        "V100-SXM2-32GB": "V100-SXM3-32GB", "GB300": "GB200", "B200": "GB200", "B300": "GB200"}
     data["fit"] = {"loss_mean_abs_log_error": round(loss, 5), "method": "coordinate descent, "
                    "benchmarks/calibration.py --fit"}
     PROFILES_JSON.write_text(json.dumps(data, indent=2) + "\n")

@@ -305,7 +305,7 @@ def torchtitan() -> list[dict]:
             "model": {"name": preset, "preset": preset, "family": "llama3-dense", "seq_len": seq,
                       "arch_source": f"planner preset {preset}"},
             "cluster": {"gpu": "H100 SXM HBM2e 96GB at 500 W (Grand Teton)",
-                        "gpu_key": "H100-SXM5-80GB", "num_gpus": n, "gpus_per_node": 8,
+                        "gpu_key": "H100-SXM5-96GB-HBM2e-500W", "num_gpus": n, "gpus_per_node": 8,
                         "interconnect": "Grand Teton: 8 H100 per host on NVLink, 400 Gb/s RDMA per GPU"},
             "config": {"tp": tp, "pp": pp, "cp": cp, "dp": fsdp, "ep": None, "vpp": vpp,
                        "micro_batch": 1 if pp > 1 else lbs, "global_batch": gbs,
@@ -317,8 +317,9 @@ def torchtitan() -> list[dict]:
             "derived": {"tokens_per_sec_per_gpu": tok},
             "notes": "torch.compile on (Tables 1/3: the compiled rows). Sequence length is "
                      "torchtitan's llama3 training default (8192), not stated in the table, "
-                     "where the table gives none. H100 with 96 GB HBM2e at 500 W: entered as "
-                     "H100-SXM5-80GB (no exact catalog entry); pipeline micro-batch 1 "
+                     "where the table gives none. H100 with 96 GB HBM2e at 500 W: catalog entry "
+                     "H100-SXM5-96GB-HBM2e-500W (GEMM efficiency of its family, H100); "
+                     "pipeline micro-batch 1 "
                      "(torchtitan default)."})
     return rows
 
