@@ -222,7 +222,9 @@ def launch(
     if script is not None and record is not None:
         write_launch_record(record, loaded, cmd, result)
     if result.interrupted:
-        fail("interrupted: every process of the job was ended", 130)
+        import signal as _signal
+        name = _signal.Signals(result.signal).name
+        fail(f"interrupted by {name}: {result.ended_text()}", result.exit_code)
     if result.exit_code != 0:
         fail(f"the job failed (torchrun exit code {result.exit_code}; the worker's error is in "
-             "the log above); every process of the job was ended", result.exit_code)
+             f"the log above); {result.ended_text()}", result.exit_code)

@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from planner.cli.common import OutputFormat, progress_bar
+from planner.cli.common import OutputFormat, fail, progress_bar
 
 
 class Backend(str, Enum):
@@ -40,6 +40,9 @@ def calibrate_command(
     quick: Annotated[bool, typer.Option(help="Few sizes, short repeats (seconds; for tests).")
                      ] = False,
     master_port: Annotated[Optional[int], typer.Option(min=1, max=65535)] = None,
+    strict: Annotated[bool, typer.Option(
+        help="Exit 3 and write nothing when a warning holds (more processes than cores, a "
+             "busy machine, a fit whose median residual is above 25%).")] = False,
 ) -> None:
     """Measure this machine (GEMM, attention, memory bandwidth, decode kernels, every
     collective by message and group size), fit the cost models' profile and the serving
@@ -49,18 +52,29 @@ def calibrate_command(
     from cost_models.fitting import fit_all
     from cost_models.profile import profile_to_dict
     from cost_models.serving.calibration import fit_serving
-    from planner.run.calibrate import (CalibrateOptions, calibration_document, default_nproc,
-                                       element_bytes, link_tier, measure, residual_summary,
-                                       write_calibration)
+    from planner.run.calibrate import (CalibrateOptions, available_cores, calibration_document,
+                                       calibration_warnings, default_nproc, element_bytes,
+                                       link_tier, measure, oversubscribed, residual_summary,
+                                       threads_per_process, write_calibration)
 
     opts = CalibrateOptions(backend.value, nproc or default_nproc(backend.value), quick,
                             master_port)
+    _check_backend(opts)
     cluster_path = cluster_out or out.with_name(out.stem + ".cluster.yaml")
+    crowded = oversubscribed(opts.backend, opts.nproc, threads_per_process(opts),
+                             available_cores())
+    if crowded:
+        if strict:
+            fail(f"--strict: {crowded}; nothing measured", 3)
+        typer.echo(f"warning: {crowded}", err=True)
     with progress_bar(f"calibrating ({opts.nproc} x {backend.value})", True) as update:
         raw = measure(opts, (lambda d, t, _label: update(d, t)) if update else None)
     fit = fit_all(raw, tier=link_tier(opts.backend), elem_bytes=element_bytes(opts.backend))
     doc = calibration_document(fit, profile_to_dict(fit.profile), raw, opts.nproc,
                                fit_serving(raw, fit))
+    warnings = calibration_warnings(doc)
+    if strict and warnings:
+        fail("--strict: " + "; ".join(warnings) + f"; {out} not written", 3)
     write_calibration(doc, out, cluster_path)
     prof, dev = doc["profile"], doc["cluster"]["node_groups"][0]
     table = Table(title=f"Calibration of {doc['machine']['device']} "
@@ -87,7 +101,38 @@ def calibrate_command(
     console = Console()
     console.print(table)
     console.print(fits)
+    quality = doc["quality"]
+    cond = doc["conditions"]
+    console.print(f"fit quality: median |residual| {quality['median_abs_residual']:.1%} over "
+                  f"{quality['compute_cases']} compute cases"
+                  + (f", {quality['collectives_median_abs_residual']:.1%} over "
+                     f"{quality['collective_cases']} collective cases"
+                     if quality["collectives_median_abs_residual"] is not None else "")
+                  + f"; measured with {cond.get('processes')} process(es) on "
+                    f"{cond.get('cores')} core(s)"
+                  + (f", other processes busy on {cond['other_load_cores']:.2f} cores"
+                     if cond.get("other_load_cores") is not None else ""), soft_wrap=True)
+    for warning in warnings:
+        if warning != crowded:  # said before measuring
+            typer.echo(f"warning: {warning}", err=True)
     console.print(f"wrote {out} and {cluster_path}")
+
+
+def _check_backend(opts) -> None:
+    """NCCL needs torch with CUDA and a GPU per process: say so before starting anything."""
+    if opts.backend != "nccl":
+        return
+    try:
+        import torch
+    except ImportError:
+        return  # measure() reports the missing torch
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus == 0:
+        fail("command line: --backend nccl: expected a machine with CUDA GPUs, this one has "
+             "none (use --backend gloo)", 2)
+    if opts.nproc > gpus:
+        fail(f"command line: --nproc: expected at most {gpus} with --backend nccl (one process "
+             f"per GPU: NCCL refuses two ranks on one GPU), got {opts.nproc}", 2)
 
 
 def _serving_rows(doc: dict) -> list[tuple[str, str]]:

@@ -5,7 +5,7 @@
    backward, a small transformer layer, memory bandwidth, a decode step's skinny GEMMs and
    decode attention, and every collective by message and group size. Its progress lines drive
    a progress bar; the whole process group is ended on any failure or Ctrl-C
-   (:func:`planner.run.launch.kill_group`).
+   (:func:`planner.run.launch.end_job`).
 2. The CLI (:func:`planner.cli.run.calibrate_command`) hands the raw timings to
    the cost models' fit (``fitting.fit_all``), which fits the profile (GEMM efficiency curve, attention
    efficiency, per-kernel overhead, bandwidth, and alpha-beta of the machine's link with a
@@ -23,9 +23,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import resource
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -35,9 +38,10 @@ import yaml
 from planner.errors import PlannerError
 from planner.files import write_atomic
 
-__all__ = ["SCHEMA", "BenchmarkError", "CalibrateOptions", "calibration_document",
+__all__ = ["SCHEMA", "BenchmarkError", "CalibrateOptions", "available_cores",
+           "calibration_document", "calibration_warnings", "fit_quality", "oversubscribed",
            "default_nproc", "element_bytes", "link_tier", "machine_cluster", "measure",
-           "residual_summary", "run_benchmarks", "write_calibration"]
+           "residual_summary", "run_benchmarks", "threads_per_process", "write_calibration"]
 
 SCHEMA = "planner.calibration/v1"
 
@@ -64,14 +68,27 @@ def default_nproc(backend: str) -> int:
             return max(1, torch.cuda.device_count())
         except ImportError:
             return 1
-    return max(2, os.cpu_count() or 2)
+    return max(2, available_cores())
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity: taskset, cgroup cpusets), else all."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def threads_per_process(opts: CalibrateOptions) -> int:
+    """Torch threads of each benchmark process: the cores shared out (gloo), 1 with NCCL."""
+    return max(1, available_cores() // opts.nproc) if opts.backend == "gloo" else 1
 
 
 def run_benchmarks(opts: CalibrateOptions, raw_path: Path, progress=None) -> None:
     """Run :mod:`planner.run.calibrate_job` under torchrun; ``progress(done, total, label)``."""
-    from planner.run.launch import kill_group
+    from planner.run.launch import Stop, end_job, start_job, stop_on_signals
 
-    threads = max(1, (os.cpu_count() or 1) // opts.nproc) if opts.backend == "gloo" else 1
+    threads = threads_per_process(opts)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc-per-node={opts.nproc}"]
     if opts.master_port is not None:
@@ -80,26 +97,64 @@ def run_benchmarks(opts: CalibrateOptions, raw_path: Path, progress=None) -> Non
     if opts.quick:
         cmd.append("--quick")
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, env=env)
     log: list[str] = []
-    try:
-        for line in proc.stdout:
-            if line.startswith("@@progress "):
-                _, done, total, label = line.rstrip("\n").split(" ", 3)
-                if progress is not None:
-                    progress(int(done), int(total), label)
-            else:
-                log.append(line)
-        code = proc.wait()
-    finally:
-        kill_group(proc.pid)
-        if proc.poll() is None:
-            proc.wait()
+    with stop_on_signals():
+        proc, before = start_job(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True, env=env)
+        try:
+            for line in proc.stdout:
+                if line.startswith("@@progress "):
+                    _, done, total, label = line.rstrip("\n").split(" ", 3)
+                    if progress is not None:
+                        progress(int(done), int(total), label)
+                else:
+                    log.append(line)
+            code = proc.wait()
+        except Stop as stop:
+            err = BenchmarkError(f"stopped by {signal.Signals(stop.signum).name}: every "
+                                 "benchmark process was ended")
+            err.exit_code = 128 + stop.signum
+            raise err from None
+        finally:
+            end_job(proc, before)
     if code != 0 or not raw_path.is_file():
         tail = "".join(log[-15:]).strip()
         raise BenchmarkError(f"the calibration benchmarks failed (torchrun exit {code}); last "
                              f"output: {tail or '(none)'}")
+
+
+def _cpu_busy_s() -> float | None:
+    """Seconds all cores have been busy since boot (``/proc/stat``: user + nice + system + irq
+    + softirq + steal), None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()[1:]
+        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
+        return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return None
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+class OtherLoad:
+    """Cores' worth of CPU work that processes other than ours did during a measurement: all
+    cores' busy time (``/proc/stat``) minus what our children (the benchmark processes, reaped)
+    used, over the wall time. A number, not the laggy 1-minute load average."""
+
+    def __init__(self) -> None:
+        self.busy0, self.ours0, self.t0 = _cpu_busy_s(), _children_cpu_s(), time.monotonic()
+
+    def cores(self) -> float | None:
+        busy = _cpu_busy_s()
+        if busy is None or self.busy0 is None:
+            return None
+        wall = max(time.monotonic() - self.t0, 1e-9)
+        ours = _children_cpu_s() - self.ours0
+        return round(max(0.0, (busy - self.busy0 - ours) / wall), 3)
 
 
 def link_tier(backend: str) -> str:
@@ -117,8 +172,11 @@ def measure(opts: CalibrateOptions, progress=None) -> dict:
     """Run the benchmarks (:func:`run_benchmarks`) and return their raw timings."""
     with tempfile.TemporaryDirectory(prefix="planner-calibrate-") as tmp:
         raw_path = Path(tmp) / "raw.json"
+        other = OtherLoad()
         run_benchmarks(opts, raw_path, progress)
-        return json.loads(raw_path.read_text())
+        raw = json.loads(raw_path.read_text())
+        raw.setdefault("conditions", {})["other_load_cores"] = other.cores()
+        return raw
 
 
 def machine_cluster(fit: Any, raw: dict, nproc: int, name: str = "local") -> dict:
@@ -165,6 +223,7 @@ def calibration_document(fit: Any, profile: dict, raw: dict, nproc: int,
         "schema": SCHEMA,
         "machine": {k: raw[k] for k in ("device", "backend", "threads", "torch", "world_size",
                                         "quick")},
+        "conditions": dict(raw.get("conditions", {})),
         "profile": profile,
     }
     if serving is not None:
@@ -181,6 +240,7 @@ def calibration_document(fit: Any, profile: dict, raw: dict, nproc: int,
             "weight_read_efficiency": serving.weight_read_efficiency,
             "residuals": _residuals(serving.residuals)}
     doc["raw"] = raw
+    doc["quality"] = fit_quality(doc)
     return doc
 
 
@@ -190,6 +250,69 @@ def write_calibration(doc: dict, out: Path, cluster_out: Path) -> None:
     write_atomic(cluster_out, "# Written by planner calibrate: this machine as a cluster file.\n"
                  + yaml.safe_dump(doc["cluster"], sort_keys=False))
     write_atomic(out, json.dumps(doc, indent=1) + "\n")
+
+
+COMPUTE_KINDS = ("gemm", "attention", "layer")  # the benchmarks the compute parameters are fitted on
+RESIDUAL_WARN = 0.25  # a fitted benchmark whose median |residual| is above this is a poor fit
+LOAD_WARN = 0.25  # share of the cores other processes may keep busy while measuring
+
+
+def fit_quality(doc: dict) -> dict:
+    """The fit's quality in one number and per benchmark: ``median_abs_residual`` over the
+    compute cases (:data:`COMPUTE_KINDS`: what ``gemm_efficiency``, ``gemm_half_dim``,
+    ``attention_efficiency``, ``hbm_efficiency`` and ``kernel_overhead_s`` are fitted on),
+    ``collectives_median_abs_residual`` over the collectives (the link's alpha-beta), and
+    ``by_kind``: kind -> (cases, median, worst). Cache-resident copies and the serving checks
+    are not fits and do not count."""
+    residuals = doc["fit"]["residuals"]
+    compute = sorted(abs(r["error"]) for r in residuals if r["kind"] in COMPUTE_KINDS)
+    comm = sorted(abs(r["error"]) for r in residuals if r["kind"] not in (*COMPUTE_KINDS,
+                                                                         "memory"))
+    return {"median_abs_residual": compute[len(compute) // 2] if compute else None,
+            "compute_cases": len(compute),
+            "collectives_median_abs_residual": comm[len(comm) // 2] if comm else None,
+            "collective_cases": len(comm),
+            "by_kind": {k: {"cases": n, "median": med, "worst": worst}
+                        for k, n, med, worst in residual_summary(doc)}}
+
+
+def oversubscribed(backend: str, nproc: int, threads: int, cores: int) -> str | None:
+    """Why ``nproc`` processes of ``threads`` threads would not measure this machine, or None:
+    on CPU (gloo) more threads than cores time-share them, so every benchmark measures the
+    contention (a GEMM fit's median residual went from 6% to 139% with 4 processes on 2
+    cores)."""
+    if backend == "gloo" and nproc * threads > cores:
+        return (f"{nproc} processes x {threads} thread(s) on {cores} core(s): they time-share "
+                "the cores, so the timings measure contention, not the machine (use --nproc "
+                f"{max(1, cores // max(threads, 1))} or fewer)")
+    return None
+
+
+def calibration_warnings(doc: dict) -> list[str]:
+    """What makes this calibration untrustworthy: more processes than cores, a busy machine
+    (other processes kept more than :data:`LOAD_WARN` of the cores busy while measuring:
+    :class:`OtherLoad`), and fits whose median residual is above :data:`RESIDUAL_WARN`."""
+    cond = doc.get("conditions", {})
+    out = []
+    why = oversubscribed(cond.get("backend", "gloo"), cond.get("processes", 1),
+                         cond.get("threads", 1), cond.get("cores", 1))
+    if why:
+        out.append(why)
+    other, cores = cond.get("other_load_cores"), cond.get("cores")
+    if other is not None and cores and other > LOAD_WARN * cores:
+        out.append(f"other processes kept {other:.2f} of {cores} cores busy while measuring: "
+                   "they shared the cores, and the timings with them")
+    quality = fit_quality(doc)
+    for kind, q in quality["by_kind"].items():
+        if kind in COMPUTE_KINDS and q["median"] > RESIDUAL_WARN:
+            out.append(f"{kind}: median residual {q['median']:.0%} (worst {q['worst']:.0%}) over "
+                       f"{q['cases']} cases, above {RESIDUAL_WARN:.0%}: the cost model's "
+                       f"{kind} formula does not describe these timings")
+    comm = quality["collectives_median_abs_residual"]
+    if comm is not None and comm > RESIDUAL_WARN:
+        out.append(f"collectives: median residual {comm:.0%} over "
+                   f"{quality['collective_cases']} cases, above {RESIDUAL_WARN:.0%}")
+    return out
 
 
 def residual_summary(doc: dict) -> list[tuple[str, int, float, float]]:

@@ -36,6 +36,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from planner.files import write_atomic
+from planner.run.calibrate import available_cores
 
 
 @dataclass(frozen=True)
@@ -79,19 +80,37 @@ QUICK = Sizes(
     min_time_s=0.01, min_reps=2,
     decode_rows=(1, 16, 64), decode_dim=3072,  # a 36 MiB weight
     decode_attention=((1, 8, 1024, 64), (2, 8, 4096, 64), (4, 8, 4096, 64)))  # 4 to 64 MiB
-# On a GPU the decode kernels' buffers must leave a 50 MiB L2 (H100) by far, and the bytes
-# read must dwarf a launch (~10 us at 3 TB/s is 30 MB): fp32 weight of 256 MiB, KV caches of
-# 4 MiB to 4 GiB (8 KiB per token).
-GPU_DECODE = {
-    False: {"decode_dim": 8192,
+# On a GPU (bf16) the shapes must reach the tensor cores' plateau and the buffers must leave a
+# 50-60 MiB L2 (H100, H200) by far, with bytes that dwarf a launch (~10 us at 4 TB/s is 40 MB):
+# GEMMs 128 to 16384 per side, FlashAttention shapes of 512 to 8192 tokens, blocks from
+# launch-bound (hidden 256) to GEMM-bound (hidden 4096), copies of 4 MiB (in L2) to 1 GiB, a
+# 128 MiB bf16 decode weight, KV caches of 2 MiB to 2 GiB (4 KiB per token).
+GPU = {
+    False: {"gemm": ((128, 128, 128), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024),
+                     (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
+                     (16384, 4096, 4096), (4096, 16384, 4096), (8192, 1024, 8192),
+                     (8192, 8192, 1024), (512, 8192, 8192), (256, 4096, 4096),
+                     (4096, 128, 4096), (16384, 1536, 7168), (4096, 5120, 14336)),
+            "attention": ((1, 8, 512, 64), (1, 16, 1024, 128), (2, 32, 2048, 128),
+                          (1, 32, 4096, 128), (1, 16, 8192, 128), (4, 8, 2048, 64)),
+            "layer": ((1, 128, 256, 4), (1, 512, 512, 8), (2, 1024, 1024, 16),
+                      (1, 2048, 2048, 16), (2, 2048, 4096, 32), (1, 4096, 4096, 32)),
+            "copy_bytes": (4 * 2**20, 64 * 2**20, 256 * 2**20, 2**30),
+            "min_time_s": 0.2, "min_reps": 10,
+            "decode_rows": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512), "decode_dim": 8192,
             "decode_attention": ((1, 8, 512, 128), (1, 8, 4096, 128), (8, 8, 8192, 128),
-                                 (32, 8, 8192, 128), (64, 8, 8192, 128))},
-    True: {"decode_dim": 8192,
+                                 (32, 8, 8192, 128), (64, 8, 8192, 128), (128, 8, 8192, 128))},
+    True: {"gemm": ((256, 256, 256), (1024, 1024, 1024), (4096, 4096, 4096), (512, 4096, 4096)),
+           "attention": ((1, 16, 1024, 128), (1, 16, 4096, 128)),
+           "layer": ((1, 128, 256, 4), (1, 1024, 1024, 16)),
+           "copy_bytes": (64 * 2**20,),
+           "decode_rows": (1, 16, 64), "decode_dim": 8192,
            "decode_attention": ((1, 8, 4096, 128), (16, 8, 8192, 128))},
 }
 
 
 DEVICE = torch.device("cpu")  # set by main(): this rank's GPU with nccl
+DTYPE = torch.float32  # set by main(): bf16 on a GPU (what training and serving run in)
 
 
 def _sync() -> None:
@@ -100,20 +119,32 @@ def _sync() -> None:
 
 
 def _rand(*shape: int, requires_grad: bool = False) -> torch.Tensor:
-    return torch.randn(*shape, device=DEVICE, requires_grad=requires_grad)
+    return torch.randn(*shape, device=DEVICE, dtype=DTYPE, requires_grad=requires_grad)
+
+
+GPU_REPEAT_S = 2e-3  # on a GPU one timed repeat queues calls for about this long
 
 
 def _timeit(fn, min_time_s: float, min_reps: int) -> float:
-    """Median seconds of ``fn()`` (after one warm-up call), the device synchronised."""
+    """Median seconds of ``fn()`` (after one warm-up call), the device synchronised. On a GPU a
+    timed repeat queues ``inner`` calls back to back and divides, as a job queues its kernels:
+    a synchronisation per call would add the host's round trip (~10 us) to every kernel."""
     fn()
     _sync()
+    inner = 1
+    if DEVICE.type == "cuda":
+        t0 = time.perf_counter()
+        fn()
+        _sync()
+        inner = max(1, min(1000, int(GPU_REPEAT_S / max(time.perf_counter() - t0, 1e-7))))
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < min_reps or time.perf_counter() - start < min_time_s:
         t0 = time.perf_counter()
-        fn()
+        for _ in range(inner):
+            fn()
         _sync()
-        times.append(time.perf_counter() - t0)
+        times.append((time.perf_counter() - t0) / inner)
     return statistics.median(times)
 
 
@@ -147,7 +178,7 @@ def layer_cases(sizes: Sizes) -> list[dict]:
 
     out = []
     for b, s, h, heads in sizes.layer:
-        block = Block(h, heads).to(DEVICE)
+        block = Block(h, heads).to(DEVICE, DTYPE)
         x = _rand(b, s, h, requires_grad=True)
 
         def run():
@@ -158,10 +189,10 @@ def layer_cases(sizes: Sizes) -> list[dict]:
 
 
 def copy_cases(sizes: Sizes) -> list[dict]:
-    """``c = a + b`` over fp32 tensors of each size: reads 2, writes 1."""
+    """``c = a + b`` over tensors of each size (fp32 on CPU, bf16 on GPU): reads 2, writes 1."""
     out = []
     for nbytes in sizes.copy_bytes:
-        a, b = _rand(nbytes // 4), _rand(nbytes // 4)
+        a, b = (_rand(nbytes * 8 // torch.finfo(DTYPE).bits) for _ in range(2))
         c = torch.empty_like(a)
         out.append({"bytes": nbytes, "moved_bytes": 3 * nbytes,
                     "time_s": _timeit(lambda: torch.add(a, b, out=c), sizes.min_time_s,
@@ -312,12 +343,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     if args.backend == "nccl":
-        sizes = replace(sizes, **GPU_DECODE[args.quick])
+        sizes = replace(sizes, **GPU[args.quick])
     if os.environ.get("OMP_NUM_THREADS"):
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    global DEVICE
+    global DEVICE, DTYPE
     if args.backend == "nccl":
         DEVICE = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        DTYPE = torch.bfloat16
         torch.cuda.set_device(DEVICE)
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -330,6 +362,7 @@ def main(argv: list[str] | None = None) -> None:
         if rank == 0:
             print(f"@@progress {done[0]} {total} {label}", flush=True)
 
+    conditions = {"load_before": _load()}
     results: dict = {}
     for name, bench, count in (("gemm", gemm_cases, len(sizes.gemm)),
                                ("attention", attention_cases, len(sizes.attention)),
@@ -345,16 +378,38 @@ def main(argv: list[str] | None = None) -> None:
     per_rank: list = [None] * world
     dist.all_gather_object(per_rank, results)
     comm = collective_cases(sizes, rank, world, report)
+    conditions.update(load_after=_load(), **_machine_conditions(args.backend, world))
     if rank == 0:
         record = {"schema": "planner.calibration-raw/v1", "world_size": world,
                   "backend": args.backend, "threads": torch.get_num_threads(),
                   "torch": torch.__version__, "quick": args.quick,
                   "device": _device_name(args.backend),
                   "memory_bytes": _memory_bytes(args.backend, world),
-                  "compute": per_rank, "collectives": comm}
+                  "conditions": conditions, "compute": per_rank, "collectives": comm}
         write_atomic(Path(args.out), json.dumps(record, indent=1) + "\n")
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _load() -> float | None:
+    """The host's 1-minute load average (runnable processes), None where unknown."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def _machine_conditions(backend: str, world: int) -> dict:
+    """What the measurement ran under, for ``check-run`` to compare against a run's."""
+    out = {"cores": available_cores(), "cpu_count": os.cpu_count(), "processes": world,
+           "threads": torch.get_num_threads(), "backend": backend, "torch": torch.__version__}
+    if backend == "nccl" and torch.cuda.is_available():
+        out["cuda"] = torch.version.cuda
+        try:
+            out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except (AttributeError, RuntimeError, TypeError):
+            out["nccl"] = None
+    return out
 
 
 def _count_comm(sizes: Sizes, world: int) -> int:

@@ -17,6 +17,7 @@ pool is not run. At most :data:`MAX_LOCAL_PROCESSES` processes.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -24,15 +25,17 @@ import platform
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from planner.files import write_atomic
 from planner.plan.document import Plan, plan_to_dict
+from planner.run.proctree import (GRACE_S, Ending, become_subreaper, descendants, disown,
+                                  end_tree, new_below, own, proc_of)
 from planner.run.runtime import afd_world, degrees_of
 
-GRACE_S = 5.0
 MAX_LOCAL_PROCESSES = 16  # an AFD plan's decode world on one machine: refused beyond this
 TORCH_MISSING = ("planner launch runs the job under torchrun, which needs PyTorch: "
                  "pip install 'planner[torch]'")
@@ -43,6 +46,20 @@ class LaunchResult:
     exit_code: int
     wall_s: float
     interrupted: bool
+    signal: int | None = None  # what stopped planner: SIGINT, SIGTERM or SIGHUP
+    ending: Ending = Ending()  # the processes ended after the job (pids by signal)
+
+    def ended_text(self) -> str:
+        """'ended 5 processes (2 did not stop within 5 s of SIGTERM and were killed)'."""
+        e = self.ending
+        text = f"ended {e.count} process{'es' * (e.count != 1)}"
+        if e.killed:
+            text += (f" ({len(e.killed)} did not stop within {GRACE_S:g} s of SIGTERM and "
+                     f"{'was' if len(e.killed) == 1 else 'were'} killed: PID "
+                     f"{', '.join(map(str, e.killed))})")
+        if e.left:
+            text += f"; still running: PID {', '.join(map(str, e.left))}"
+        return text
 
 
 def local_command(plan: Plan, plan_path: Path, script: str | None, script_args: list[str],
@@ -76,37 +93,93 @@ def afd_local(plan: Plan) -> tuple[int, int] | None:
     return afd_world(plan)
 
 
-def kill_group(pgid: int, grace_s: float = GRACE_S) -> None:
-    """SIGTERM every process of the group, SIGKILL whatever is left after ``grace_s``."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.05)
+class Stop(Exception):
+    """A signal asked planner to stop (SIGTERM, SIGHUP; SIGINT is KeyboardInterrupt)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
-def run_local(cmd: list[str], env: dict[str, str] | None = None) -> LaunchResult:
-    """Run ``cmd`` in its own session; always end the whole session before returning."""
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, start_new_session=True, env=env)
-    interrupted = False
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """Inside: SIGTERM and SIGHUP raise :class:`Stop` (as Ctrl-C raises KeyboardInterrupt), so
+    what ``timeout``, Slurm, CI cancellation or a closed terminal send ends the job cleanly.
+    Only in the main thread (elsewhere Python cannot set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_stop(signum, _frame):
+        raise Stop(signum)
+    old = {sig: signal.signal(sig, raise_stop) for sig in STOP_SIGNALS}
     try:
-        code = proc.wait()
-    except KeyboardInterrupt:
-        interrupted = True
-        code = 130
+        yield
     finally:
-        kill_group(proc.pid)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """Inside: SIGINT, SIGTERM and SIGHUP are ignored, so teardown runs to its end (a second
+    Ctrl-C must not leave orphans); the caller is already stopping."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, *STOP_SIGNALS)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def start_job(cmd: list[str], **popen_kw) -> tuple[subprocess.Popen, set]:
+    """Start ``cmd`` in a session of its own, with this process as the subreaper of all it
+    starts; returns the Popen and the processes below us before it (for :func:`end_job`)."""
+    become_subreaper()
+    before = set(descendants(os.getpid()))
+    proc = subprocess.Popen(cmd, start_new_session=True, **popen_kw)
+    own(proc.pid)
+    return proc, before
+
+
+def end_job(proc: subprocess.Popen, before: set, grace_s: float = GRACE_S) -> Ending:
+    """End ``proc`` and every process that appeared below us since :func:`start_job`
+    (SIGTERM, SIGKILL after ``grace_s``: :func:`planner.run.proctree.end_tree`), signals
+    deferred meanwhile; ``proc`` is waited for."""
+    with signals_deferred():
+        leader = proc_of(proc.pid)
+        ending = end_tree(new_below(before), [leader] if leader else [], grace_s)
         if proc.poll() is None:
             proc.wait()
-    return LaunchResult(code, time.monotonic() - start, interrupted)
+        disown(proc.pid)
+    return ending
+
+
+def run_local(cmd: list[str], env: dict[str, str] | None = None,
+              grace_s: float = GRACE_S) -> LaunchResult:
+    """Run ``cmd`` in its own session; on its exit, a failure, Ctrl-C, SIGTERM or SIGHUP end
+    every process that appeared below us (:mod:`planner.run.proctree`: we are their subreaper,
+    so torchrun's workers in sessions of their own are found even after torchrun died)."""
+    start = time.monotonic()
+    stopped_by: int | None = None
+    with stop_on_signals():
+        proc, before = start_job(cmd, env=env)
+        try:
+            code = proc.wait()
+        except KeyboardInterrupt:
+            stopped_by, code = signal.SIGINT, 128 + signal.SIGINT
+        except Stop as stop:
+            stopped_by, code = stop.signum, 128 + stop.signum
+        finally:
+            ending = end_job(proc, before, grace_s)
+    return LaunchResult(code, time.monotonic() - start, stopped_by is not None, stopped_by,
+                        ending)
 
 
 def write_run_record(path: Path, plan: Plan, fields: dict, environment: dict | None = None) -> None:

@@ -1,0 +1,87 @@
+"""``planner calibrate`` knows when it is wrong: more processes than cores, a busy machine and
+poor fits are warned about (``--strict``: exit 3, nothing written); the conditions it measured
+under are recorded; NCCL without GPUs is refused up front."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli.app import app
+from planner.run.calibrate import (RESIDUAL_WARN, available_cores, calibration_warnings,
+                                   fit_quality, oversubscribed)
+
+RUNNER = CliRunner()
+
+
+def _doc(gemm_errors, comm_errors=(0.05,), **conditions) -> dict:
+    res = [{"kind": "gemm", "error": e} for e in gemm_errors]
+    res += [{"kind": "layer", "error": 0.02}, {"kind": "memory", "error": 3.0}]  # cached copy
+    res += [{"kind": "all_reduce", "error": e} for e in comm_errors]
+    cond = {"backend": "gloo", "processes": 2, "threads": 1, "cores": 2,
+            "other_load_cores": 0.0, **conditions}
+    return {"fit": {"residuals": res}, "conditions": cond}
+
+
+def test_a_good_fit_on_an_idle_machine_has_no_warning():
+    doc = _doc([0.02, -0.05, 0.08])
+    assert calibration_warnings(doc) == []
+    q = fit_quality(doc)
+    assert q["compute_cases"] == 4 and q["median_abs_residual"] == pytest.approx(0.05)
+
+
+def test_each_cause_is_named():
+    assert any(w.startswith("gemm: median residual 139%")
+               for w in calibration_warnings(_doc([1.39, 1.2, -1.5])))
+    assert any("collectives" in w for w in calibration_warnings(_doc([0.01], (0.5, 0.6))))
+    busy = calibration_warnings(_doc([0.01], other_load_cores=1.2))
+    assert len(busy) == 1 and "1.20 of 2 cores busy" in busy[0]
+    crowded = calibration_warnings(_doc([0.01], processes=4))
+    assert len(crowded) == 1 and "4 processes x 1 thread(s) on 2 core(s)" in crowded[0]
+    # the threshold is where the warning starts
+    assert calibration_warnings(_doc([RESIDUAL_WARN * 0.99] * 3)) == []
+    assert calibration_warnings(_doc([RESIDUAL_WARN * 1.01] * 3)) != []
+
+
+def test_oversubscription_is_a_cpu_matter():
+    assert oversubscribed("gloo", 4, 1, 2) is not None
+    assert oversubscribed("gloo", 2, 1, 2) is None
+    assert oversubscribed("nccl", 8, 1, 2) is None  # GPU work: processes mostly wait
+
+
+def test_strict_refuses_more_processes_than_cores_and_writes_nothing(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "cal.json"
+    result = RUNNER.invoke(app, ["calibrate", "--quick", "--nproc", str(2 * available_cores()),
+                                 "--strict", "--out", str(out)])
+    assert result.exit_code == 3
+    assert "time-share the cores" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_nccl_without_gpus_is_refused_before_anything_starts(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    result = RUNNER.invoke(app, ["calibrate", "--backend", "nccl", "--out",
+                                 str(tmp_path / "c.json")])
+    assert result.exit_code == 2 and "expected a machine with CUDA GPUs" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_oversubscribed_calibration_warns_says_why_and_records_its_conditions(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "cal.json"
+    nproc = 2 * available_cores()
+    result = RUNNER.invoke(app, ["calibrate", "--quick", "--nproc", str(nproc), "--out",
+                                 str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"warning: {nproc} processes x 1 thread(s) on {available_cores()} core(s)" in \
+        result.output
+    assert "fit quality: median |residual|" in result.output
+    doc = json.loads(out.read_text())
+    cond = doc["conditions"]
+    assert cond["processes"] == nproc and cond["cores"] == available_cores()
+    assert cond["backend"] == "gloo" and cond["torch"] and cond["other_load_cores"] is not None
+    assert doc["quality"]["compute_cases"] > 0
