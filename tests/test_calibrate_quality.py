@@ -85,3 +85,22 @@ def test_oversubscribed_calibration_warns_says_why_and_records_its_conditions(tm
     assert cond["processes"] == nproc and cond["cores"] == available_cores()
     assert cond["backend"] == "gloo" and cond["torch"] and cond["other_load_cores"] is not None
     assert doc["quality"]["compute_cases"] > 0
+
+
+def test_check_run_names_each_condition_that_differs():
+    from planner.run.check_run import condition_warnings
+
+    cal = {"backend": "gloo", "torch": "2.13.0+cpu", "cores": 2, "threads": 1,
+           "processes": 2, "other_load_cores": 0.0}
+    same = {"backend": "gloo", "torch": "2.13.0+cpu", "cores": 2, "threads": 1,
+            "processes": 2, "other_load_cores": 0.1}
+    assert condition_warnings(cal, same) == []
+    assert condition_warnings({}, {}) == []  # older files say nothing: nothing to compare
+    warned = condition_warnings(cal, {**same, "torch": "2.12.0", "cores": 4, "threads": 2,
+                                      "processes": 4, "other_load_cores": 1.5})
+    text = " | ".join(warned)
+    assert "torch version 2.12.0" in text and "4 cores, the calibration 2" in text
+    assert "4 processes x 2 thread(s) on 4 cores" in text
+    assert "2 thread(s) each, the calibration's 1" in text
+    assert "kept 1.50 of 4 cores busy during the run" in text
+    assert len(warned) == 5

@@ -16,9 +16,12 @@ from planner.plan.file import load_plan
 torch = pytest.importorskip("torch")
 from planner.run.reference_job import (STEP_KINDS, TIMED_KINDS, JobShape, main,  # noqa: E402
                                        one_f_one_b, reference_losses)
+from planner.run.reference_job.params import param_errors, reference_params  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-5  # relative: float32 sums in another order (micro-batches, DP all-reduce)
+PARAM_TOLERANCE = 2e-6  # ||rank - reference|| / ||reference|| per parameter after step 1
+UPDATE_TOLERANCE = 1e-5  # the step's update against the reference update (10% error: 0.1)
 
 
 def _plan(tmp_path: Path, pp: int, tp: int = 1) -> Path:
@@ -44,16 +47,25 @@ def _run_and_check_losses(plan: Path, tmp_path: Path, *args: str, **shape) -> di
     single-process reference's (``JobShape(**shape)``) and its timings be consistent
     (:func:`_check_timings`). Returns the run record."""
     record_path = tmp_path / "run.json"
-    result = _run(plan, record_path, *args)
+    result = _run(plan, record_path, "--dump-params", str(tmp_path / "params"), *args)
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads(record_path.read_text())
     expected = reference_losses(JobShape(**shape))
     assert len(record["losses"]) == len(expected) == shape.get("steps", 3)
     for got, want in zip(record["losses"], expected):
         assert abs(got - want) <= TOLERANCE * abs(want)
+    check = _param_check(tmp_path / "params", record["world_size"], JobShape(**shape))
+    assert check.worst[1] <= PARAM_TOLERANCE, check.worst
+    assert check.update_error <= UPDATE_TOLERANCE, check.update_error
     assert record["plan"] == json.loads(plan.read_text())  # the whole plan, as its file has it
     _check_timings(record)
     return record
+
+
+def _param_check(prefix: Path, world: int, shape: JobShape):
+    """Every rank's parameters after the first step against the single-process model's."""
+    dumps = [torch.load(f"{prefix}.rank{r}.pt") for r in range(world)]
+    return param_errors(dumps, reference_params(shape, 1), reference_params(shape, 0))
 
 
 def _check_timings(record: dict) -> None:
@@ -95,6 +107,24 @@ def test_parallel_losses_equal_the_single_process_reference(tmp_path, tp, pp):
     assert record["config"] == {"tp": tp, "pp": pp, "dp": dp, "cp": 1, "ep": 1}
     assert record["plan_inputs_hash"] == json.loads(plan.read_text())["inputs_hash"]
     assert len(record["step_times_s"]) == 3 and all(t > 0 for t in record["step_times_s"])
+
+
+def test_a_ten_percent_gradient_error_fails_the_parameter_check(tmp_path):
+    """The same DP2 x PP2 run with every gradient 10% too large: the parameter check fails by
+    four orders of magnitude (update error 0.1 against 1e-5), where the losses move by about
+    1e-4 (the first step's loss not at all: it is computed before the update)."""
+    plan = _plan(tmp_path, 2)
+    shape = JobShape(num_layers=32, dp=2, micro_batches=4, hidden=32, seq_len=16)
+    record_path = tmp_path / "run.json"
+    result = _run(plan, record_path, "--dump-params", str(tmp_path / "params"),
+                  "--grad-error", "0.1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    check = _param_check(tmp_path / "params", 4, shape)
+    assert check.update_error == pytest.approx(0.1, rel=0.01)
+    assert check.worst[1] > 1000 * PARAM_TOLERANCE
+    record = json.loads(record_path.read_text())
+    loss_gap = max(abs(g / w - 1) for g, w in zip(record["losses"], reference_losses(shape)))
+    assert loss_gap < 1e-3  # what a loss-only check sees of a 10% gradient error
 
 
 @pytest.mark.parametrize("stages,micro", [(1, 3), (2, 4), (4, 4), (4, 2), (3, 5)])

@@ -188,8 +188,9 @@ def launch(
 
     from planner.emit import EmitOptions
     from planner.emit import emit as run_emit
-    from planner.run.launch import (MAX_LOCAL_PROCESSES, TORCH_MISSING, afd_local,
-                                    local_command, run_local, torch_installed,
+    from planner.run.calibrate import OtherLoad
+    from planner.run.launch import (MAX_LOCAL_PROCESSES, TORCH_MISSING, add_run_conditions,
+                                    afd_local, local_command, run_local, torch_installed,
                                     write_launch_record)
     from planner.plan.file import load_plan
 
@@ -218,9 +219,12 @@ def launch(
     typer.echo(f"planner launch: {shlex.join(cmd)}", err=True)
     if dry_run:
         return
+    other = OtherLoad()
     result = run_local(cmd, {**os.environ, "PLANNER_PLAN": str(plan)})
     if script is not None and record is not None:
         write_launch_record(record, loaded, cmd, result)
+    elif record is not None and record.is_file() and not result.interrupted:
+        add_run_conditions(record, {"other_load_cores": other.cores()})
     if result.interrupted:
         import signal as _signal
         name = _signal.Signals(result.signal).name

@@ -169,6 +169,7 @@ def check_run_command(
         _check_afd_run(record, calibration, output_format)
         return
     data = load_record(record)
+    _warn_conditions(data, calibration)
     plan = plan_from_dict(data["plan"])
     profile: Profile | None = None
     if calibration is not None:
@@ -186,12 +187,29 @@ def check_run_command(
     Console().print(_comparison(table, rows, 4))
 
 
+def _warn_conditions(data: dict, calibration: Optional[Path]) -> None:
+    """Warn (stderr) where the run's conditions differ from the calibration's (a file written
+    by planner calibrate; a plain profile file has none)."""
+    from planner.run.check_run import condition_warnings
+
+    calibrated: dict = {}
+    if calibration is not None:
+        try:
+            doc = json.loads(calibration.read_text())
+            calibrated = doc.get("conditions", {}) if isinstance(doc, dict) else {}
+        except (OSError, ValueError):
+            calibrated = {}  # the profile loader reports a bad file
+    for warning in condition_warnings(calibrated, data.get("environment", {})):
+        typer.echo(f"warning: {warning}", err=True)
+
+
 def _check_afd_run(record: Path, calibration: Optional[Path],
                    output_format: OutputFormat) -> None:
     """check-run of an AFD decode job record: :mod:`planner.run.afd_check_run` reads and
     compares, :mod:`planner.serving.afd_run_prediction` predicts on the calibrated machine."""
     from planner.errors import SpecError
     from planner.run.afd_check_run import compare_afd, load_afd_record, read_record
+    from planner.run.check_run import condition_warnings
     from planner.serving.afd_run_prediction import predict_afd_run
 
     data = load_afd_record(record)
@@ -203,6 +221,8 @@ def _check_afd_run(record: Path, calibration: Optional[Path],
     if cal.get("schema") != "planner.calibration/v1":
         raise SpecError(str(calibration), "schema", "a 'planner.calibration/v1' document "
                         "(planner calibrate --out)", cal.get("schema"))
+    for warning in condition_warnings(cal.get("conditions", {}), data.get("environment", {})):
+        typer.echo(f"warning: {warning}", err=True)
     pred = predict_afd_run(data, cal)
     rows = compare_afd(data, pred)
     if output_format is OutputFormat.json:

@@ -22,7 +22,9 @@ from typing import Any
 
 from planner.errors import SpecError
 
-__all__ = ["Row", "check_record", "compare", "load_record"]
+__all__ = ["Row", "check_record", "compare", "condition_warnings", "load_record"]
+
+OTHER_LOAD_WARN = 0.25  # share of the cores other processes may keep busy (as calibrate)
 
 
 @dataclass(frozen=True)
@@ -119,3 +121,37 @@ def load_record(path: Path) -> dict[str, Any]:
     record = read_record(path)
     check_record(record, str(path))
     return record
+
+
+def condition_warnings(calibrated: dict, run: dict) -> list[str]:
+    """How the run's conditions differ from the calibration's, each a reason its prediction
+    may miss: ``calibrated`` is a calibration's ``conditions`` (``planner calibrate``),
+    ``run`` a run record's ``environment``. Either may lack fields (older files): only what
+    both say is compared."""
+    out = []
+
+    def both(key):
+        return calibrated.get(key), run.get(key)
+
+    for key, what in (("backend", "backend"), ("torch", "torch version")):
+        a, b = both(key)
+        if a and b and a != b:
+            out.append(f"the run used {what} {b}, the calibration {a}")
+    cal_cores, run_cores = both("cores")
+    if cal_cores and run_cores and cal_cores != run_cores:
+        out.append(f"the run had {run_cores} cores, the calibration {cal_cores}")
+    procs, threads = run.get("processes"), run.get("threads")
+    if run.get("backend", "gloo") == "gloo" and run_cores and procs and threads \
+            and procs * threads > run_cores:
+        out.append(f"the run had {procs} processes x {threads} thread(s) on {run_cores} "
+                   "cores: they time-shared the cores, which the prediction does not model")
+    cal_threads = calibrated.get("threads")
+    if cal_threads and threads and cal_threads != threads:
+        out.append(f"the run's processes had {threads} thread(s) each, the calibration's "
+                   f"{cal_threads}")
+    for who, cond in (("the run", run), ("the calibration", calibrated)):
+        other, cores = cond.get("other_load_cores"), cond.get("cores")
+        if other is not None and cores and other > OTHER_LOAD_WARN * cores:
+            out.append(f"other processes kept {other:.2f} of {cores} cores busy during "
+                       f"{who}")
+    return out

@@ -202,6 +202,14 @@ def write_run_record(path: Path, plan: Plan, fields: dict, environment: dict | N
     write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
+def add_run_conditions(path: Path, conditions: dict) -> None:
+    """Add what only the launcher saw (``other_load_cores``: other processes' CPU load during
+    the run) to the ``environment`` of the run record a job wrote at ``path``."""
+    record = json.loads(path.read_text())
+    record.setdefault("environment", {}).update(conditions)
+    write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
 def write_launch_record(path: Path, plan: Plan, cmd: list[str], result: LaunchResult) -> None:
     """The launcher's run record of a user script (the reference job writes a richer one)."""
     write_run_record(path, plan, {"command": cmd, "exit_code": result.exit_code,

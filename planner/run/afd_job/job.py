@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from planner.files import write_atomic
+from planner.run.calibrate import available_cores
 from planner.run.afd_job.link import AttentionLink, FfnLink, Groups, unpack_tokens
 from planner.run.afd_job.model import (AttentionSide, ExpertBank, KVCache, prompts,
                                        run_experts)
@@ -236,7 +237,8 @@ def _write_record(out: Path, plan, shape: AfdShape, ranks: list[dict], backend: 
         "environment": {"python": platform.python_version(), "host": platform.node(),
                         "torch": torch.__version__, "backend": backend,
                         "threads": torch.get_num_threads(),
-                        "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}}
+                        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+                        "cores": available_cores(), "processes": len(ranks)}}
     if keep_logits:
         record["final_logits"] = [row for r in attention for row in r["final_logits"]]
     write_atomic(out, json.dumps(record, indent=1, sort_keys=True) + "\n")

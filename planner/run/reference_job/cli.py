@@ -36,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"tiny size only (default {TINY['hidden']})")
     parser.add_argument("--seq-len", type=int, default=None,
                         help=f"tiny size only (default {TINY['seq_len']})")
+    parser.add_argument("--dump-params", default=None, metavar="PREFIX",
+                        help="after the first step, each rank saves its parameters to "
+                             "PREFIX.rank<R>.pt (for the parameter check)")
+    parser.add_argument("--grad-error", type=float, default=0.0, metavar="FRACTION",
+                        help="testing only: scale every gradient by 1 + FRACTION before each "
+                             "optimizer step (a deliberate error the checks must catch)")
     return parser
 
 
@@ -57,7 +63,8 @@ def main(argv: list[str] | None = None) -> None:
             overrides = plan_shape_fields(load_plan(Path(args.plan)))
         else:
             overrides = {**TINY, **given}
-        losses = train(args.plan, {"steps": args.steps, **overrides}, args.out)
+        losses = train(args.plan, {"steps": args.steps, **overrides}, args.out,
+                       args.dump_params, args.grad_error)
     except PlannerError as err:
         sys.exit(f"error: {err}")
     if int(os.environ.get("RANK", "0")) == 0:

@@ -42,6 +42,7 @@ class Block(nn.Module):
         self.moe: nn.Module | None = None  # set for MoE layers (the dense MLP then stays unused)
         self.moe_forward = None  # expert-parallel forward, set by the parallel job
         self.tp_group = None  # set by shard_block for tensor parallelism
+        self.tp_index = None  # shard_block: name -> (rows, cols) of the full parameter kept
         self.timers = None  # the TP all-reduces' Timers, set by shard_block
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

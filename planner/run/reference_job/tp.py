@@ -11,7 +11,7 @@ from torch import nn
 
 from planner.run.reference_job.timers import Timers
 
-__all__ = ["copy_to_tp", "reduce_from_tp", "shard_block"]
+__all__ = ["copy_to_tp", "reduce_from_tp", "shard_block", "tp_index"]
 
 
 class _CopyToTP(torch.autograd.Function):
@@ -55,27 +55,38 @@ def reduce_from_tp(x: torch.Tensor, group, timers: Timers) -> torch.Tensor:
     return _ReduceFromTP.apply(x, group, timers)
 
 
+def tp_index(hidden: int, ffn: int, rank: int, size: int) -> dict[str, tuple]:
+    """Which rows and columns of each full parameter of a block TP rank ``rank`` of ``size``
+    keeps: name -> ``(rows, cols)``, each a LongTensor or None (all). Column-parallel ``qkv``
+    (its heads' q, k and v rows) and ``fc1``; row-parallel ``proj`` and ``fc2`` (their biases
+    whole, added once after the all-reduce); LayerNorms whole."""
+    per = hidden // size
+    rows = torch.arange(rank * per, (rank + 1) * per)
+    qkv_rows = torch.cat([rows, rows + hidden, rows + 2 * hidden])
+    per_ffn = ffn // size
+    ffn_rows = torch.arange(rank * per_ffn, (rank + 1) * per_ffn)
+    return {"qkv.weight": (qkv_rows, None), "qkv.bias": (qkv_rows, None),
+            "proj.weight": (None, rows), "proj.bias": (None, None),
+            "fc1.weight": (ffn_rows, None), "fc1.bias": (ffn_rows, None),
+            "fc2.weight": (None, ffn_rows), "fc2.bias": (None, None)}
+
+
 def shard_block(block: nn.Module, rank: int, size: int, group, timers: Timers) -> None:
     """Keep this TP rank's heads of the attention and its columns of the MLP, in place
-    (``block`` is a :class:`~planner.run.reference_job.model.Block`).
+    (``block`` is a :class:`~planner.run.reference_job.model.Block`; the indices of
+    :func:`tp_index`).
 
     Column-parallel: ``qkv`` (by heads) and ``fc1`` (by rows); row-parallel: ``proj`` and
     ``fc2`` (by columns, their biases added once after the all-reduce). LayerNorms stay
     replicated (their inputs and gradients are the same on every TP rank). The block's
     all-reduces are timed on ``timers``.
     """
-    h = block.qkv.in_features
-    per = h // size
-    rows = torch.arange(rank * per, (rank + 1) * per)
-    qkv_rows = torch.cat([rows, rows + h, rows + 2 * h])
-    ffn = block.fc1.out_features // size
-    ffn_rows = torch.arange(rank * ffn, (rank + 1) * ffn)
+    index = tp_index(block.qkv.in_features, block.fc1.out_features, rank, size)
     with torch.no_grad():
-        block.qkv = _sliced(block.qkv, qkv_rows, None)
-        block.proj = _sliced(block.proj, None, rows)
-        block.fc1 = _sliced(block.fc1, ffn_rows, None)
-        block.fc2 = _sliced(block.fc2, None, ffn_rows)
+        for name in ("qkv", "proj", "fc1", "fc2"):
+            setattr(block, name, _sliced(getattr(block, name), *index[f"{name}.weight"]))
     block.heads //= size
+    block.tp_index = index
     block.tp_group, block.timers = group, timers
 
 

@@ -18,6 +18,7 @@ from planner.errors import PlannerError
 from planner.run.reference_job.dp import attach_grad_bucket, dense_params
 from planner.run.reference_job.ep import ExpertDispatch
 from planner.run.reference_job.model import Stage
+from planner.run.reference_job.params import global_params
 from planner.run.reference_job.pipeline import StageContext, run_step
 from planner.run.reference_job.shape import IMPLEMENTATION, JobShape
 from planner.run.reference_job.timers import Timers
@@ -44,8 +45,13 @@ def _job_shape(rt, shape_overrides: dict) -> JobShape:
                     **shape_overrides)
 
 
-def train(plan_path: str, shape_overrides: dict, out: str | None) -> list[float]:
-    """Run the job on this rank (see :mod:`planner.run.reference_job`); the per-step losses."""
+def train(plan_path: str, shape_overrides: dict, out: str | None,
+          dump_params: str | None = None, grad_error: float = 0.0) -> list[float]:
+    """Run the job on this rank (see :mod:`planner.run.reference_job`); the per-step losses.
+    ``dump_params``: after the first step each rank saves its parameters by their place in
+    the whole model (:func:`~planner.run.reference_job.params.global_params`) to
+    ``<dump_params>.rank<R>.pt``. ``grad_error`` (for tests of the checks): every gradient is
+    scaled by ``1 + grad_error`` before each optimizer step."""
     if os.environ.get("OMP_NUM_THREADS"):  # torchrun sets 1 for nproc > 1; torch usually obeys
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     rt = init(plan_path, backend="gloo")  # the job's tensors live on the CPU
@@ -54,6 +60,8 @@ def train(plan_path: str, shape_overrides: dict, out: str | None) -> list[float]
     timers, log = Timers(), []
     model = build_stage(rt, shape, log, timers)
     opt = torch.optim.SGD(model.parameters(), lr=shape.lr)
+    if grad_error:
+        opt.register_step_pre_hook(lambda o, _args, _kw: _scale_grads(o, 1.0 + grad_error))
     ep = degrees_of(rt.plan)["ep"]
     bucket = (attach_grad_bucket(dense_params(model, ep))
               if rt.groups.get("dp") is not None else None)
@@ -67,6 +75,9 @@ def train(plan_path: str, shape_overrides: dict, out: str | None) -> list[float]
         times.append(time.perf_counter() - start)
         timers.end_step(times[-1])
         losses.append(loss)
+        if step == 0 and dump_params is not None:
+            torch.save(global_params(model, tuple(view.layers)),
+                       f"{dump_params}.rank{view.rank}.pt")
     ranks = [None] * view.world_size
     dist.all_gather_object(ranks, {"rank": view.rank, "ep": view.coords["ep"], "stage": view.stage,
                                    "events": log, "coords": dict(view.coords),
@@ -76,6 +87,14 @@ def train(plan_path: str, shape_overrides: dict, out: str | None) -> list[float]
     dist.barrier()
     dist.destroy_process_group()
     return losses
+
+
+def _scale_grads(opt: torch.optim.Optimizer, factor: float) -> None:
+    with torch.no_grad():
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.grad.mul_(factor)
 
 
 def build_stage(rt, shape: JobShape, log: list, timers: Timers) -> Stage:
@@ -107,6 +126,7 @@ def build_stage(rt, shape: JobShape, log: list, timers: Timers) -> Stage:
 def _write_record(out: str, rt, shape: JobShape, losses: list[float], times: list[float],
                   ranks: list[dict]) -> None:
     """``ranks``: every rank's gathered object (expert events, coordinates, threads, timings)."""
+    from planner.run.calibrate import available_cores
     from planner.run.launch import write_run_record
 
     ranks = sorted(ranks, key=lambda r: r["rank"])
@@ -119,4 +139,5 @@ def _write_record(out: str, rt, shape: JobShape, losses: list[float], times: lis
                       "expert_events": events, "implementation": dict(IMPLEMENTATION)},
                      {"torch": torch.__version__, "backend": dist.get_backend(),
                       "threads": torch.get_num_threads(),
-                      "omp_num_threads": os.environ.get("OMP_NUM_THREADS")})
+                      "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+                      "cores": available_cores(), "processes": dist.get_world_size()})
