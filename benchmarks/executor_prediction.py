@@ -38,12 +38,22 @@ RESULTS = ROOT / "benchmarks" / "results"
 CAL = RESULTS / "calibration-local.json"
 MACHINE = RESULTS / "calibration-local.cluster.yaml"
 MODEL = ROOT / "benchmarks" / "data" / "reference-gpt.yaml"
-PLANS = {  # name -> solve options (2 processes: the machine's cores)
-    "DP2, micro-batch 1": ["--tp", "1", "--pp", "1", "--micro-batch", "1"],
-    "DP2, micro-batch 4": ["--tp", "1", "--pp", "1", "--micro-batch", "4"],
-    "PP2, micro-batch 1": ["--tp", "1", "--pp", "2", "--micro-batch", "1"],
-    "PP2, micro-batch 4": ["--tp", "1", "--pp", "2", "--micro-batch", "4"],
-    "TP2, micro-batch 1": ["--tp", "2", "--pp", "1", "--micro-batch", "1"],
+MOE = ROOT / "benchmarks" / "data" / "reference-moe.yaml"
+WIDE = ROOT / "benchmarks" / "data" / "reference-gpt-wide.yaml"
+DEEP = ROOT / "benchmarks" / "data" / "reference-gpt-deep.yaml"
+# name -> (model, sequence length, solve options); 2 processes. The last two train models and
+# sequences at shapes planner calibrate never measures (its grid: calibrate_job.FULL).
+PLANS = {
+    "DP2, micro-batch 1": (MODEL, 128, ["--tp", "1", "--pp", "1", "--micro-batch", "1"]),
+    "DP2, micro-batch 4": (MODEL, 128, ["--tp", "1", "--pp", "1", "--micro-batch", "4"]),
+    "PP2, micro-batch 1": (MODEL, 128, ["--tp", "1", "--pp", "2", "--micro-batch", "1"]),
+    "PP2, micro-batch 4": (MODEL, 128, ["--tp", "1", "--pp", "2", "--micro-batch", "4"]),
+    "TP2, micro-batch 1": (MODEL, 128, ["--tp", "2", "--pp", "1", "--micro-batch", "1"]),
+    "TP2, micro-batch 4": (MODEL, 128, ["--tp", "2", "--pp", "1", "--micro-batch", "4"]),
+    "EP2 (MoE), micro-batch 1": (MOE, 128, ["--tp", "1", "--pp", "1", "--ep", "2",
+                                            "--micro-batch", "1"]),
+    "DP2, wide (h384, s96)": (WIDE, 96, ["--tp", "1", "--pp", "1", "--micro-batch", "2"]),
+    "PP2, deep (8 x h192, s192)": (DEEP, 192, ["--tp", "1", "--pp", "2", "--micro-batch", "2"]),
 }
 STEPS = 10
 LIMITS = [
@@ -75,12 +85,13 @@ def planner(*args: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def run_plan(name: str, options: list[str], work: Path) -> dict:
-    slug = name.lower().replace(", ", "-").replace(" ", "")
+def run_plan(name: str, model: Path, seq_len: int, options: list[str], work: Path) -> dict:
+    slug = "".join(c for c in name.lower().replace(", ", "-").replace(" ", "-")
+                   if c.isalnum() or c == "-")
     plan, record = work / f"{slug}.json", work / f"{slug}-run.json"
-    planner("solve", "--cluster", str(MACHINE), "--calibration", str(CAL), "--model", str(MODEL),
+    planner("solve", "--cluster", str(MACHINE), "--calibration", str(CAL), "--model", str(model),
             "--precision", "fp32", "--optimizer", "sgd", "--global-batch", "8", "--seq-len",
-            "128", *options, "--schedule", "1f1b", "--top-k", "1", "--out", str(plan))
+            str(seq_len), *options, "--schedule", "1f1b", "--top-k", "1", "--out", str(plan))
     start = time.monotonic()
     planner("launch", str(plan), "--record", str(record), "--script-arg=--size",
             "--script-arg=plan", f"--script-arg=--steps", f"--script-arg={STEPS}")
@@ -89,7 +100,8 @@ def run_plan(name: str, options: list[str], work: Path) -> dict:
                               "--format", "json").stdout)
     run = json.loads(record.read_text())
     step = next(r for r in rows if r["what"] == "step")
-    return {"plan": name, "options": options, "config": run["config"],
+    return {"plan": name, "model": model.name, "seq_len": seq_len, "options": options,
+            "config": run["config"],
             "predicted_step_s": step["predicted_s"], "measured_step_s": step["measured_s"],
             "error": step["error"], "step_times_max_s": run["step_times_max_s"],
             "launch_wall_s": wall, "rows": rows}
@@ -112,8 +124,8 @@ def one_repetition(skip_calibrate: bool) -> tuple[list[dict], dict]:
     work = RESULTS / "executor_prediction_runs"
     work.mkdir(exist_ok=True)
     results = []
-    for name, options in PLANS.items():
-        res = run_plan(name, options, work)
+    for name, (model, seq_len, options) in PLANS.items():
+        res = run_plan(name, model, seq_len, options, work)
         print(f"{name}: predicted {res['predicted_step_s']:.4f} s, measured "
               f"{res['measured_step_s']:.4f} s ({res['error']:+.1%})", flush=True)
         results.append(res)
@@ -166,9 +178,13 @@ def render(out: dict) -> list[str]:
         "",
         f"Machine: {machine['device']}, {out['cpu_count']} cores; {machine['world_size']}"
         f" gloo processes of {machine['threads']} thread(s); torch {machine['torch']}. "
-        "Model `benchmarks/data/reference-gpt.yaml` (4 layers, hidden 256, fp32, SGD), "
-        f"global batch 8 x 128 tokens, {STEPS} steps, median of steps 2..{STEPS}. Profile fitted "
-        "by `planner calibrate` alone (no fitting to the runs).",
+        "Models `benchmarks/data/reference-gpt.yaml` (4 layers, hidden 256; 128 tokens), "
+        "`reference-moe.yaml` (its last 3 layers MoE, 8 experts top-2; EP2), and two at shapes "
+        "`planner calibrate` never measures: `reference-gpt-wide.yaml` (3 x hidden 384, 96 "
+        "tokens) and `reference-gpt-deep.yaml` (8 x hidden 192, 192 tokens); fp32, SGD, global "
+        f"batch 8 sequences, {STEPS} steps, median of steps 2..{STEPS}. Profile fitted by "
+        "`planner calibrate` alone, on a grid of shapes none of these jobs uses (no fitting "
+        "to the runs).",
         "",
         "| plan | predicted s | measured s | error | rank predicted | rank measured |",
         "|---|---:|---:|---:|---:|---:|",

@@ -123,6 +123,7 @@ def _finish(proc: subprocess.Popen) -> tuple[int, str]:
 def test_a_sigkilled_worker_ends_the_job_and_leaves_nothing(plan_path, tmp_path):
     proc = _launch(plan_path, tmp_path, "kill-one")
     procs = _job(proc, tmp_path)
+    (tmp_path / "go").touch()  # rank 1 kills itself now
     code, err = _finish(proc)
     assert code != 0 and "the job failed" in err and "ended" in err
     assert _gone(procs, 1.0) == []

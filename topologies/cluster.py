@@ -436,8 +436,9 @@ def worst_group_views(cluster: Cluster, groups: np.ndarray,
         multi_below = multi
         spans.append(multi)
     if all_to_all:
-        t_out = np.where(num_domains > 1, (size - k) / size / share, 0.0)
-        t_in = np.where(k > 1, (k - 1) / size / intra_bw, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):  # 0/0 where the branch is unused
+            t_out = np.where(num_domains > 1, (size - k) / size / share, 0.0)
+            t_in = np.where(k > 1, (k - 1) / size / intra_bw, 0.0)
         worst = np.argmax(np.maximum(t_out, t_in).reshape(blocks, per_block), axis=1)
     else:
         inter_key = np.where(num_domains > 1, share * k, np.inf)

@@ -85,17 +85,64 @@ def estimate_record(record: dict[str, Any], profile: Profile | None) -> Estimate
                     tuple(plan.node_order) if getattr(plan, "node_order", None) else None)
 
 
-def prediction_of(est: Estimate) -> RunPrediction:
-    """The figures of ``est`` that a run record can be compared with."""
+def prediction_of(est: Estimate, extra_dp_s: float = 0.0) -> RunPrediction:
+    """The figures of ``est`` that a run record can be compared with; ``extra_dp_s``: DP
+    synchronisation the job does beyond the step model's (exposed, no overlap), added to the
+    DP all-reduce and the step."""
     t = est.time
     degrees = est.config.degrees
     return RunPrediction(
-        step_s=t.step_s, dp_comm_s=t.dp_comm_s, dp_comm_total_s=est.dp_comm_total_s,
+        step_s=t.step_s + extra_dp_s, dp_comm_s=t.dp_comm_s + extra_dp_s,
+        dp_comm_total_s=est.dp_comm_total_s + extra_dp_s,
         optimizer_s=t.optimizer_s, tp=degrees.tp, pp=degrees.pp, dp=degrees.dp, ep=degrees.ep,
         stages=tuple(StagePrediction(s.layers, s.compute_s, s.recompute_s, s.tp_comm_s,
                                      s.ep_comm_s) for s in est.stages))
 
 
+def expert_sync_extra_s(record: dict[str, Any], est: Estimate, profile: Profile | None) -> float:
+    """What the job's expert-gradient sync costs beyond the step model's, on the slowest
+    stage. The job (``implementation.expert_grad_sync == "all-experts-over-dp"``,
+    ``reference_job/ep.py``) all-reduces, per MoE layer, one fp32 buffer of every logical
+    expert's gradient over the whole DP group; the step model all-reduces each rank's own
+    experts over the expert-DP group (Megatron's way). Both priced by
+    :func:`cost_models.communication.all_reduce_s` on the plan's groups."""
+    from cost_models import communication as comm
+    from cost_models.groups import stage_views
+    from cost_models.model_spec import mlp_params
+    from cost_models.training.layers import stage_params
+    from planner.plan.document import plan_from_dict
+
+    shape = record["shape"]
+    impl = record.get("implementation", {})
+    d = est.config.degrees
+    if impl.get("expert_grad_sync") != "all-experts-over-dp" or d.ep <= 1 or d.dp <= 1 \
+            or not shape.get("num_experts"):
+        return 0.0
+    plan = plan_from_dict(record["plan"])
+    prof = profile or plan.profile()
+    model = job_model(shape)
+    per_expert = mlp_params(model.hidden_size, model.moe.expert_ffn_hidden, model.glu,
+                            model.moe.expert_bias)
+    views = stage_views(plan.cluster(), d, tuple(plan.node_order)
+                        if getattr(plan, "node_order", None) else None)
+    extra = 0.0
+    for stage, s in enumerate(est.stages):
+        layers = _stage_layers(record, stage)
+        moe_layers = sum(1 for i in layers if model.moe_layers and model.moe_layers[i])
+        job = moe_layers * comm.all_reduce_s(views[stage].dp_cp,
+                                             4.0 * model.moe.num_experts * per_expert, prof)
+        _, expert = stage_params(model, est.config, stage, layers)
+        modelled = comm.all_reduce_s(views[stage].edp, 4.0 * expert, prof)
+        extra = max(extra, job - modelled)
+    return extra
+
+
+def _stage_layers(record: dict[str, Any], stage: int) -> tuple[int, ...]:
+    """The model layers of pipeline stage ``stage`` in the record's plan."""
+    return tuple(record["plan"]["training"]["stages"][stage]["layers"])
+
+
 def predict_run(record: dict[str, Any], profile: Profile | None) -> RunPrediction:
     """The prediction of the run ``record`` describes, with ``profile`` (else the plan's)."""
-    return prediction_of(estimate_record(record, profile))
+    est = estimate_record(record, profile)
+    return prediction_of(est, expert_sync_extra_s(record, est, profile))

@@ -2,8 +2,8 @@
 
 Every rank writes ``DIR/rank<RANK>.pid`` holding ``PID PPID`` (its parent is torchrun's
 agent), then: MODE ``sleep`` sleeps; ``ignore-term`` ignores SIGTERM and sleeps (a user script
-that handles SIGTERM and does not exit); ``kill-one``: rank 1 SIGKILLs itself once every rank
-has written its file, the others sleep."""
+that handles SIGTERM and does not exit); ``kill-one``: rank 1 SIGKILLs itself once the test
+has read every rank's file (it then creates ``DIR/go``), the others sleep."""
 import os
 import signal
 import sys
@@ -11,14 +11,14 @@ import time
 from pathlib import Path
 
 out, mode = Path(sys.argv[1]), sys.argv[2]
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+rank = int(os.environ["RANK"])
 if mode == "ignore-term":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 tmp = out / f".rank{rank}.pid"
 tmp.write_text(f"{os.getpid()} {os.getppid()}\n")
 tmp.rename(out / f"rank{rank}.pid")
 if mode == "kill-one" and rank == 1:
-    while len(list(out.glob("rank*.pid"))) < world:
+    while not (out / "go").exists():
         time.sleep(0.05)
     os.kill(os.getpid(), signal.SIGKILL)
 time.sleep(300)

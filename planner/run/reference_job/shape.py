@@ -56,7 +56,11 @@ IMPLEMENTATION: Mapping[str, Any] = MappingProxyType({
     "precision": "fp32", "optimizer": "sgd", "zero": 0, "overlap_grad_reduce": False,
     "overlap_param_gather": False, "tp_comm_overlap": False, "sequence_parallel": False,
     "recompute": "none", "attention": "flash", "dropout": False, "zero_bubble": False,
-    "seq_slices": 1})
+    "seq_slices": 1,
+    # with EP: per MoE layer, one fp32 all-reduce over the DP group of a buffer holding every
+    # logical expert's gradient (reference_job/ep.py sync_expert_grads), not Megatron's
+    # all-reduce of each rank's own experts over the expert-DP group
+    "expert_grad_sync": "all-experts-over-dp"})
 
 
 def _model_problems(m) -> list[str]:
