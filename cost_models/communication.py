@@ -12,7 +12,10 @@ NIC share. Link tiers are data (``topologies.GroupView``); efficiencies are cali
 parameters (``Profile.link_efficiency``). Libraries whose algorithms do not follow the busbw
 factors (gloo: its reduce-scatter and all-gather are not bandwidth-optimal rings) get a
 fitted factor per collective on the latency and on the bandwidth
-(``Profile.op_factors``, 1 for NCCL).
+(``Profile.op_factors``, 1 for NCCL). On the machine ``planner calibrate`` measured, a group
+inside one domain of the measured tier is priced from the measured times by size instead
+(:func:`measured_s`): between its latency and bandwidth regimes gloo's time is no alpha-beta
+line (a 2-process all-reduce of 256 KiB measured 4.0 ms where the two-regime fit gives 2.1).
 """
 from __future__ import annotations
 
@@ -42,11 +45,38 @@ def _ring_latency_s(view: GroupView, steps_per_member: float) -> float:
                                else (k - 1) * intra)
 
 
+def measured_s(view: GroupView, op: str, size_bytes: float, prof: Profile) -> float | None:
+    """The calibrated machine's measured time of ``op`` at ``size_bytes`` for this group
+    (``Profile.collective_tables``), or None: only for a group inside one domain of the tier
+    the table was measured on, with a table for its size. Log-log interpolation between
+    measured sizes (collective time is close to a power law between the latency and the
+    bandwidth regimes, Hockney's alpha-beta curve); below the smallest size its time (the
+    latency floor), above the largest the last two points' slope in bytes (the bandwidth
+    regime)."""
+    if not prof.collective_tables or view.inter is not None or view.intra is None:
+        return None
+    rows = prof.collective_tables.get(f"{view.intra.name}:{op}:{view.size}")
+    if not rows:
+        return None
+    rows = sorted(rows)
+    if size_bytes <= rows[0][0]:
+        return rows[0][1]
+    for (b0, t0), (b1, t1) in zip(rows, rows[1:]):
+        if size_bytes <= b1:
+            w = math.log(size_bytes / b0) / math.log(b1 / b0)
+            return math.exp((1 - w) * math.log(t0) + w * math.log(t1))
+    (b0, t0), (b1, t1) = rows[-2], rows[-1]
+    return t1 + (size_bytes - b1) * max(t1 - t0, 0.0) / (b1 - b0)
+
+
 def all_reduce_s(view: GroupView, size_bytes: float, prof: Profile) -> float:
     """Ring all-reduce; latency is the smaller of ring and tree (NCCL picks per size)."""
     n = view.size
     if n <= 1 or size_bytes <= 0:
         return 0.0
+    table = measured_s(view, "all_reduce", size_bytes, prof)
+    if table is not None:
+        return table
     ring_lat = _ring_latency_s(view, 2.0)
     inter = view.inter.latency_s if view.inter else 0.0
     intra = view.intra.latency_s if view.intra else 0.0
@@ -61,6 +91,9 @@ def _ring_one_pass_s(view: GroupView, size_bytes: float, prof: Profile, op: str)
     n = view.size
     if n <= 1 or size_bytes <= 0:
         return 0.0
+    table = measured_s(view, op, size_bytes, prof)
+    if table is not None:
+        return table
     lat_f, bw_f = prof.op_factors(op)
     return lat_f * _ring_latency_s(view, 1.0) + (n - 1) / n * size_bytes / (
         bw_f * bus_bandwidth(view, prof))
@@ -85,6 +118,9 @@ def all_to_all_s(view: GroupView, send_bytes: float, prof: Profile) -> float:
     n = view.size
     if n <= 1 or send_bytes <= 0:
         return 0.0
+    table = measured_s(view, "all_to_all", send_bytes, prof)
+    if table is not None:
+        return table
     k = view.members_per_domain
     lat_f, bw_f = prof.op_factors("all_to_all")
     t_intra = t_inter = 0.0
@@ -101,6 +137,9 @@ def send_recv_s(view: GroupView, size_bytes: float, prof: Profile) -> float:
     """Point-to-point transfer between two group members (pipeline neighbours)."""
     if view.size <= 1 or size_bytes <= 0:
         return 0.0
+    table = measured_s(view, "send_recv", size_bytes, prof)
+    if table is not None:
+        return table
     tier = view.inter if view.inter is not None else view.intra
     lat_f, bw_f = prof.op_factors("send_recv")
     return lat_f * tier.latency_s + size_bytes / (bw_f * tier.bw_bytes_per_s

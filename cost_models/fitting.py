@@ -216,10 +216,36 @@ def fit_link_per_op(cases: Sequence[dict], tier: str = "host",
                    {k: v for k, v in bw_f.items() if v > 0})
 
 
-def predict_collective(case: dict, link: LinkFit, tier: str = "host") -> float:
+def collective_tables(cases: Sequence[dict], tier: str = "host") -> dict[str, list]:
+    """``Profile.collective_tables`` from the collective cases: per op and group size, the
+    measured ``[bytes, seconds]`` rows (at least two sizes)."""
+    out: dict[str, list] = {}
+    for c in cases:
+        out.setdefault(f"{tier}:{c['op']}:{c['group_size']}", []).append(
+            [float(c["bytes"]), float(c["time_s"])])
+    return {k: sorted(v) for k, v in sorted(out.items()) if len(v) >= 2}
+
+
+def fit_collective_switch(cases: Sequence[dict], link: LinkFit, tier: str = "host",
+                          tables: dict | None = None) -> float:
+    """``Profile.collective_switch_s``: what a blocking collective adds, when compute and
+    collectives take turns, beyond the compute alone and the collective's calibrated time.
+    Cases (``planner.run.calibrate_job.interleave_cases``): ``compute_s`` and
+    ``interleaved_s`` per round, the collective's ``op``, ``group_size``, ``bytes``. The
+    median over cases of ``interleaved - compute - predicted collective``, at least 0."""
+    extra = sorted(c["interleaved_s"] - c["compute_s"] - predict_collective(c, link, tier,
+                                                                            tables)
+                   for c in cases)
+    return max(0.0, extra[len(extra) // 2]) if extra else 0.0
+
+
+def predict_collective(case: dict, link: LinkFit, tier: str = "host",
+                       tables: dict | None = None) -> float:
+    """The collective of ``case`` priced by the fitted link (alpha-beta with the op's
+    factors), or by the measured ``tables`` where given (``Profile.collective_tables``)."""
     view = one_tier_view(case["group_size"], tier, link.bw_bytes_per_s, link.latency_s)
     prof = Profile(link_efficiency={tier: 1.0}, collective_latency_factor=link.latency_factor,
-                   collective_bw_factor=link.bw_factor)
+                   collective_bw_factor=link.bw_factor, collective_tables=tables or {})
     return COLLECTIVES[case["op"]](view, case["bytes"], prof)
 
 
@@ -302,11 +328,20 @@ def fit_all(raw: dict, tier: str = "host", elem_bytes: int = 4) -> CalibrationFi
     hbm_eff, overhead = fit_layer_overheads(layer_cases, rates, prof)
     comm_cases = raw.get("collectives", [])
     link = fit_link_per_op(comm_cases, tier)
+    interleave = raw.get("interleave", [])
+    tables = collective_tables(comm_cases, tier)
     prof = Profile(**{**prof.__dict__, "kernel_overhead_s": overhead, "hbm_efficiency": hbm_eff,
                       "collective_latency_factor": link.latency_factor,
-                      "collective_bw_factor": link.bw_factor})
+                      "collective_bw_factor": link.bw_factor,
+                      "collective_switch_s": fit_collective_switch(interleave, link, tier,
+                                                                   tables),
+                      "collective_tables": tables})
     residuals = _residuals(gemm_cases, attn_cases, layer_cases, copy_cases, comm_cases, g,
                            rates, prof, link, tier)
+    residuals += tuple(
+        Residual("interleave", f"x{c['group_size']} {c['dim']}^3 + {c['bytes']} B",
+                 c["interleaved_s"], c["compute_s"] + predict_collective(c, link, tier, tables)
+                 + prof.collective_switch_s) for c in interleave)
     return CalibrationFit(g.peak_flops, bw, prof, link, residuals)
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
-_DICT_FIELDS = ("link_efficiency", "collective_latency_factor", "collective_bw_factor")
+_DICT_FIELDS = ("link_efficiency", "collective_latency_factor", "collective_bw_factor",
+                "collective_tables")
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,15 @@ class Profile:
     # factors (gloo's; fitted by ``planner calibrate``). Missing ops: 1.
     collective_latency_factor: dict[str, float] = field(default_factory=dict)
     collective_bw_factor: dict[str, float] = field(default_factory=dict)
+    # What one blocking collective inside a layer (TP all-reduce, EP all-to-all) adds to the
+    # compute around it beyond its own time: the waiting core's wake-up and the caches the
+    # library's threads displaced. Fitted by ``planner calibrate`` (compute and all-reduces
+    # taking turns, cost_models/fitting.py ``fit_collective_switch``); 0 where not measured.
+    collective_switch_s: float = 0.0
+    # The calibrated machine's own collective times by size, ``"<tier>:<op>:<group size>"`` ->
+    # ``[[bytes, seconds], ...]`` (planner calibrate's means after a compute burst), used for
+    # groups inside one domain of that tier (cost_models/communication.py ``measured_s``).
+    collective_tables: dict[str, list] = field(default_factory=dict)
     reserved_bytes: float = 2.5 * 2**30  # CUDA context, NCCL and cuBLAS workspaces
     fragmentation_fraction: float = 0.05  # allocator fragmentation, fraction of the rest
 
@@ -64,6 +74,16 @@ class Profile:
                     for op, v in table.items()):
                 raise ValueError(f"profile {name} must map collectives {COLLECTIVE_OPS} to "
                                  f"positive numbers, got {table!r}")
+        for key, rows in self.collective_tables.items():
+            parts = str(key).split(":")
+            if (len(parts) != 3 or parts[1] not in COLLECTIVE_OPS or not parts[2].isdigit()
+                    or not isinstance(rows, (list, tuple)) or len(rows) < 2
+                    or any(not isinstance(r, (list, tuple)) or len(r) != 2
+                           or not all(isinstance(v, (int, float)) and v > 0 for v in r)
+                           for r in rows)):
+                raise ValueError(f"profile collective_tables.{key} must be keyed "
+                                 "'<tier>:<collective>:<group size>' and hold at least two "
+                                 "[bytes, seconds] rows of positive numbers")
         for tier, value in self.link_efficiency.items():
             if not isinstance(value, (int, float)) or not 0 < value <= 1:
                 raise ValueError(f"profile link_efficiency.{tier}={value} must be in (0, 1]")
@@ -127,9 +147,10 @@ def apply_overrides(profile: Profile, path: str | Path, gpu_name: str) -> Profil
 
 
 def profile_to_dict(profile: Profile) -> dict:
-    """Every field; the per-collective factors only when calibrated (older plans hash alike)."""
+    """Every field; the per-collective factors and the switch cost only when calibrated (older
+    plans hash alike)."""
     out = asdict(profile)
-    for name in _DICT_FIELDS[1:]:
+    for name in (*_DICT_FIELDS[1:], "collective_switch_s"):  # collective_tables included
         if not out[name]:
             del out[name]
     return out

@@ -98,7 +98,9 @@ def _layer_comm_fwd_shard(ctx: StepContext, views: GroupViews, layer: int,
     act_bytes = sh.tokens * m.hidden_size * elem
     moe_layer = m.is_moe_layer(layer)
     tp_blocks = 1 + (0 if moe_layer and not m.moe.num_shared_experts else 1)
-    tp = tp_blocks * comm.all_reduce_s(views.tp, act_bytes, prof)  # AR == AG + RS in bytes
+    tp = 0.0
+    if views.tp.size > 1:  # AR == AG + RS in bytes; each blocking call breaks the compute
+        tp = tp_blocks * (comm.all_reduce_s(views.tp, act_bytes, prof) + prof.collective_switch_s)
     cp = 0.0
     if cfg.degrees.cp > 1:
         kv_width = (m.num_heads * (m.mla.qk_head_dim + m.mla.v_head_dim) if m.mla
@@ -107,7 +109,8 @@ def _layer_comm_fwd_shard(ctx: StepContext, views: GroupViews, layer: int,
     ep = 0.0
     if moe_layer and cfg.degrees.ep > 1:
         send = sh.tokens / cfg.degrees.tp * m.moe.top_k * cfg.moe_imbalance * m.hidden_size * elem
-        ep = 2 * comm.all_to_all_s(views.ep, send, prof)  # dispatch + combine
+        ep = 2 * (comm.all_to_all_s(views.ep, send, prof)  # dispatch + combine
+                  + prof.collective_switch_s)
     return tp, cp, ep
 
 

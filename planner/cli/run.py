@@ -43,6 +43,9 @@ def calibrate_command(
     strict: Annotated[bool, typer.Option(
         help="Exit 3 and write nothing when a warning holds (more processes than cores, a "
              "busy machine, a fit whose median residual is above 25%).")] = False,
+    refit: Annotated[Optional[Path], typer.Option(
+        help="Measure nothing: fit the raw timings of this earlier calibration JSON again "
+             "(with this version's cost models).")] = None,
 ) -> None:
     """Measure this machine (GEMM, attention, memory bandwidth, decode kernels, every
     collective by message and group size), fit the cost models' profile and the serving
@@ -57,18 +60,23 @@ def calibrate_command(
                                        link_tier, measure, oversubscribed, residual_summary,
                                        threads_per_process, write_calibration)
 
-    opts = CalibrateOptions(backend.value, nproc or default_nproc(backend.value), quick,
-                            master_port)
-    _check_backend(opts)
     cluster_path = cluster_out or out.with_name(out.stem + ".cluster.yaml")
-    crowded = oversubscribed(opts.backend, opts.nproc, threads_per_process(opts),
-                             available_cores())
-    if crowded:
-        if strict:
-            fail(f"--strict: {crowded}; nothing measured", 3)
-        typer.echo(f"warning: {crowded}", err=True)
-    with progress_bar(f"calibrating ({opts.nproc} x {backend.value})", True) as update:
-        raw = measure(opts, (lambda d, t, _label: update(d, t)) if update else None)
+    crowded = None
+    if refit is not None:
+        raw = _raw_of(refit)
+        opts = CalibrateOptions(raw["backend"], raw["world_size"], raw.get("quick", False))
+    else:
+        opts = CalibrateOptions(backend.value, nproc or default_nproc(backend.value), quick,
+                                master_port)
+        _check_backend(opts)
+        crowded = oversubscribed(opts.backend, opts.nproc, threads_per_process(opts),
+                                 available_cores())
+        if crowded:
+            if strict:
+                fail(f"--strict: {crowded}; nothing measured", 3)
+            typer.echo(f"warning: {crowded}", err=True)
+        with progress_bar(f"calibrating ({opts.nproc} x {backend.value})", True) as update:
+            raw = measure(opts, (lambda d, t, _label: update(d, t)) if update else None)
     fit = fit_all(raw, tier=link_tier(opts.backend), elem_bytes=element_bytes(opts.backend))
     doc = calibration_document(fit, profile_to_dict(fit.profile), raw, opts.nproc,
                                fit_serving(raw, fit))
@@ -91,6 +99,7 @@ def calibrate_command(
             ("kernel_overhead_s", f"{prof['kernel_overhead_s'] * 1e6:.1f} us"),
             ("link bandwidth (all-reduce)", f"{dev.get('intra_bw_GBps', 0):,.3f} GB/s"),
             ("link latency (all-reduce)", f"{dev.get('intra_latency_us', 0):,.1f} us"),
+            ("collective_switch_s", f"{prof.get('collective_switch_s', 0.0) * 1e6:,.1f} us"),
             *_serving_rows(doc)):
         table.add_row(name, value)
     fits = Table(title="Fit residuals (predicted / measured - 1)")
@@ -116,6 +125,23 @@ def calibrate_command(
         if warning != crowded:  # said before measuring
             typer.echo(f"warning: {warning}", err=True)
     console.print(f"wrote {out} and {cluster_path}")
+
+
+def _raw_of(path: Path) -> dict:
+    """The raw timings of a calibration JSON (``planner calibrate --out``), for --refit."""
+    from planner.errors import SpecError
+
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise SpecError(str(path), "", f"a calibration JSON written by planner calibrate "
+                        f"({err.__class__.__name__})") from None
+    raw = doc.get("raw") if isinstance(doc, dict) else None
+    if doc.get("schema") != "planner.calibration/v1" or not isinstance(raw, dict) or \
+            "compute" not in raw:
+        raise SpecError(str(path), "raw", "the raw timings of a 'planner.calibration/v1' "
+                        "document (planner calibrate --out)")
+    return raw
 
 
 def _check_backend(opts) -> None:

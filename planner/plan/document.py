@@ -293,10 +293,23 @@ def inputs_hash(inputs: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(inputs).encode()).hexdigest()
 
 
+def profile_plain(prof: Profile) -> dict[str, Any]:
+    """Every profile field, but the calibrated-machine ones (``collective_switch_s``,
+    ``collective_tables``) only when set, so plans written before they existed keep their
+    inputs hash."""
+    out = asdict(prof)
+    if not out["collective_switch_s"]:
+        del out["collective_switch_s"]
+    if not out["collective_tables"]:
+        del out["collective_tables"]
+    return out
+
+
 def plan_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
                 objective: str) -> dict[str, Any]:
     return {"model": model_to_plain(model), "cluster": cluster_to_plain(cluster),
-            "workload": asdict(workload), "profile": asdict(prof), "objective": objective}
+            "workload": asdict(workload), "profile": profile_plain(prof),
+            "objective": objective}
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:

@@ -253,6 +253,7 @@ def write_calibration(doc: dict, out: Path, cluster_out: Path) -> None:
 
 
 COMPUTE_KINDS = ("gemm", "attention", "layer")  # the benchmarks the compute parameters are fitted on
+COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 RESIDUAL_WARN = 0.25  # a fitted benchmark whose median |residual| is above this is a poor fit
 LOAD_WARN = 0.25  # share of the cores other processes may keep busy while measuring
 
@@ -266,8 +267,7 @@ def fit_quality(doc: dict) -> dict:
     are not fits and do not count."""
     residuals = doc["fit"]["residuals"]
     compute = sorted(abs(r["error"]) for r in residuals if r["kind"] in COMPUTE_KINDS)
-    comm = sorted(abs(r["error"]) for r in residuals if r["kind"] not in (*COMPUTE_KINDS,
-                                                                         "memory"))
+    comm = sorted(abs(r["error"]) for r in residuals if r["kind"] in COLLECTIVE_KINDS)
     return {"median_abs_residual": compute[len(compute) // 2] if compute else None,
             "compute_cases": len(compute),
             "collectives_median_abs_residual": comm[len(comm) // 2] if comm else None,

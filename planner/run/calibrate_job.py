@@ -53,6 +53,8 @@ class Sizes:
     decode_rows: tuple[int, ...] = ()  # M of the skinny GEMMs x[M, K] @ W[K, N]
     decode_dim: int = 0  # K = N of their weight (fp32: 4 * K * N bytes, beyond the caches)
     decode_attention: tuple[tuple[int, int, int, int], ...] = ()  # batch, heads, context, head_dim
+    # compute and a blocking all-reduce over the world taking turns: (GEMM dim, message bytes)
+    interleave: tuple[tuple[int, int], ...] = ()
 
 
 # A grid of shapes, not the jobs it is checked on: benchmarks/executor_prediction.py's
@@ -75,7 +77,9 @@ FULL = Sizes(
     # of 1 to 256 MiB per rank (4 KiB per token), from cache-resident to streaming
     decode_rows=(1, 2, 4, 8, 16, 32, 64, 128, 256), decode_dim=4096,
     decode_attention=((1, 8, 256, 64), (1, 8, 1024, 64), (1, 8, 4096, 64), (4, 8, 2048, 64),
-                      (4, 8, 4096, 64), (8, 8, 4096, 64), (16, 8, 4096, 64)))
+                      (4, 8, 4096, 64), (8, 8, 4096, 64), (16, 8, 4096, 64)),
+    interleave=((96, 16 * 2**10), (192, 48 * 2**10), (192, 320 * 2**10), (384, 96 * 2**10),
+                (384, 2**20)))
 QUICK = Sizes(
     gemm=((32, 32, 32), (128, 128, 128), (256, 256, 256), (256, 1024, 256)),
     attention=((1, 4, 64, 64), (2, 4, 128, 64)),
@@ -84,7 +88,8 @@ QUICK = Sizes(
     comm_bytes=(2**10, 2**16, 2**20),
     min_time_s=0.01, min_reps=2,
     decode_rows=(1, 16, 64), decode_dim=3072,  # a 36 MiB weight
-    decode_attention=((1, 8, 1024, 64), (2, 8, 4096, 64), (4, 8, 4096, 64)))  # 4 to 64 MiB
+    decode_attention=((1, 8, 1024, 64), (2, 8, 4096, 64), (4, 8, 4096, 64)),  # 4 to 64 MiB
+    interleave=((192, 48 * 2**10),))
 # On a GPU (bf16) the shapes must reach the tensor cores' plateau and the buffers must leave a
 # 50-60 MiB L2 (H100, H200) by far, with bytes that dwarf a launch (~10 us at 4 TB/s is 40 MB):
 # GEMMs 128 to 16384 per side, FlashAttention shapes of 512 to 8192 tokens, blocks from
@@ -102,6 +107,7 @@ GPU = {
                       (1, 2048, 2048, 16), (2, 2048, 4096, 32), (1, 4096, 4096, 32)),
             "copy_bytes": (4 * 2**20, 64 * 2**20, 256 * 2**20, 2**30),
             "min_time_s": 0.2, "min_reps": 10,
+            "interleave": ((2048, 256 * 2**10), (4096, 2**20), (4096, 16 * 2**20)),
             "decode_rows": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512), "decode_dim": 8192,
             "decode_attention": ((1, 8, 512, 128), (1, 8, 4096, 128), (8, 8, 8192, 128),
                                  (32, 8, 8192, 128), (64, 8, 8192, 128), (128, 8, 8192, 128))},
@@ -109,6 +115,7 @@ GPU = {
            "attention": ((1, 16, 1024, 128), (1, 16, 4096, 128)),
            "layer": ((1, 128, 256, 4), (1, 1024, 1024, 16)),
            "copy_bytes": (64 * 2**20,),
+           "interleave": ((2048, 2**20),),
            "decode_rows": (1, 16, 64), "decode_dim": 8192,
            "decode_attention": ((1, 8, 4096, 128), (16, 8, 8192, 128))},
 }
@@ -305,6 +312,54 @@ def _agree(names: list[str]) -> list[str]:
     return [n for n in order if any(n in l for l in lists)]
 
 
+INTERLEAVE_ROUNDS = 3  # alternating (compute alone, compute + all-reduce) measurements
+
+
+def interleave_cases(sizes: Sizes, world: int, report) -> list[dict]:
+    """Compute and a blocking all-reduce over the world taking turns, as TP and EP layers run
+    them: ``k`` rounds of two GEMMs of ``dim`` followed by an all-reduce of ``bytes``, against
+    the same ``k`` GEMM pairs alone (each the slowest rank's time, the median of
+    :data:`INTERLEAVE_ROUNDS` alternating measurements). What the interleaved run costs beyond
+    the compute alone and the calibrated all-reduce is the collective's switch cost
+    (``cost_models.fitting.fit_collective_switch``). Nothing with one process."""
+    if world < 2:
+        return []
+    out = []
+    for dim, nbytes in sizes.interleave:
+        a = _rand(dim, dim)
+        buf = torch.ones(nbytes // 4, device=DEVICE)
+
+        def compute():
+            a @ a
+            a @ a
+        compute()
+        _sync()
+        t0 = time.perf_counter()
+        compute()
+        _sync()
+        probe = torch.tensor([time.perf_counter() - t0])
+        dist.all_reduce(probe, op=dist.ReduceOp.MAX)
+        k = int(min(400, max(sizes.min_reps, sizes.min_time_s / max(float(probe), 1e-6))))
+        alone, mixed = [], []
+        for _ in range(INTERLEAVE_ROUNDS):
+            for runs, with_comm in ((alone, False), (mixed, True)):
+                dist.barrier()
+                t0 = time.perf_counter()
+                for _ in range(k):
+                    compute()
+                    if with_comm:
+                        dist.all_reduce(buf)
+                _sync()
+                elapsed = torch.tensor([time.perf_counter() - t0])
+                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+                runs.append(float(elapsed) / k)
+        out.append({"op": "all_reduce", "group_size": world, "bytes": nbytes, "dim": dim,
+                    "rounds": k, "compute_s": statistics.median(alone),
+                    "interleaved_s": statistics.median(mixed)})
+        report(f"interleave {dim} {nbytes} B")
+    return out
+
+
 BURST_DIM = 256  # the compute burst before each timed collective: 4 GEMMs of this size
 
 
@@ -383,6 +438,7 @@ def main(argv: list[str] | None = None) -> None:
     per_rank: list = [None] * world
     dist.all_gather_object(per_rank, results)
     comm = collective_cases(sizes, rank, world, report)
+    interleave = interleave_cases(sizes, world, report)
     conditions.update(load_after=_load(), **_machine_conditions(args.backend, world))
     if rank == 0:
         record = {"schema": "planner.calibration-raw/v1", "world_size": world,
@@ -390,7 +446,8 @@ def main(argv: list[str] | None = None) -> None:
                   "torch": torch.__version__, "quick": args.quick,
                   "device": _device_name(args.backend),
                   "memory_bytes": _memory_bytes(args.backend, world),
-                  "conditions": conditions, "compute": per_rank, "collectives": comm}
+                  "conditions": conditions, "compute": per_rank, "collectives": comm,
+                  "interleave": interleave}
         write_atomic(Path(args.out), json.dumps(record, indent=1) + "\n")
     dist.barrier()
     dist.destroy_process_group()
@@ -420,7 +477,8 @@ def _machine_conditions(backend: str, world: int) -> dict:
 def _count_comm(sizes: Sizes, world: int) -> int:
     group_sizes = [g for g in (2 ** i for i in range(1, 16)) if g < world] + [world]
     per_size = 4  # all_reduce, all_gather, reduce_scatter, all_to_all (+ send_recv for 2)
-    return sum(len(sizes.comm_bytes) * (per_size + (g == 2)) for g in group_sizes if g > 1)
+    return (sum(len(sizes.comm_bytes) * (per_size + (g == 2)) for g in group_sizes if g > 1)
+            + (len(sizes.interleave) if world > 1 else 0))
 
 
 def _device_name(backend: str) -> str:

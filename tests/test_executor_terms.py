@@ -1,0 +1,129 @@
+"""Cost terms the executor exposes: the calibrated machine's measured collective times by size,
+the switch cost of a blocking collective inside compute, and the reference job's expert-gradient
+sync in the run prediction."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from cost_models import communication as comm
+from cost_models import fitting
+from cost_models.fitting import one_tier_view
+from cost_models.profile import Profile
+from topologies.cluster import GroupView, LinkTier
+
+ROWS = [[1024.0, 1e-3], [65536.0, 2e-3], [1048576.0, 8e-3], [4194304.0, 20e-3]]
+
+
+def _prof(**kw) -> Profile:
+    return Profile(link_efficiency={"host": 1.0}, collective_tables={"host:all_reduce:2": ROWS},
+                   **kw)
+
+
+def test_measured_times_are_interpolated_log_log_and_extended_at_both_ends():
+    view = one_tier_view(2, "host", 1e9, 1e-4)
+    prof = _prof()
+    for b, t in ROWS:  # at the measured sizes: the measurement
+        assert comm.all_reduce_s(view, b, prof) == pytest.approx(t)
+    # between: a straight line in log-log
+    mid = math.sqrt(65536.0 * 1048576.0)
+    assert comm.all_reduce_s(view, mid, prof) == pytest.approx(math.sqrt(2e-3 * 8e-3))
+    assert comm.all_reduce_s(view, 10.0, prof) == pytest.approx(1e-3)  # the latency floor
+    slope = (20e-3 - 8e-3) / (4194304.0 - 1048576.0)  # beyond: the last points' bandwidth
+    assert comm.all_reduce_s(view, 8388608.0, prof) == pytest.approx(20e-3 + 4194304.0 * slope)
+    for size in (3000.0, 300000.0, 3e6):  # monotone in size like the rows
+        assert comm.all_reduce_s(view, size, prof) < comm.all_reduce_s(view, 1.01 * size, prof)
+
+
+def test_the_table_serves_only_groups_it_was_measured_on():
+    prof = _prof()
+    alpha_beta = Profile(link_efficiency={"host": 1.0})
+    other_size = one_tier_view(4, "host", 1e9, 1e-4)  # no 4-member table
+    other_tier = one_tier_view(2, "nvswitch", 1e9, 1e-4)
+    two_domains = GroupView(2, 1, 2, LinkTier("host", 1e9, 1e-4), LinkTier("ib", 5e9, 5e-6))
+    for view in (other_size, other_tier, two_domains):
+        assert comm.all_reduce_s(view, 65536.0, prof) == comm.all_reduce_s(view, 65536.0,
+                                                                            alpha_beta)
+    assert comm.all_gather_s(one_tier_view(2, "host", 1e9, 1e-4), 65536.0, prof) == \
+        comm.all_gather_s(one_tier_view(2, "host", 1e9, 1e-4), 65536.0, alpha_beta)
+
+
+@pytest.mark.parametrize("bad", [{"host:all_reduce": ROWS}, {"host:broadcast:2": ROWS},
+                                 {"host:all_reduce:2": [[1024.0, 1e-3]]},
+                                 {"host:all_reduce:2": [[1024.0, -1.0], [2048.0, 1e-3]]}])
+def test_malformed_tables_are_refused(bad):
+    with pytest.raises(ValueError, match="collective_tables"):
+        Profile(collective_tables=bad)
+
+
+def test_tables_come_from_the_collective_cases_and_the_switch_cost_from_interleaved_runs():
+    cases = [{"op": "all_reduce", "group_size": 2, "bytes": b, "time_s": t} for b, t in ROWS]
+    tables = fitting.collective_tables(cases, "host")
+    assert tables == {"host:all_reduce:2": ROWS}
+    link = fitting.LinkFit(1e9, 1e-4, {}, {})
+    switch = 0.4e-3  # each interleaved round pays compute + the measured all-reduce + this
+    inter = [{"op": "all_reduce", "group_size": 2, "bytes": b, "compute_s": c,
+              "interleaved_s": c + t + switch + noise}
+             for (b, t), c, noise in zip(ROWS, (1e-3, 3e-3, 2e-3, 5e-3), (1e-5, -2e-5, 0, 3e-5))]
+    assert fitting.fit_collective_switch(inter, link, "host", tables) == pytest.approx(
+        switch, abs=2e-5)
+    faster = [{**c, "interleaved_s": c["compute_s"]} for c in inter]  # never negative
+    assert fitting.fit_collective_switch(faster, link, "host", tables) == 0.0
+
+
+def test_the_switch_cost_is_paid_per_blocking_collective_of_a_tp_layer():
+    from cost_models.parallel import Degrees
+    from cost_models.training.config import TrainingConfig, Workload
+    from cost_models.training.step import estimate
+    from planner.inputs.models import load_model
+    from topologies.standard import homogeneous_cluster
+
+    model = load_model("llama-3.1-8b")
+    cluster = homogeneous_cluster("H100-SXM5-80GB", 1)
+    workload = Workload(8, 1024)
+    cfg = TrainingConfig(degrees=Degrees(tp=8, pp=1, dp=1), micro_batch=1,
+                         sequence_parallel=True)
+    a, b = (estimate(model, cluster, workload, cfg, p)
+            for p in (Profile(), Profile(collective_switch_s=1e-3)))
+    calls = 2 * 2 * model.num_layers * cfg.micro_batches(workload)  # 2 fwd + 2 bwd per layer
+    assert b.time.tp_comm_s - a.time.tp_comm_s == pytest.approx(calls * 1e-3)
+    none = TrainingConfig(degrees=Degrees(tp=1, pp=1, dp=8), micro_batch=1)
+    c, d = (estimate(model, cluster, workload, none, p)
+            for p in (Profile(), Profile(collective_switch_s=1e-3)))
+    assert c.time.step_s == d.time.step_s  # no TP or EP collective: nothing to pay
+
+
+def test_the_run_prediction_prices_the_jobs_expert_gradient_sync(tmp_path):
+    """The reference job all-reduces, per MoE layer, every logical expert's fp32 gradient over
+    the whole DP group; the step model all-reduces each rank's own experts over expert-DP.
+    The prediction adds the difference, exactly (DP4 x EP4 on the tiny MoE: expert-DP is 1)."""
+    import json
+    from pathlib import Path
+
+    from cost_models.groups import stage_views
+    from cost_models.model_spec import mlp_params
+    from plan_helpers import solve_to
+    from planner.plan.file import load_plan
+    from planner.run.reference_job.shape import IMPLEMENTATION
+    from planner.training.run_prediction import job_model, predict_run
+
+    root = Path(__file__).resolve().parents[1]
+    path = solve_to(tmp_path / "plan.json", "--pp", "1", "--ep", "4", "--schedule", "1f1b",
+                    model=str(root / "tests" / "fixtures" / "tiny-moe.yaml"))
+    plan = load_plan(path)
+    shape = {"num_layers": 4, "hidden": 256, "heads": 4, "vocab": 1024, "ffn": 1024,
+             "expert_ffn": 512, "seq_len": 64, "micro_batch": 1, "micro_batches": 2,
+             "dp": 4, "num_experts": 8, "top_k": 2, "moe_layers": [False, True, True, True]}
+    impl = {**IMPLEMENTATION, "precision": "bf16"}  # H100 has no fp32 peak in the catalog
+    record = {"plan": json.loads(path.read_text()), "shape": shape, "implementation": impl}
+    megatron = {**record, "implementation": {k: v for k, v in impl.items()
+                                             if k != "expert_grad_sync"}}
+    job, plain = predict_run(record, None), predict_run(megatron, None)
+    model = job_model(shape)
+    views = stage_views(plan.cluster(), plan.parallel_config().degrees)
+    per_layer = comm.all_reduce_s(views[0].dp_cp, 4.0 * 8 * mlp_params(256, 512, False, True),
+                                  plan.profile())
+    assert job.dp_comm_s - plain.dp_comm_s == pytest.approx(3 * per_layer, rel=1e-9)
+    assert job.step_s - plain.step_s == pytest.approx(3 * per_layer, rel=1e-9)
+    assert model.moe.num_experts == 8
