@@ -115,7 +115,7 @@ def _ranks(values: list[float]) -> list[int]:
     return out
 
 
-def one_repetition(skip_calibrate: bool) -> tuple[list[dict], dict]:
+def one_repetition(skip_calibrate: bool, plans: dict = PLANS) -> tuple[list[dict], dict]:
     """Calibrate (unless skipped), then run and check every plan: (results, summary)."""
     if not skip_calibrate:
         start = time.monotonic()
@@ -124,7 +124,7 @@ def one_repetition(skip_calibrate: bool) -> tuple[list[dict], dict]:
     work = RESULTS / "executor_prediction_runs"
     work.mkdir(exist_ok=True)
     results = []
-    for name, (model, seq_len, options) in PLANS.items():
+    for name, (model, seq_len, options) in plans.items():
         res = run_plan(name, model, seq_len, options, work)
         print(f"{name}: predicted {res['predicted_step_s']:.4f} s, measured "
               f"{res['measured_step_s']:.4f} s ({res['error']:+.1%})", flush=True)
@@ -147,7 +147,16 @@ def main() -> None:
                         help="reuse benchmarks/results/calibration-local.json")
     parser.add_argument("--render-only", action="store_true",
                         help="rewrite the docs section from the results JSON; run nothing")
+    parser.add_argument("--only", default=None, metavar="TEXT",
+                        help="run only the plans whose name contains TEXT (a quick check; "
+                             "writes nothing)")
     args = parser.parse_args()
+    if args.only is not None:
+        chosen = {k: v for k, v in PLANS.items() if args.only in k}
+        for r in one_repetition(args.skip_calibrate, chosen)[0]:
+            print(json.dumps({k: r[k] for k in ("plan", "predicted_step_s", "measured_step_s",
+                                                "error")}))
+        return
     if args.render_only:
         out = json.loads((RESULTS / "executor_prediction.json").read_text())
         update_section("executor_prediction", render(out))

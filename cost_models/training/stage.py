@@ -114,6 +114,19 @@ def _layer_comm_fwd_shard(ctx: StepContext, views: GroupViews, layer: int,
     return tp, cp, ep
 
 
+def _ep_counts_s(ctx: StepContext, views: GroupViews, layer: int) -> float:
+    """The per-expert token counts every EP rank learns before an uneven dispatch: an
+    all-gather of E int64 counts per rank, latency-bound (Megatron-Core's all-to-all token
+    dispatcher exchanges them in ``preprocess`` before the permutation; the reference job's
+    ``ExpertDispatch`` all-gathers them), plus the blocking call's switch cost."""
+    m = ctx.model
+    if not m.is_moe_layer(layer) or ctx.cfg.degrees.ep <= 1:
+        return 0.0
+    k = ctx.cfg.seq_slices
+    return k * (comm.all_gather_s(views.ep, 8.0 * m.moe.num_experts * ctx.cfg.degrees.ep,
+                                  ctx.prof) + ctx.prof.collective_switch_s)
+
+
 def _forward_time(ctx: StepContext, layer: int) -> LayerTime:
     """Forward time of one layer for one micro-batch; with k SlimPipe slices the GEMMs,
     elementwise kernels and launches run per slice, the attention as a whole."""
@@ -177,7 +190,9 @@ def layer_cost(ctx: StepContext, views: GroupViews, layer: int,
     else:
         tp_fwd = tp_bwd = tp
     cp_fwd, cp_bwd = max(0.0, cp - t.attention_s), max(0.0, 2 * cp - BWD_ATTN * t.attention_s)
-    ep_total = 2 * ep  # forward dispatch + combine, and the same again in the backward
+    # forward dispatch + combine, the same again in the backward, and the forward's exchange
+    # of per-expert token counts that sizes the dispatch
+    ep_total = 2 * ep + _ep_counts_s(ctx, views, layer)
     if ctx.cfg.moe_a2a_overlap and ep > 0:  # never with full recompute (TrainingConfig)
         attn_f, attn_b = _attention_block_s(ctx, t)
         ep_total = a2a_exposed_s(ep / 2, attn_f, fwd - attn_f, attn_b, bwd - attn_b)

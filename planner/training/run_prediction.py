@@ -85,18 +85,24 @@ def estimate_record(record: dict[str, Any], profile: Profile | None) -> Estimate
                     tuple(plan.node_order) if getattr(plan, "node_order", None) else None)
 
 
-def prediction_of(est: Estimate, extra_dp_s: float = 0.0) -> RunPrediction:
+def prediction_of(est: Estimate, extra_dp_s: float = 0.0,
+                  extra_compute_s: float = 0.0) -> RunPrediction:
     """The figures of ``est`` that a run record can be compared with; ``extra_dp_s``: DP
     synchronisation the job does beyond the step model's (exposed, no overlap), added to the
-    DP all-reduce and the step."""
+    DP all-reduce and the step; ``extra_compute_s``: per step, compute the job does beyond
+    the step model's on its most loaded stage (one stage: added to it and to the step)."""
     t = est.time
     degrees = est.config.degrees
+    m = est.config.micro_batches(est.workload)
+    stages = tuple(StagePrediction(s.layers, s.compute_s, s.recompute_s, s.tp_comm_s,
+                                   s.ep_comm_s) for s in est.stages)
+    if extra_compute_s and len(stages) == 1:
+        stages = (replace(stages[0], compute_s=stages[0].compute_s + extra_compute_s / m),)
     return RunPrediction(
-        step_s=t.step_s + extra_dp_s, dp_comm_s=t.dp_comm_s + extra_dp_s,
+        step_s=t.step_s + extra_dp_s + extra_compute_s, dp_comm_s=t.dp_comm_s + extra_dp_s,
         dp_comm_total_s=est.dp_comm_total_s + extra_dp_s,
         optimizer_s=t.optimizer_s, tp=degrees.tp, pp=degrees.pp, dp=degrees.dp, ep=degrees.ep,
-        stages=tuple(StagePrediction(s.layers, s.compute_s, s.recompute_s, s.tp_comm_s,
-                                     s.ep_comm_s) for s in est.stages))
+        stages=stages)
 
 
 def expert_sync_extra_s(record: dict[str, Any], est: Estimate, profile: Profile | None) -> float:
@@ -142,7 +148,41 @@ def _stage_layers(record: dict[str, Any], stage: int) -> tuple[int, ...]:
     return tuple(record["plan"]["training"]["stages"][stage]["layers"])
 
 
+# The reference job's expert-parallel MoE forward (reference_job/ep.py ExpertDispatch), in
+# torch calls: routing and bookkeeping (router linear, top-k, softmax, bincount, token gather,
+# output buffers, gate gather and multiply, the final index_add: 12) and, per local slot that
+# receives tokens, 6 (index tensor, row gather, fc1, GELU, fc2, index_add). The step model
+# counts MOE_MODEL_KERNELS for a MoE layer's routing and grouped experts (cost_models/compute.py
+# layer_work: 8); backward launches twice as many (compute.backward_time_s).
+JOB_MOE_FIXED_CALLS = 12
+JOB_MOE_CALLS_PER_SLOT = 6
+MOE_MODEL_KERNELS = 8
+
+
+def expert_loop_extra_s(record: dict[str, Any], est: Estimate, profile: Profile | None) -> float:
+    """The job's expert-parallel MoE layers launch more kernels than the step model's grouped
+    experts (one GEMM pair per local slot, module constants): the extra launches of the most
+    loaded stage, forward and backward, over the step's micro-batches, at
+    ``kernel_overhead_s``."""
+    from planner.plan.document import plan_from_dict
+
+    shape = record["shape"]
+    d = est.config.degrees
+    if d.ep <= 1 or not shape.get("num_experts"):
+        return 0.0
+    plan = plan_from_dict(record["plan"])
+    prof = profile or plan.profile()
+    placement = record["plan"].get("experts") or {}
+    slots = placement.get("slots_per_gpu", shape["num_experts"] // d.ep)  # runtime.expert_maps
+    extra_calls = JOB_MOE_FIXED_CALLS + JOB_MOE_CALLS_PER_SLOT * slots - MOE_MODEL_KERNELS
+    moe = shape.get("moe_layers") or ()
+    worst = max(sum(1 for i in _stage_layers(record, s) if i < len(moe) and moe[i])
+                for s in range(len(est.stages)))
+    return 3 * extra_calls * worst * shape["micro_batches"] * prof.kernel_overhead_s
+
+
 def predict_run(record: dict[str, Any], profile: Profile | None) -> RunPrediction:
     """The prediction of the run ``record`` describes, with ``profile`` (else the plan's)."""
     est = estimate_record(record, profile)
-    return prediction_of(est, expert_sync_extra_s(record, est, profile))
+    return prediction_of(est, expert_sync_extra_s(record, est, profile),
+                         expert_loop_extra_s(record, est, profile))
