@@ -17,7 +17,7 @@ i=0
 for pair in $CORES; do
     i=$((i + 1))
     rm -rf "/tmp/rep$i" && mkdir -p "/tmp/rep$i"
-    git ls-files -z | tar --null -T - -cf - | tar -xf - -C "/tmp/rep$i"
+    tar --exclude=./.whl --exclude=./.git -cf - . | tar -xf - -C "/tmp/rep$i"
     (cd "/tmp/rep$i" && PYTHONPATH="/tmp/site:/tmp/rep$i" taskset -c "$pair" \
         timeout "${REP_TIMEOUT:-480}" python3 benchmarks/executor_prediction.py --repeats 1 \
         >"$OUT/executor-rep$i.log" 2>&1
