@@ -57,23 +57,26 @@ PLANS = {
 }
 STEPS = 10
 LIMITS = [
-    "What limits the accuracy (from `check-run` of these runs and single-process timings):",
+    "What limits the accuracy (from `check-run` of these runs, single-process timings and "
+    "2-process probes on this box, 2026-11-26):",
     "",
-    "* TP2 is the outlier, always under-predicted. Its block alone (one process, half the "
-    "heads and MLP columns) is predicted within 2% (3.93 ms against 4.00 ms), but inside the "
-    "job the same compute measures 20-30% longer: it is cut by 128 small all-reduces per step, "
-    "and gloo's threads wake on the same two cores. The all-reduces themselves (128 KiB each) "
-    "cost their calibrated mean only on average: their mean moves by 15-20% between "
-    "calibrations, as stalls of a few ms come and go.",
-    "* Collectives are calibrated as means after a compute burst (a 2-core host's gloo "
-    "collectives stall for a scheduler slice now and then: a 128 KiB all-reduce has a median "
-    "of 0.3-0.4 ms and a mean of 1-1.5 ms); with medians, TP2 was predicted at half its time "
-    "and ranked wrongly.",
+    "* This VM's speed drifts between minutes: the same plan measured 0.60 and 0.85 s (TP2, "
+    "micro-batch 1) and 0.53-0.65 s (EP2) in repetitions minutes apart, and repetition 2's "
+    "calibration came out 10-30% faster than its runs. A plan within 15% in one repetition "
+    "misses in the next; the idle 16-core host of the GPU session (two pinned cores, "
+    "`docs/benchmarks.md`, GPU session) put all five DP/PP/TP plans of the time within 15%.",
+    "* EP2 is under-predicted by 30-37% in every repetition. Its DP row measures 100-200 ms "
+    "against 37 ms predicted: the job all-reduces, per MoE layer, a freshly allocated 8.4 MB "
+    "buffer of every expert's gradient, and gloo takes 17.8 ms on a fresh buffer against 12.0 "
+    "ms on a reused one (the calibration reuses its buffers); its all-to-alls (uneven, in "
+    "autograd) measure about twice their calibrated time; the quota solve (22 ms a step) is "
+    "not modelled.",
+    "* Pipeline plans: a stage computing alone runs a block's forward + backward 2-15% faster "
+    "than with both processes busy, which is what calibrate measures; the deep 8-layer plan "
+    "swung between +20% and -29%.",
     "* Element-wise kernels (GELU, LayerNorm) are compute-bound on a CPU: the layer fit gives "
-    "them about half the streaming bandwidth (`hbm_efficiency` ~0.5), which the optimizer step "
-    "(a pure stream) then also gets, so it is predicted 2-3x too slow (2-4 ms of a 140-350 ms "
-    "step).",
-    "* This VM's speed drifts by up to 25% between runs minutes apart; hence the repetitions.",
+    "them 0.2-0.4 of the streaming bandwidth (`hbm_efficiency`), which the optimizer step (a "
+    "pure stream) then also gets: predicted 2-4x too slow (a few ms of a 0.25-0.85 s step).",
 ]
 
 

@@ -129,22 +129,16 @@ def test_a_sigkilled_worker_ends_the_job_and_leaves_nothing(plan_path, tmp_path)
     assert _gone(procs, 1.0) == []
 
 
-def test_sigterm_to_planner_ends_every_process(plan_path, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_to_planner_ends_every_process(plan_path, tmp_path, sig):
+    """What timeout, Slurm and CI cancellation send (SIGTERM), and a closed terminal
+    (SIGHUP)."""
     proc = _launch(plan_path, tmp_path, "sleep")
     procs = _job(proc, tmp_path)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     code, err = _finish(proc)
-    assert code == 128 + signal.SIGTERM
-    assert "interrupted by SIGTERM: ended" in err
-    assert _gone(procs, 1.0) == []
-
-
-def test_sighup_to_planner_ends_every_process(plan_path, tmp_path):
-    proc = _launch(plan_path, tmp_path, "sleep")
-    procs = _job(proc, tmp_path)
-    proc.send_signal(signal.SIGHUP)
-    code, err = _finish(proc)
-    assert code == 128 + signal.SIGHUP and "interrupted by SIGHUP" in err
+    assert code == 128 + sig
+    assert f"interrupted by {signal.Signals(sig).name}: ended" in err
     assert _gone(procs, 1.0) == []
 
 

@@ -3,22 +3,14 @@
 # repetitions at once, each in its own copy of the repository on its own pair of cores
 # (taskset), each calibrating its pair first. Results: $OUT/executor_prediction-repN.json and
 # their calibrations. Run from the repository root: bash benchmarks/device/executor_reps.sh
-set -uo pipefail
-OUT=${OUT:-/tmp/device-out}
-mkdir -p "$OUT"
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site
-fi
-export PYTHONUNBUFFERED=1
+. benchmarks/device/env.sh
 CORES=${CORES:-"0,1 6,7 12,13"}
 i=0
 for pair in $CORES; do
     i=$((i + 1))
     rm -rf "/tmp/rep$i" && mkdir -p "/tmp/rep$i"
     tar --exclude=./.whl --exclude=./.git -cf - . | tar -xf - -C "/tmp/rep$i"
-    (cd "/tmp/rep$i" && PYTHONPATH="/tmp/site:/tmp/rep$i" taskset -c "$pair" \
+    (cd "/tmp/rep$i" && PYTHONPATH="${PYTHONPATH%%:*}:/tmp/rep$i" taskset -c "$pair" \
         timeout "${REP_TIMEOUT:-480}" python3 benchmarks/executor_prediction.py --repeats 1 \
         >"$OUT/executor-rep$i.log" 2>&1
      cp benchmarks/results/executor_prediction.json "$OUT/executor_prediction-rep$i.json"

@@ -6,19 +6,8 @@
 # 2. whether two NCCL ranks can share one GPU (they cannot: the multi-rank NCCL jobs need a
 #    GPU per rank);
 # 3. the executor-prediction benchmark (gloo on CPU) pinned to two idle cores, once.
-# Wheels for planner's dependencies that the machine lacks travel in .whl/ (see
-# benchmarks/device/README.md).
-set -uo pipefail
-OUT=${OUT:-/tmp/device-out}
-mkdir -p "$OUT"
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$PWD
-else
-    export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1
+# Wheels for planner's dependencies that the machine lacks travel in .whl/ (env.sh).
+. benchmarks/device/env.sh
 {
     date -u
     nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit,driver_version --format=csv
