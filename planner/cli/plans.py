@@ -179,7 +179,8 @@ def launch(
     dry_run: Annotated[bool, typer.Option(help="Print the command(s), run nothing.")] = False,
 ) -> None:
     """Run a plan on this machine under torchrun (one node), streaming the logs; on a worker
-    failure or Ctrl-C every process of the job is ended. For a plan of several nodes, print
+    failure, Ctrl-C, SIGTERM or SIGHUP every process of the job is ended (SIGTERM, then
+    SIGKILL after 5 s) and the message says which. For a plan of several nodes, print
     the per-node torchrun commands to run on each host. For an AFD serving plan, run its
     attention and FFN GPUs here as one world (the AFD decode job by default; the prefill
     pool is not run)."""
