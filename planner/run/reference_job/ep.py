@@ -127,19 +127,32 @@ class _AllToAll(torch.autograd.Function):
 
 def sync_expert_grads(model: nn.Module, num_experts: int, group) -> None:
     """Every replica gets its logical expert's total gradient (sum over all replicas) of the
-    ``model`` (a :class:`~planner.run.reference_job.model.Stage`)."""
+    ``model`` (a :class:`~planner.run.reference_job.model.Stage`). Each MoE layer keeps one
+    persistent buffer of every logical expert's gradient (zeroed in place each step, as
+    frameworks keep their gradient buffers), all-reduced over the DP ``group``; the replicas'
+    gradients are written back in place."""
     for block in model.blocks:
         if block.moe is None:
             continue
         params = [list(ex.parameters()) for ex in block.moe.experts]
         width = sum(p.numel() for p in params[0])
-        total = torch.zeros(num_experts, width)
+        total = getattr(block.moe, "grad_sum", None)
+        if total is None:
+            total = block.moe.grad_sum = torch.zeros(num_experts, width)
+        total.zero_()
         for e, ps in zip(block.moe.slots, params):
-            total[e] += torch.cat([torch.zeros(p.numel()) if p.grad is None else p.grad.reshape(-1)
-                                   for p in ps])
+            start = 0
+            for p in ps:
+                if p.grad is not None:
+                    total[e, start:start + p.numel()] += p.grad.reshape(-1)
+                start += p.numel()
         dist.all_reduce(total, group=group)
         for e, ps in zip(block.moe.slots, params):
             flat, start = total[e], 0
             for p in ps:  # a replica that served no token still gets its expert's gradient
-                p.grad = flat[start:start + p.numel()].view_as(p).clone()
+                part = flat[start:start + p.numel()].view_as(p)
+                if p.grad is None:
+                    p.grad = part.clone()
+                else:
+                    p.grad.copy_(part)
                 start += p.numel()
