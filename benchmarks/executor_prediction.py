@@ -60,23 +60,27 @@ LIMITS = [
     "What limits the accuracy (from `check-run` of these runs, single-process timings and "
     "2-process probes on this box, 2026-11-26):",
     "",
-    "* This VM's speed drifts between minutes: the same plan measured 0.60 and 0.85 s (TP2, "
-    "micro-batch 1) and 0.53-0.65 s (EP2) in repetitions minutes apart, and repetition 2's "
-    "calibration came out 10-30% faster than its runs. A plan within 15% in one repetition "
-    "misses in the next; the idle 16-core host of the GPU session (two pinned cores, "
-    "`docs/benchmarks.md`, GPU session) put all five DP/PP/TP plans of the time within 15%.",
-    "* EP2 is under-predicted by 30-37% in every repetition. Its DP row measures 100-200 ms "
-    "against 37 ms predicted: the job all-reduces, per MoE layer, a freshly allocated 8.4 MB "
-    "buffer of every expert's gradient, and gloo takes 17.8 ms on a fresh buffer against 12.0 "
-    "ms on a reused one (the calibration reuses its buffers); its all-to-alls (uneven, in "
-    "autograd) measure about twice their calibrated time; the quota solve (22 ms a step) is "
+    "* This VM's speed drifts between minutes, and the calibration with it: the same plan "
+    "measured 0.55, 0.65 and 0.93 s (TP2, micro-batch 1) and 0.49-0.59 s (EP2) in repetitions "
+    "minutes apart, while the same plan's prediction moved by up to 20% between calibrations. "
+    "A plan within 15% in one repetition misses in the next. The idle 16-core host of the GPU "
+    "session (two pinned cores; `docs/benchmarks.md`, GPU session) put all five DP/PP/TP "
+    "plans of the time within 15%.",
+    "* TP2 at micro-batch 1 swings most: it makes 128 all-reduces of 128 KiB a step, each on a "
+    "freshly cloned buffer, and 128 KiB is glibc's default threshold for serving an "
+    "allocation by mmap (fresh pages, faults on first touch) instead of the heap; gloo "
+    "all-reduces a fresh 8 MiB buffer in 19.6 ms against 11.9 ms for a reused one here, and "
+    "calibrate reuses its buffers.",
+    "* EP2 was under-predicted by 30-37% in every repetition while the job summed its expert "
+    "gradients in a buffer allocated afresh each step; with a persistent buffer (as frameworks "
+    "keep theirs) it is -9%, -35% and -18%. Its all-to-alls (uneven, inside autograd) still "
+    "measure about twice their calibrated time, and the quota solve (about 22 ms a step) is "
     "not modelled.",
     "* Pipeline plans: a stage computing alone runs a block's forward + backward 2-15% faster "
-    "than with both processes busy, which is what calibrate measures; the deep 8-layer plan "
-    "swung between +20% and -29%.",
+    "than with both processes busy, which is what calibrate measures.",
     "* Element-wise kernels (GELU, LayerNorm) are compute-bound on a CPU: the layer fit gives "
     "them 0.2-0.4 of the streaming bandwidth (`hbm_efficiency`), which the optimizer step (a "
-    "pure stream) then also gets: predicted 2-4x too slow (a few ms of a 0.25-0.85 s step).",
+    "pure stream) then also gets: predicted 2-4x too slow (a few ms of a 0.25-0.9 s step).",
 ]
 
 
