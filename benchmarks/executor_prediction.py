@@ -67,10 +67,10 @@ LIMITS = [
     "session (two pinned cores; `docs/benchmarks.md`, GPU session) put all five DP/PP/TP "
     "plans of the time within 15%.",
     "* TP2 at micro-batch 1 swings most: it makes 128 all-reduces of 128 KiB a step, each on a "
-    "freshly cloned buffer, and 128 KiB is glibc's default threshold for serving an "
-    "allocation by mmap (fresh pages, faults on first touch) instead of the heap; gloo "
-    "all-reduces a fresh 8 MiB buffer in 19.6 ms against 11.9 ms for a reused one here, and "
-    "calibrate reuses its buffers.",
+    "freshly cloned buffer. A likely cause, not verified: 128 KiB is glibc's default threshold "
+    "for serving an allocation by mmap (fresh pages) instead of the heap, and fresh buffers "
+    "cost gloo more (a fresh 8 MiB buffer all-reduces in 19.6 ms against 11.9 ms for a reused "
+    "one here; calibrate reuses its buffers).",
     "* EP2 was under-predicted by 30-37% in every repetition while the job summed its expert "
     "gradients in a buffer allocated afresh each step; with a persistent buffer (as frameworks "
     "keep theirs) it is -9%, -35% and -18%. Its all-to-alls (uneven, inside autograd) still "
