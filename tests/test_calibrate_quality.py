@@ -104,3 +104,22 @@ def test_check_run_names_each_condition_that_differs():
     assert "2 thread(s) each, the calibration's 1" in text
     assert "kept 1.50 of 4 cores busy during the run" in text
     assert len(warned) == 5
+
+
+def test_refit_fits_the_same_measurement_to_the_same_profile(tmp_path):
+    pytest.importorskip("torch")
+    first = tmp_path / "first.json"
+    assert RUNNER.invoke(app, ["calibrate", "--quick", "--nproc", "2", "--out",
+                               str(first)]).exit_code == 0
+    again = tmp_path / "again.json"
+    result = RUNNER.invoke(app, ["calibrate", "--refit", str(first), "--out", str(again)])
+    assert result.exit_code == 0, result.output
+    a, b = json.loads(first.read_text()), json.loads(again.read_text())
+    assert a["profile"] == b["profile"] and a["raw"] == b["raw"]
+    assert "(2 x gloo" in result.output
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "planner.calibration/v1"}')
+    result = RUNNER.invoke(app, ["calibrate", "--refit", str(bad), "--out",
+                                 str(tmp_path / "x.json")])
+    assert result.exit_code == 2 and "raw" in result.output
+    assert not (tmp_path / "x.json").exists()

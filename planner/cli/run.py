@@ -86,7 +86,7 @@ def calibrate_command(
     write_calibration(doc, out, cluster_path)
     prof, dev = doc["profile"], doc["cluster"]["node_groups"][0]
     table = Table(title=f"Calibration of {doc['machine']['device']} "
-                        f"({opts.nproc} x {backend.value}, {doc['machine']['threads']} thread(s) each)")
+                        f"({opts.nproc} x {opts.backend}, {doc['machine']['threads']} thread(s) each)")
     table.add_column("parameter")
     table.add_column("value", justify="right")
     peak = next(iter(dev["gpu"]["peak_tflops"].items()))
@@ -120,7 +120,7 @@ def calibrate_command(
                   + f"; measured with {cond.get('processes')} process(es) on "
                     f"{cond.get('cores')} core(s)"
                   + (f", other processes busy on {cond['other_load_cores']:.2f} cores"
-                     if cond.get("other_load_cores") is not None else ""), soft_wrap=True)
+                     if cond.get("other_load_cores") is not None else ""))
     for warning in warnings:
         if warning != crowded:  # said before measuring
             typer.echo(f"warning: {warning}", err=True)
