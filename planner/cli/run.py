@@ -57,7 +57,7 @@ def calibrate_command(
     from cost_models.serving.calibration import fit_serving
     from planner.run.calibrate import (CalibrateOptions, available_cores, calibration_document,
                                        calibration_warnings, default_nproc, element_bytes,
-                                       link_tier, measure, oversubscribed, residual_summary,
+                                       link_tier, measure, oversubscribed,
                                        threads_per_process, write_calibration)
 
     cluster_path = cluster_out or out.with_name(out.stem + ".cluster.yaml")
@@ -84,9 +84,24 @@ def calibrate_command(
     if strict and warnings:
         fail("--strict: " + "; ".join(warnings) + f"; {out} not written", 3)
     write_calibration(doc, out, cluster_path)
+    console = Console()
+    for part in _calibration_tables(doc, opts.nproc, opts.backend):
+        console.print(part)
+    console.print(_quality_line(doc))
+    for warning in warnings:
+        if warning != crowded:  # said before measuring
+            typer.echo(f"warning: {warning}", err=True)
+    console.print(f"wrote {out} and {cluster_path}")
+
+
+def _calibration_tables(doc: dict, nproc: int, backend: str) -> tuple[Table, Table]:
+    """The calibrate report's two tables: the fitted parameters, then the residuals per
+    benchmark."""
+    from planner.run.calibrate import residual_summary
+
     prof, dev = doc["profile"], doc["cluster"]["node_groups"][0]
     table = Table(title=f"Calibration of {doc['machine']['device']} "
-                        f"({opts.nproc} x {opts.backend}, {doc['machine']['threads']} thread(s) each)")
+                        f"({nproc} x {backend}, {doc['machine']['threads']} thread(s) each)")
     table.add_column("parameter")
     table.add_column("value", justify="right")
     peak = next(iter(dev["gpu"]["peak_tflops"].items()))
@@ -107,24 +122,21 @@ def calibrate_command(
         fits.add_column(col, justify="left" if col == "benchmark" else "right")
     for kind, n, med, worst in residual_summary(doc):
         fits.add_row(kind, str(n), f"{med:.1%}", f"{worst:.1%}")
-    console = Console()
-    console.print(table)
-    console.print(fits)
-    quality = doc["quality"]
-    cond = doc["conditions"]
-    console.print(f"fit quality: median |residual| {quality['median_abs_residual']:.1%} over "
-                  f"{quality['compute_cases']} compute cases"
-                  + (f", {quality['collectives_median_abs_residual']:.1%} over "
-                     f"{quality['collective_cases']} collective cases"
-                     if quality["collectives_median_abs_residual"] is not None else "")
-                  + f"; measured with {cond.get('processes')} process(es) on "
-                    f"{cond.get('cores')} core(s)"
-                  + (f", other processes busy on {cond['other_load_cores']:.2f} cores"
-                     if cond.get("other_load_cores") is not None else ""))
-    for warning in warnings:
-        if warning != crowded:  # said before measuring
-            typer.echo(f"warning: {warning}", err=True)
-    console.print(f"wrote {out} and {cluster_path}")
+    return table, fits
+
+
+def _quality_line(doc: dict) -> str:
+    """'fit quality: median |residual| 5.0% over 27 compute cases, ...; measured with ...'."""
+    quality, cond = doc["quality"], doc["conditions"]
+    comm = quality["collectives_median_abs_residual"]
+    text = (f"fit quality: median |residual| {quality['median_abs_residual']:.1%} over "
+            f"{quality['compute_cases']} compute cases")
+    if comm is not None:
+        text += f", {comm:.1%} over {quality['collective_cases']} collective cases"
+    text += f"; measured with {cond.get('processes')} process(es) on {cond.get('cores')} core(s)"
+    if cond.get("other_load_cores") is not None:
+        text += f", other processes busy on {cond['other_load_cores']:.2f} cores"
+    return text
 
 
 def _raw_of(path: Path) -> dict:
@@ -137,7 +149,7 @@ def _raw_of(path: Path) -> dict:
         raise SpecError(str(path), "", f"a calibration JSON written by planner calibrate "
                         f"({err.__class__.__name__})") from None
     raw = doc.get("raw") if isinstance(doc, dict) else None
-    if doc.get("schema") != "planner.calibration/v1" or not isinstance(raw, dict) or \
+    if not isinstance(raw, dict) or doc.get("schema") != "planner.calibration/v1" or \
             "compute" not in raw:
         raise SpecError(str(path), "raw", "the raw timings of a 'planner.calibration/v1' "
                         "document (planner calibrate --out)")
