@@ -17,6 +17,9 @@ from pathlib import Path
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 _DICT_FIELDS = ("link_efficiency", "collective_latency_factor", "collective_bw_factor",
                 "collective_tables")
+# Fields only a measured machine sets (planner calibrate); left out of plain data while unset,
+# so plans and profiles written before they existed keep their form and hash.
+MEASURED_ONLY_FIELDS = ("collective_switch_s", "collective_tables")
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,7 @@ def profile_to_dict(profile: Profile) -> dict:
     """Every field; the per-collective factors and the switch cost only when calibrated (older
     plans hash alike)."""
     out = asdict(profile)
-    for name in (*_DICT_FIELDS[1:], "collective_switch_s"):  # collective_tables included
+    for name in dict.fromkeys((*_DICT_FIELDS[1:], *MEASURED_ONLY_FIELDS)):
         if not out[name]:
             del out[name]
     return out

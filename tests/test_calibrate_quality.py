@@ -100,7 +100,7 @@ def test_check_run_names_each_condition_that_differs():
                                       "processes": 4, "other_load_cores": 1.5})
     text = " | ".join(warned)
     assert "torch version 2.12.0" in text and "4 cores, the calibration 2" in text
-    assert "4 processes x 2 thread(s) on 4 cores" in text
+    assert "the run had 4 processes x 2 thread(s) on 4 core(s)" in text
     assert "2 thread(s) each, the calibration's 1" in text
     assert "kept 1.50 of 4 cores busy during the run" in text
     assert len(warned) == 5

@@ -58,7 +58,7 @@ import numpy as np
 from cost_models.groups import groups_of
 from cost_models.model_spec import MLASpec, MoESpec, ModelSpec
 from cost_models.parallel import KINDS, Degrees
-from cost_models.profile import Profile
+from cost_models.profile import MEASURED_ONLY_FIELDS, Profile
 from cost_models.training.config import TrainingConfig, Workload
 from topologies.catalog import GB
 from topologies.cluster import Cluster
@@ -298,10 +298,9 @@ def profile_plain(prof: Profile) -> dict[str, Any]:
     ``collective_tables``) only when set, so plans written before they existed keep their
     inputs hash."""
     out = asdict(prof)
-    if not out["collective_switch_s"]:
-        del out["collective_switch_s"]
-    if not out["collective_tables"]:
-        del out["collective_tables"]
+    for name in MEASURED_ONLY_FIELDS:
+        if not out[name]:
+            del out[name]
     return out
 
 

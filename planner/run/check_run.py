@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import SpecError
+from planner.run.calibrate import LOAD_WARN, oversubscribed
 
 __all__ = ["Row", "check_record", "compare", "condition_warnings", "load_record"]
-
-OTHER_LOAD_WARN = 0.25  # share of the cores other processes may keep busy (as calibrate)
 
 
 @dataclass(frozen=True)
@@ -141,17 +140,17 @@ def condition_warnings(calibrated: dict, run: dict) -> list[str]:
     if cal_cores and run_cores and cal_cores != run_cores:
         out.append(f"the run had {run_cores} cores, the calibration {cal_cores}")
     procs, threads = run.get("processes"), run.get("threads")
-    if run.get("backend", "gloo") == "gloo" and run_cores and procs and threads \
-            and procs * threads > run_cores:
-        out.append(f"the run had {procs} processes x {threads} thread(s) on {run_cores} "
-                   "cores: they time-shared the cores, which the prediction does not model")
+    crowded = run_cores and procs and threads and oversubscribed(
+        run.get("backend", "gloo"), procs, threads, run_cores)
+    if crowded:
+        out.append(f"the run had {crowded}; the prediction does not model that")
     cal_threads = calibrated.get("threads")
     if cal_threads and threads and cal_threads != threads:
         out.append(f"the run's processes had {threads} thread(s) each, the calibration's "
                    f"{cal_threads}")
     for who, cond in (("the run", run), ("the calibration", calibrated)):
         other, cores = cond.get("other_load_cores"), cond.get("cores")
-        if other is not None and cores and other > OTHER_LOAD_WARN * cores:
+        if other is not None and cores and other > LOAD_WARN * cores:
             out.append(f"other processes kept {other:.2f} of {cores} cores busy during "
                        f"{who}")
     return out

@@ -33,7 +33,7 @@ from pathlib import Path
 from planner.files import write_atomic
 from planner.plan.document import Plan, plan_to_dict
 from planner.run.proctree import (GRACE_S, Ending, become_subreaper, descendants, disown,
-                                  end_tree, new_below, own, proc_of)
+                                  end_tree, new_below, own)
 from planner.run.runtime import afd_world, degrees_of
 
 MAX_LOCAL_PROCESSES = 16  # an AFD plan's decode world on one machine: refused beyond this
@@ -105,37 +105,34 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 @contextlib.contextmanager
-def stop_on_signals():
-    """Inside: SIGTERM and SIGHUP raise :class:`Stop` (as Ctrl-C raises KeyboardInterrupt), so
-    what ``timeout``, Slurm, CI cancellation or a closed terminal send ends the job cleanly.
-    Only in the main thread (elsewhere Python cannot set handlers)."""
+def _handling(signals: tuple[int, ...], handler):
+    """Inside: ``handler`` for ``signals``, the previous handlers back on exit. Only in the
+    main thread (elsewhere Python cannot set handlers)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def raise_stop(signum, _frame):
-        raise Stop(signum)
-    old = {sig: signal.signal(sig, raise_stop) for sig in STOP_SIGNALS}
+    old = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
 
 
-@contextlib.contextmanager
+def _raise_stop(signum, _frame):
+    raise Stop(signum)
+
+
+def stop_on_signals():
+    """Inside: SIGTERM and SIGHUP raise :class:`Stop` (as Ctrl-C raises KeyboardInterrupt), so
+    what ``timeout``, Slurm, CI cancellation or a closed terminal send ends the job cleanly."""
+    return _handling(STOP_SIGNALS, _raise_stop)
+
+
 def signals_deferred():
     """Inside: SIGINT, SIGTERM and SIGHUP are ignored, so teardown runs to its end (a second
     Ctrl-C must not leave orphans); the caller is already stopping."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, *STOP_SIGNALS)}
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+    return _handling((signal.SIGINT, *STOP_SIGNALS), lambda *_: None)
 
 
 def start_job(cmd: list[str], **popen_kw) -> tuple[subprocess.Popen, set]:
@@ -153,8 +150,7 @@ def end_job(proc: subprocess.Popen, before: set, grace_s: float = GRACE_S) -> En
     (SIGTERM, SIGKILL after ``grace_s``: :func:`planner.run.proctree.end_tree`), signals
     deferred meanwhile; ``proc`` is waited for."""
     with signals_deferred():
-        leader = proc_of(proc.pid)
-        ending = end_tree(new_below(before), [leader] if leader else [], grace_s)
+        ending = end_tree(new_below(before), grace_s)  # proc is one of them: our child
         if proc.poll() is None:
             proc.wait()
         disown(proc.pid)

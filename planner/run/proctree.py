@@ -88,18 +88,22 @@ def alive(p: Proc) -> bool:
     return st is not None and st[1] == p.start_ticks and st[2] not in ("Z", "X")
 
 
+def _processes() -> dict[int, tuple[int, int, str]]:
+    """Every process now: PID -> ``(ppid, start ticks, state)`` (one scan of ``/proc``)."""
+    try:
+        pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return {}
+    return {pid: st for pid in pids if (st := _stat(pid)) is not None}
+
+
 def descendants(root: int) -> list[Proc]:
     """Every live process below ``root`` (children, their children, ...), by scanning
     ``/proc``; parents before children."""
     children: dict[int, list[tuple[int, int]]] = {}
-    try:
-        pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
-    except OSError:
-        return []
-    for pid in pids:
-        st = _stat(pid)
-        if st is not None and st[2] not in ("Z", "X"):
-            children.setdefault(st[0], []).append((pid, st[1]))
+    for pid, (ppid, start, state) in _processes().items():
+        if state not in ("Z", "X"):
+            children.setdefault(ppid, []).append((pid, start))
     out, queue = [], [root]
     while queue:
         for pid, start in sorted(children.get(queue.pop(0), [])):
@@ -119,14 +123,9 @@ def _signal(p: Proc, sig: int) -> None:
 def _reap() -> None:
     """Collect our exited children (workers re-parented to us leave zombies otherwise), except
     those a :class:`subprocess.Popen` still owns: only PIDs in zombie state are waited for."""
-    try:
-        pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
-    except OSError:
-        return
     me = os.getpid()
-    for pid in pids:
-        st = _stat(pid)
-        if st is not None and st[0] == me and st[2] == "Z" and pid not in _OWNED:
+    for pid, (ppid, _start, state) in _processes().items():
+        if ppid == me and state == "Z" and pid not in _OWNED:
             try:
                 os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
@@ -165,13 +164,10 @@ def new_below(before: set[Proc], root: int | None = None):
     return lambda: [p for p in descendants(root) if p not in before]
 
 
-def end_tree(scope, known: list[Proc] = (), grace_s: float = GRACE_S) -> Ending:
-    """End ``known`` and every process of ``scope()`` (re-evaluated each round, e.g.
-    :func:`new_below`): SIGCONT and SIGTERM, ``grace_s`` to exit, then SIGKILL. See the module
-    docstring."""
-    procs = {p.pid: p for p in known if alive(p)}
-    for p in scope():
-        procs.setdefault(p.pid, p)
+def end_tree(scope, grace_s: float = GRACE_S) -> Ending:
+    """End every process of ``scope()`` (re-evaluated each round, e.g. :func:`new_below`):
+    SIGCONT and SIGTERM, ``grace_s`` to exit, then SIGKILL. See the module docstring."""
+    procs = {p.pid: p for p in scope()}
     for p in list(procs.values()):
         _signal(p, signal.SIGCONT)
         _signal(p, signal.SIGTERM)

@@ -65,11 +65,12 @@ def job_model(shape: dict[str, Any]) -> ModelSpec:
                      moe_layers=tuple(shape.get("moe_layers") or ()) if moe else ())
 
 
-def estimate_record(record: dict[str, Any], profile: Profile | None) -> Estimate:
-    """The cost model's estimate of the job the record describes (see module docstring)."""
+def estimate_record(record: dict[str, Any], profile: Profile | None, plan=None) -> Estimate:
+    """The cost model's estimate of the job the record describes (see module docstring);
+    ``plan``: the record's plan when already read."""
     from planner.plan.document import plan_from_dict
 
-    plan = plan_from_dict(record["plan"])
+    plan = plan or plan_from_dict(record["plan"])
     shape, impl = record["shape"], record.get("implementation", {})
     model = job_model(shape)
     planned = plan.workload()
@@ -105,18 +106,17 @@ def prediction_of(est: Estimate, extra_dp_s: float = 0.0,
         stages=stages)
 
 
-def expert_sync_extra_s(record: dict[str, Any], est: Estimate, profile: Profile | None) -> float:
+def expert_sync_extra_s(record: dict[str, Any], est: Estimate, plan, prof: Profile) -> float:
     """What the job's expert-gradient sync costs beyond the step model's, on the slowest
     stage. The job (``implementation.expert_grad_sync == "all-experts-over-dp"``,
     ``reference_job/ep.py``) all-reduces, per MoE layer, one fp32 buffer of every logical
     expert's gradient over the whole DP group; the step model all-reduces each rank's own
     experts over the expert-DP group (Megatron's way). Both priced by
-    :func:`cost_models.communication.all_reduce_s` on the plan's groups."""
+    :func:`cost_models.communication.all_reduce_s` on the plan's groups with ``prof``."""
     from cost_models import communication as comm
     from cost_models.groups import stage_views
     from cost_models.model_spec import mlp_params
     from cost_models.training.layers import stage_params
-    from planner.plan.document import plan_from_dict
 
     shape = record["shape"]
     impl = record.get("implementation", {})
@@ -124,8 +124,6 @@ def expert_sync_extra_s(record: dict[str, Any], est: Estimate, profile: Profile 
     if impl.get("expert_grad_sync") != "all-experts-over-dp" or d.ep <= 1 or d.dp <= 1 \
             or not shape.get("num_experts"):
         return 0.0
-    plan = plan_from_dict(record["plan"])
-    prof = profile or plan.profile()
     model = job_model(shape)
     per_expert = mlp_params(model.hidden_size, model.moe.expert_ffn_hidden, model.glu,
                             model.moe.expert_bias)
@@ -159,19 +157,15 @@ JOB_MOE_CALLS_PER_SLOT = 6
 MOE_MODEL_KERNELS = 8
 
 
-def expert_loop_extra_s(record: dict[str, Any], est: Estimate, profile: Profile | None) -> float:
+def expert_loop_extra_s(record: dict[str, Any], est: Estimate, prof: Profile) -> float:
     """The job's expert-parallel MoE layers launch more kernels than the step model's grouped
     experts (one GEMM pair per local slot, module constants): the extra launches of the most
-    loaded stage, forward and backward, over the step's micro-batches, at
+    loaded stage, forward and backward, over the step's micro-batches, at ``prof``'s
     ``kernel_overhead_s``."""
-    from planner.plan.document import plan_from_dict
-
     shape = record["shape"]
     d = est.config.degrees
     if d.ep <= 1 or not shape.get("num_experts"):
         return 0.0
-    plan = plan_from_dict(record["plan"])
-    prof = profile or plan.profile()
     placement = record["plan"].get("experts") or {}
     slots = placement.get("slots_per_gpu", shape["num_experts"] // d.ep)  # runtime.expert_maps
     extra_calls = JOB_MOE_FIXED_CALLS + JOB_MOE_CALLS_PER_SLOT * slots - MOE_MODEL_KERNELS
@@ -183,6 +177,10 @@ def expert_loop_extra_s(record: dict[str, Any], est: Estimate, profile: Profile 
 
 def predict_run(record: dict[str, Any], profile: Profile | None) -> RunPrediction:
     """The prediction of the run ``record`` describes, with ``profile`` (else the plan's)."""
-    est = estimate_record(record, profile)
-    return prediction_of(est, expert_sync_extra_s(record, est, profile),
-                         expert_loop_extra_s(record, est, profile))
+    from planner.plan.document import plan_from_dict
+
+    plan = plan_from_dict(record["plan"])
+    prof = profile or plan.profile()
+    est = estimate_record(record, prof, plan)
+    return prediction_of(est, expert_sync_extra_s(record, est, plan, prof),
+                         expert_loop_extra_s(record, est, prof))
