@@ -239,6 +239,17 @@ def fit_collective_switch(cases: Sequence[dict], link: LinkFit, tier: str = "hos
     return max(0.0, extra[len(extra) // 2]) if extra else 0.0
 
 
+def fit_resume(cases: Sequence[dict]) -> tuple[float, float]:
+    """(``Profile.resume_s``, ``Profile.p2p_latency_s``) from the ping-pong cases
+    (``planner.run.calibrate_job.resume_cases``): the median over pairs of what the forward
+    after a blocking receive took beyond the same forward back to back (at least 0), and of
+    the one-way latency of a message whose receiver waits. (0, 0) without cases."""
+    if not cases:
+        return 0.0, 0.0
+    extra = statistics.median(c["after_wait_s"] - c["hot_s"] for c in cases)
+    return max(0.0, extra), statistics.median(c["one_way_s"] for c in cases)
+
+
 def predict_collective(case: dict, link: LinkFit, tier: str = "host",
                        tables: dict | None = None) -> float:
     """The collective of ``case`` priced by the fitted link (alpha-beta with the op's
@@ -330,7 +341,9 @@ def fit_all(raw: dict, tier: str = "host", elem_bytes: int = 4) -> CalibrationFi
     link = fit_link_per_op(comm_cases, tier)
     interleave = raw.get("interleave", [])
     tables = collective_tables(comm_cases, tier)
+    resume_s, p2p_latency_s = fit_resume(raw.get("resume", []))
     prof = Profile(**{**prof.__dict__, "kernel_overhead_s": overhead, "hbm_efficiency": hbm_eff,
+                      "resume_s": resume_s, "p2p_latency_s": p2p_latency_s,
                       "collective_latency_factor": link.latency_factor,
                       "collective_bw_factor": link.bw_factor,
                       "collective_switch_s": fit_collective_switch(interleave, link, tier,

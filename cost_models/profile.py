@@ -19,7 +19,7 @@ _DICT_FIELDS = ("link_efficiency", "collective_latency_factor", "collective_bw_f
                 "collective_tables")
 # Fields only a measured machine sets (planner calibrate); left out of plain data while unset,
 # so plans and profiles written before they existed keep their form and hash.
-MEASURED_ONLY_FIELDS = ("collective_switch_s", "collective_tables")
+MEASURED_ONLY_FIELDS = ("collective_switch_s", "collective_tables", "resume_s", "p2p_latency_s")
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,16 @@ class Profile:
     # ``[[bytes, seconds], ...]`` (planner calibrate's means after a compute burst), used for
     # groups inside one domain of that tier (cost_models/communication.py ``measured_s``).
     collective_tables: dict[str, list] = field(default_factory=dict)
+    # What compute a process runs right after blocking in a receive takes beyond the same
+    # compute run back to back: the blocked core went idle, and resumes on cold caches (on a
+    # VM, a vCPU the host descheduled). Measured by ``planner calibrate`` (a ping-pong whose
+    # waiting rank then computes; planner/run/calibrate_job.py ``resume_cases``); 0 where not
+    # measured. Used where a process waits for messages between compute (the AFD job).
+    resume_s: float = 0.0
+    # One-way latency of a small point-to-point message whose receiver already waits in its
+    # receive: half a ping-pong's round trip (the same benchmark); 0 where not measured (the
+    # ``send_recv`` alpha-beta, timed after a barrier and a compute burst, prices it then).
+    p2p_latency_s: float = 0.0
     reserved_bytes: float = 2.5 * 2**30  # CUDA context, NCCL and cuBLAS workspaces
     fragmentation_fraction: float = 0.05  # allocator fragmentation, fraction of the rest
 

@@ -160,6 +160,9 @@ def test_shared_cores_is_the_ping_pong_recursion_when_cores_suffice():
         got = shared_rounds(rounds, m, [1, 0, 1, 0], 2.0)
         assert got.finish_s == pytest.approx(rounds_s(rounds, m), rel=1e-9, abs=1e-12)
         assert got.busy_s[0] == pytest.approx(m * sum(r[0] for r in rounds), rel=1e-9, abs=1e-12)
+        resume = (rng.uniform(0, 0.5), 0.0, rng.uniform(0, 0.5), 0.0)
+        got = shared_rounds(rounds, m, [1, 0, 1, 0], 2.0, resume)
+        assert got.finish_s == pytest.approx(rounds_s(rounds, m, resume), rel=1e-9, abs=1e-12)
 
 
 def test_oversubscribed_cores_stretch_the_overlapped_stages():
@@ -211,6 +214,27 @@ def test_prediction_stages_and_bounds():
     assert not alone.shared_cores and shared.step_s > alone.step_s
 
 
+def test_the_ping_pong_measurements_price_messages_and_waits():
+    """calibrate's ping-pong: ``p2p_latency_s`` replaces send_recv's latency for every message,
+    and each wait of a rank adds ``resume_s``. At m = 1 nothing overlaps, so each round's two
+    compute stages both waited (but the attention rank's first), and the step grows by exactly
+    one resume per such start: 2 MoE rounds + the tail round -> attention waits 2 times, the
+    experts 2 times."""
+    cal = calibration()
+    base = predict_afd_run(_record(), cal)
+    timed = calibration()
+    timed["profile"].update(p2p_latency_s=50e-6, resume_s=1e-4)
+    got = predict_afd_run(_record(), timed)
+    assert got.message_latency_s == pytest.approx(
+        machine_of(timed).message_s(1.0)) and got.message_latency_s < base.message_latency_s
+    only_resume = calibration()
+    only_resume["profile"].update(resume_s=1e-4)
+    slower = predict_afd_run(_record(), only_resume)
+    assert slower.step_s == pytest.approx(base.step_s + 4 * 1e-4)
+    assert slower.attention_busy_s == pytest.approx(base.attention_busy_s + 2 * 1e-4)
+    assert slower.ffn_busy_s == pytest.approx(base.ffn_busy_s + 2 * 1e-4)
+
+
 # --- a real run, end to end ----------------------------------------------------------------
 
 
@@ -226,7 +250,7 @@ def _check_run_json(record, cal) -> dict:
     out = RUNNER.invoke(app, ["check-run", str(record), "--calibration", str(cal),
                               "--format", "json"])
     assert out.exit_code == 0, out.output
-    return json.loads(out.output)
+    return json.loads(out.stdout)  # warnings of a loaded machine: stderr
 
 
 def test_check_run_of_real_afd_runs(plan_1x1, tmp_path):

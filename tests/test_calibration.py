@@ -154,6 +154,12 @@ def test_calibrate_solve_launch_check_run(tmp_path):
                                                             "send_recv"}
     prof = doc["profile"]
     assert 0 < prof["gemm_efficiency"] <= 1 and prof["kernel_overhead_s"] >= 0
+    # the ping-pong of one pair: the waiting rank's forward and the message's one-way time
+    (pair,) = doc["raw"]["resume"]
+    assert pair["pair"] == [0, 1] and pair["reps"] == 20
+    assert 0 < pair["hot_s"] and 0 < pair["after_wait_s"] and 0 < pair["one_way_s"]
+    assert prof["p2p_latency_s"] == pair["one_way_s"]
+    assert prof.get("resume_s", 0.0) == max(0.0, pair["after_wait_s"] - pair["hot_s"])
     # the serving fit: the decode benchmarks ran and set the KV read efficiency
     assert "kv_read_efficiency" in result.output and "decode_attention" in result.output
     assert 0 < doc["serving"]["kv_read_efficiency"] <= 1
@@ -183,7 +189,8 @@ def test_calibrate_solve_launch_check_run(tmp_path):
     result = RUNNER.invoke(app, ["check-run", str(record), "--calibration", str(cal),
                                  "--format", "json"])
     assert result.exit_code == 0, result.output
-    rows = {r["what"]: r for r in json.loads(result.output)}
+    # stdout alone: a loaded machine adds condition warnings on stderr
+    rows = {r["what"]: r for r in json.loads(result.stdout)}
     assert rows["step"]["predicted_s"] > 0 and rows["step"]["measured_s"] > 0
     assert any(w.startswith("stage 1: pipeline wait") for w in rows)
     result = RUNNER.invoke(app, ["check-run", str(record), "--calibration", str(cal)])

@@ -66,3 +66,30 @@ def test_more_micro_batches_never_lower_throughput():
 def test_rejects_no_micro_batches():
     with pytest.raises(ValueError):
         round_s([1.0], 0)
+
+
+def test_a_stage_that_waited_pays_its_resume_cost_once_per_wait():
+    # one round, m = 1: attention starts at 0 (busy from before), the experts wait for the
+    # dispatch and resume: 1 + 0.5 + (1 + 0.2) + 0.5
+    stages = [1.0, 0.5, 1.0, 0.5]
+    resume = (0.2, 0.0, 0.2, 0.0)
+    assert rounds_s([stages], 1, resume) == pytest.approx(3.2)
+    # a second round: the attention rank waited for the combine too (+0.2), and so did the
+    # experts again (+0.2)
+    assert rounds_s([stages, stages], 1, resume) == pytest.approx(3.2 + 3.2 + 0.2)
+    # m = 2 with a slow attention stage: the experts wait for every dispatch and the attention
+    # rank never waits, so only the last micro-batch's resume lies on the critical path
+    slow = [2.0, 0.1, 0.5, 0.1]
+    plain = rounds_s([slow], 2)
+    with_resume = rounds_s([slow], 2, resume)
+    assert with_resume == pytest.approx(plain + 0.2)  # only the last micro-batch's wait shows
+
+
+def test_resume_costs_never_shorten_and_cost_at_most_one_per_task():
+    rng = random.Random(11)
+    for _ in range(300):
+        m, n = rng.randint(1, 5), rng.randint(1, 4)
+        rounds = [[rng.uniform(0.01, 1.0) for _ in range(4)] for _ in range(n)]
+        resume = [rng.uniform(0, 0.3), 0.0, rng.uniform(0, 0.3), 0.0]
+        base, got = rounds_s(rounds, m), rounds_s(rounds, m, resume)
+        assert base <= got <= base + m * n * (resume[0] + resume[2]) + 1e-12

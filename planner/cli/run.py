@@ -115,6 +115,9 @@ def _calibration_tables(doc: dict, nproc: int, backend: str) -> tuple[Table, Tab
             ("link bandwidth (all-reduce)", f"{dev.get('intra_bw_GBps', 0):,.3f} GB/s"),
             ("link latency (all-reduce)", f"{dev.get('intra_latency_us', 0):,.1f} us"),
             ("collective_switch_s", f"{prof.get('collective_switch_s', 0.0) * 1e6:,.1f} us"),
+            ("resume_s (compute after a wait)", f"{prof.get('resume_s', 0.0) * 1e6:,.1f} us"),
+            ("p2p_latency_s (receiver waits)",
+             f"{prof.get('p2p_latency_s', 0.0) * 1e6:,.1f} us"),
             *_serving_rows(doc)):
         table.add_row(name, value)
     fits = Table(title="Fit residuals (predicted / measured - 1)")

@@ -55,6 +55,9 @@ class Sizes:
     decode_attention: tuple[tuple[int, int, int, int], ...] = ()  # batch, heads, context, head_dim
     # compute and a blocking all-reduce over the world taking turns: (GEMM dim, message bytes)
     interleave: tuple[tuple[int, int], ...] = ()
+    # the ping-pong of resume_cases: the block forward timed (batch, seq, hidden, heads), reps
+    resume: tuple[int, int, int, int] = (1, 16, 96, 4)
+    resume_reps: int = 200
 
 
 # A grid of shapes, not the jobs it is checked on: benchmarks/executor_prediction.py's
@@ -91,7 +94,7 @@ QUICK = Sizes(
     min_time_s=0.01, min_reps=2,
     decode_rows=(1, 16, 64), decode_dim=3072,  # a 36 MiB weight
     decode_attention=((1, 8, 1024, 64), (2, 8, 4096, 64), (4, 8, 4096, 64)),  # 4 to 64 MiB
-    interleave=((192, 48 * 2**10),))
+    interleave=((192, 48 * 2**10),), resume_reps=20)
 # On a GPU (bf16) the shapes must reach the tensor cores' plateau and the buffers must leave a
 # 50-60 MiB L2 (H100, H200) by far, with bytes that dwarf a launch (~10 us at 4 TB/s is 40 MB):
 # GEMMs 128 to 16384 per side, FlashAttention shapes of 512 to 8192 tokens, blocks from
@@ -362,6 +365,71 @@ def interleave_cases(sizes: Sizes, world: int, report) -> list[dict]:
     return out
 
 
+RESUME_GAP_S = 2e-3  # the echoing rank computes this long before it answers
+
+
+def resume_cases(sizes: Sizes, world: int, report) -> list[dict]:
+    """What blocking in a receive costs the compute after it, and a small message's latency
+    when its receiver already waits: a ping-pong in pairs (ranks ``2i``, ``2i + 1``). Per
+    repeat the even rank times a no-grad forward of a small block run right after another one
+    (``hot``), sends 4 bytes, blocks in its receive while its peer computes for
+    :data:`RESUME_GAP_S` (the peer was blocked too, and resumes), and times the same forward
+    right after the answer arrived (``after_wait``). The round trip less the gap is two
+    one-way latencies of a message whose receiver waits (both wake-ups included). Means over
+    the repeats (a job pays every stall); one case per pair, from its even rank. Nothing with
+    one process. ``cost_models.fitting.fit_resume`` turns them into ``Profile.resume_s`` and
+    ``Profile.p2p_latency_s``."""
+    from planner.run.reference_job.model import Block
+
+    if world < 2:
+        return []
+    rank = dist.get_rank()
+    peer = rank ^ 1
+    b, s, h, heads = sizes.resume
+    block = Block(h, heads).to(DEVICE, DTYPE)
+    x = _rand(b, s, h)
+    spin = _rand(32, 32)
+    msg = torch.zeros(1, device=DEVICE)
+
+    def forward() -> float:
+        t0 = time.perf_counter()
+        block(x)
+        _sync()
+        return time.perf_counter() - t0
+
+    hot, after, trips = [], [], []
+    with torch.no_grad():
+        for _ in range(3):
+            forward()
+        dist.barrier()
+        for _ in range(sizes.resume_reps if peer < world else 0):
+            if rank % 2 == 0:
+                forward()
+                hot.append(forward())
+                t0 = time.perf_counter()
+                dist.send(msg, dst=peer)
+                dist.recv(msg, src=peer)
+                _sync()
+                trips.append(time.perf_counter() - t0 - RESUME_GAP_S)
+                after.append(forward())
+            else:
+                dist.recv(msg, src=peer)
+                _sync()
+                end = time.perf_counter() + RESUME_GAP_S
+                while time.perf_counter() < end:
+                    torch.mm(spin, spin)
+                _sync()
+                dist.send(msg, dst=peer)
+    mine = ({"pair": [rank, peer], "batch": b, "seq": s, "hidden": h, "heads": heads,
+             "reps": len(hot), "hot_s": statistics.fmean(hot),
+             "after_wait_s": statistics.fmean(after),
+             "one_way_s": max(0.0, statistics.fmean(trips) / 2.0)} if hot else None)
+    cases: list = [None] * world
+    dist.all_gather_object(cases, mine)
+    report("resume after a wait")
+    return [c for c in cases if c is not None]
+
+
 BURST_DIM = 256  # the compute burst before each timed collective: 4 GEMMs of this size
 
 
@@ -441,6 +509,7 @@ def main(argv: list[str] | None = None) -> None:
     dist.all_gather_object(per_rank, results)
     comm = collective_cases(sizes, rank, world, report)
     interleave = interleave_cases(sizes, world, report)
+    resume = resume_cases(sizes, world, report)
     conditions.update(load_after=_load(), **_machine_conditions(args.backend, world))
     if rank == 0:
         record = {"schema": "planner.calibration-raw/v1", "world_size": world,
@@ -449,7 +518,7 @@ def main(argv: list[str] | None = None) -> None:
                   "device": _device_name(args.backend),
                   "memory_bytes": _memory_bytes(args.backend, world),
                   "conditions": conditions, "compute": per_rank, "collectives": comm,
-                  "interleave": interleave}
+                  "interleave": interleave, "resume": resume}
         write_atomic(Path(args.out), json.dumps(record, indent=1) + "\n")
     dist.barrier()
     dist.destroy_process_group()
@@ -480,7 +549,7 @@ def _count_comm(sizes: Sizes, world: int) -> int:
     group_sizes = [g for g in (2 ** i for i in range(1, 16)) if g < world] + [world]
     per_size = 4  # all_reduce, all_gather, reduce_scatter, all_to_all (+ send_recv for 2)
     return (sum(len(sizes.comm_bytes) * (per_size + (g == 2)) for g in group_sizes if g > 1)
-            + (len(sizes.interleave) if world > 1 else 0))
+            + (len(sizes.interleave) + 1 if world > 1 else 0))
 
 
 def _device_name(backend: str) -> str:

@@ -51,6 +51,13 @@ When the job's processes outnumber the calibrated machine's cores, the same recu
 with the compute stages sharing the cores (:func:`solvers.serving.shared_cores.shared_rounds`,
 processor sharing; it equals ``rounds_s`` when the cores suffice): that is what an
 oversubscribed CPU does to the job, not a correction fitted to it.
+
+Two measurements of calibrate's ping-pong benchmark (``resume_cases``) price what waiting
+does, where the calibration has them: a message whose receiver already waits costs
+``Profile.p2p_latency_s`` one way (in place of ``send_recv``'s latency, which calibrate times
+after a barrier and a compute burst on both ranks), and a rank that stood idle until its
+micro-batch arrived adds ``Profile.resume_s`` to that stage (it resumes on cold caches; on
+this 2-vCPU VM a forward after a blocking receive took 1.5-2.8x its back-to-back time).
 """
 from __future__ import annotations
 
@@ -62,7 +69,6 @@ from cost_models.communication import send_recv_s
 from cost_models.compute import Gemm, GpuRates, gemm_time_s
 from cost_models.fitting import one_tier_view
 from cost_models.profile import Profile
-from solvers.serving.pingpong import rounds_s
 from solvers.serving.shared_cores import shared_rounds
 
 __all__ = ["AfdRunPrediction", "CalibratedMachine", "JobCosts", "OPS", "job_costs",
@@ -174,6 +180,8 @@ def machine_of(calibration: Mapping[str, Any], cores: float | None = None,
     link = fit["link"]
     if cores is None:
         cores = float(machine["world_size"]) * float(machine.get("threads", 1))
+    if message_latency_s is None and prof.p2p_latency_s > 0:
+        message_latency_s = prof.p2p_latency_s  # measured as the job meets it: receiver waits
     return CalibratedMachine(prof, float(fit["peak_flops"]), float(fit["memory_bw_bytes_per_s"]),
                              float(link["bw_bytes_per_s"]), float(link["latency_s"]),
                              float(cores), str(machine.get("device", "")), message_latency_s,
@@ -335,6 +343,7 @@ class AfdRunPrediction:
     ops_ffn: float
     kernel_overhead_s: float
     message_latency_s: float  # one point-to-point message's latency (alpha)
+    resume_s: float  # what a rank's compute adds after it waited (Profile.resume_s)
     tokens_to_rank: float
     unpipelined_step_s: float  # no overlap at all: every stage of every micro-batch in turn
 
@@ -362,12 +371,11 @@ def predict_afd_run(record: Mapping[str, Any], calibration: Mapping[str, Any],
     rounds.append([c.tail_s, 0.0, 0.0, 0.0])  # the layers after the last MoE layer, the head
     procs = [A * threads, 0, F * threads, 0]
     shared = (A + F) * threads > mc.cores
-    if shared:
-        run = shared_rounds(rounds, m, procs, mc.cores)
-        pipeline, busy = run.finish_s, run.busy_s
-    else:
-        pipeline = rounds_s(rounds, m)
-        busy = tuple(m * sum(r[i] for r in rounds) for i in range(4))
+    # a rank that waited for its micro-batch resumes on cold caches (Profile.resume_s)
+    resume = (mc.profile.resume_s, 0.0, mc.profile.resume_s, 0.0)
+    # enough cores: the recursion of rounds_s (equal when the cores suffice, a test checks)
+    run = shared_rounds(rounds, m, procs, mc.cores if shared else float(sum(procs)), resume)
+    pipeline, busy = run.finish_s, run.busy_s
     step = pipeline + c.step_once_s
     att_busy = busy[0] + c.step_once_s
     ffn_busy = busy[2]
@@ -388,5 +396,6 @@ def predict_afd_run(record: Mapping[str, Any], calibration: Mapping[str, Any],
         stages=tuple(middle), bound=bound, micro_batches=m, moe_layers=R,
         processes=(A + F), cores=mc.cores, shared_cores=shared, ops_attention=c.ops_attention,
         ops_ffn=c.ops_ffn, kernel_overhead_s=mc.call_s,
-        message_latency_s=mc.message_s(1.0), tokens_to_rank=c.tokens_to_rank,
+        message_latency_s=mc.message_s(1.0), resume_s=mc.profile.resume_s,
+        tokens_to_rank=c.tokens_to_rank,
         unpipelined_step_s=unpipelined)

@@ -29,7 +29,13 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-__all__ = ["round_s", "min_micro_batches", "pipeline_s", "rounds_s"]
+__all__ = ["round_s", "min_micro_batches", "pipeline_s", "rounds_s", "stood_idle"]
+
+
+def stood_idle(arrival_s: float, free_s: float) -> bool:
+    """Whether a stage free since ``free_s`` waited for work arriving at ``arrival_s`` (beyond
+    rounding: a start at the very time the stage came free is no wait)."""
+    return arrival_s - free_s > 1e-12 * max(abs(arrival_s), 1e-9)
 
 
 def round_s(stage_s: Sequence[float], micro_batches: int) -> float:
@@ -64,18 +70,27 @@ def pipeline_s(rounds: Sequence[tuple[Sequence[float], int]], micro_batches: int
     return total + min(sum(first) - top, (micro_batches - 1) * top)
 
 
-def rounds_s(rounds: Sequence[Sequence[float]], micro_batches: int) -> float:
+def rounds_s(rounds: Sequence[Sequence[float]], micro_batches: int,
+             resume_s: Sequence[float] | None = None) -> float:
     """Exact finish time of ``rounds`` (each a list of stage times, one round per layer) by the
-    event recursion, all micro-batches starting at time 0 at the first stage."""
+    event recursion, all micro-batches starting at time 0 at the first stage.
+
+    ``resume_s[i]`` (default 0): what stage ``i`` adds to a micro-batch it starts after
+    standing idle (the micro-batch arrived after the stage had finished the one before): a
+    process that blocked in a receive resumes on cold caches and a woken core
+    (``Profile.resume_s``, measured by ``planner calibrate``). A stage's first micro-batch
+    at time 0 finds it busy from before (the previous step) and pays nothing."""
     m = micro_batches
     stages = max((len(r) for r in rounds), default=0)
+    resume = list(resume_s or ()) + [0.0] * (stages - len(resume_s or ()))
     free = [0.0] * stages  # when each stage finished its last micro-batch
     ready = [0.0] * m  # when each micro-batch finished its last stage
     for r in rounds:
         for j in range(m):
             t = ready[j]
             for i, dur in enumerate(r):
-                t = max(t, free[i]) + dur
+                extra = resume[i] if dur > 0 and stood_idle(t, free[i]) else 0.0
+                t = max(t, free[i]) + dur + extra
                 free[i] = t
             ready[j] = t
     return max(ready, default=0.0)

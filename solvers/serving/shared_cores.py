@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from solvers.serving.pingpong import stood_idle
+
 __all__ = ["SharedRun", "shared_rounds"]
 
 _EPS = 0.0  # a stage of no work takes no time
@@ -36,10 +38,13 @@ class SharedRun:
 
 
 def shared_rounds(rounds: Sequence[Sequence[float]], micro_batches: int,
-                  procs: Sequence[int], cores: float) -> SharedRun:
+                  procs: Sequence[int], cores: float,
+                  resume_s: Sequence[float] | None = None) -> SharedRun:
     """Finish time of ``rounds`` (each a list of stage *work* times, seconds at full speed,
     one round per layer) for ``micro_batches`` micro-batches all ready at time 0, stage ``i``
-    run by ``procs[i]`` processes (0: a link, no core) on ``cores`` shared cores."""
+    run by ``procs[i]`` processes (0: a link, no core) on ``cores`` shared cores.
+    ``resume_s[i]``: work stage ``i`` adds to a micro-batch it starts after standing idle, as
+    in :func:`solvers.serving.pingpong.rounds_s`."""
     m = micro_batches
     if m < 1:
         raise ValueError(f"micro_batches must be >= 1, got {m}")
@@ -55,6 +60,8 @@ def shared_rounds(rounds: Sequence[Sequence[float]], micro_batches: int,
     running: dict[tuple[int, int, int], float] = {}  # task -> work left
     started: dict[tuple[int, int, int], float] = {}
     busy = [0.0] * stages
+    resume = list(resume_s or ()) + [0.0] * (stages - len(resume_s or ()))
+    last_done = [0.0] * stages  # when each stage finished its last task
     now = 0.0
 
     def ready(r: int, j: int, i: int) -> bool:
@@ -76,7 +83,10 @@ def shared_rounds(rounds: Sequence[Sequence[float]], micro_batches: int,
                 started[(r, j, i)] = now
                 if work[r][j][i] <= _EPS:
                     done_at[(r, j, i)] = now
+                    last_done[i] = now
                 else:
+                    if stood_idle(now, last_done[i]):  # it resumes first
+                        work[r][j][i] += resume[i]
                     running[(r, j, i)] = work[r][j][i]
                 progress = True
         if not running:
@@ -92,6 +102,7 @@ def shared_rounds(rounds: Sequence[Sequence[float]], micro_batches: int,
             if t == first or running[t] <= 1e-12 * work[t[0]][t[1]][t[2]]:
                 del running[t]
                 done_at[t] = now
+                last_done[t[2]] = now
                 busy[t[2]] += now - started[t]
     finish = max((done_at[(len(rounds) - 1, j, stages - 1)] for j in range(m)), default=0.0) \
         if rounds and stages else 0.0
