@@ -29,10 +29,10 @@ seconds is run again, and so is the calibration when they took more than that pe
 (``--attempts`` at most; every attempt is kept in the JSON, and a run that never got a quiet
 machine is counted as disturbed). Plans with more processes than
 cores time-share them (the predictor models it: processor sharing). Writes ``benchmarks/results/afd_executor_prediction.json`` and
-prints a markdown table, then a second one for two physical-fix experiments: the same
-prediction with (a) the message latency measured as a ping-pong and (b) also the cost of a
-torch call measured on a no-grad forward (``benchmarks/afd_microbench.py``: what calibrate
-does not measure) in place of calibrate's. Usage: ``python benchmarks/afd_executor_prediction.py [--repeats N]
+prints a markdown table, then a second one: the same prediction without the two terms of
+calibrate's ping-pong benchmark (``Profile.p2p_latency_s``, ``Profile.resume_s``; messages at
+``send_recv``'s latency, no resume after a wait), which is what check-run predicted before they
+were measured. Usage: ``python benchmarks/afd_executor_prediction.py [--repeats N]
 [--calibration FILE] [--steps N]``.
 """
 from __future__ import annotations
@@ -162,21 +162,6 @@ def run_once(name: str, plan: Path, m: int | None, steps: int, cal: Path, rep: i
             "external_cpu_s": max(0.0, (b1 - b0) - ours), "own_cpu_s": ours}
 
 
-def microbench(quiet_wait: float) -> dict:
-    """``benchmarks/afd_microbench.py`` under torchrun (two processes): the cost of a torch
-    call in a no-grad forward, and a small message's one-way latency when the receiver is
-    already waiting."""
-    wait_quiet(quiet_wait)
-    out = WORK / "microbench.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           str(ROOT / "benchmarks" / "afd_microbench.py"), "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    if proc.returncode != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
-    return json.loads(out.read_text())
-
-
 def run_clean(name: str, plan: Path, m: int | None, steps: int, cal: Path, rep: int,
               quiet_wait: float, max_external: float, attempts: int) -> dict:
     """:func:`run_once` until other processes took at most ``max_external`` CPU seconds
@@ -201,22 +186,23 @@ def _ranks(values: list[float]) -> list[int]:
     return out
 
 
-# The physical-fix experiments: measurements calibrate does not make, in place of its own.
-VARIANTS = {
-    "pingpong_latency": lambda mb: {"message_latency_s": mb["one_way_mean_s"]},
-    "pingpong_latency_eager_calls": lambda mb: {"message_latency_s": mb["one_way_mean_s"],
-                                                "eager_call_s": mb["eager_call_s"]},
-}
+# The ablation: the prediction without the ping-pong benchmark's two terms.
+def without_pingpong(caldoc: dict) -> dict:
+    """``caldoc`` with ``p2p_latency_s`` and ``resume_s`` unset (0: not measured)."""
+    return {**caldoc, "profile": {**caldoc["profile"], "p2p_latency_s": 0.0, "resume_s": 0.0}}
 
 
-def summarise(name: str, runs: list[dict], caldoc: dict, mb: dict) -> dict:
+VARIANTS = {"without_pingpong_terms": without_pingpong}
+
+
+def summarise(name: str, runs: list[dict], caldoc: dict) -> dict:
     measured = [r["measured_step_s"] for r in runs]
     med = statistics.median(measured)
     pred = runs[0]["prediction"]
     record = json.loads((ROOT / runs[0]["record"]).read_text())
     variants = {}
-    for key, kwargs in VARIANTS.items():
-        step = predict_afd_run(record, caldoc, **kwargs(mb)).step_s
+    for key, change in VARIANTS.items():
+        step = predict_afd_run(record, change(caldoc)).step_s
         variants[key] = {"predicted_step_s": step, "error": step / med - 1.0}
     rows = {}
     for what in [r["what"] for r in runs[0]["rows"]]:
@@ -264,29 +250,21 @@ def render(out: dict) -> list[str]:
     lines += ["", f"Within 15%: {summary['within_15_percent']} of {summary['plans']} plans "
               f"(worst {summary['worst_abs_error']:.1%}); same ranking: "
               f"{'yes' if summary['same_ranking'] else 'no'}."]
-    mb = out["microbench"]
-    lines += ["", "Physical-fix experiments (`benchmarks/afd_microbench.py`, measurements "
-              "`planner calibrate` does not make, taken right after it): (a) the message "
-              f"latency as a ping-pong whose receiver already waits (one-way mean "
-              f"{mb['one_way_mean_s'] * 1e6:.0f} us, median {mb['one_way_median_s'] * 1e6:.0f} "
-              f"us) in place of calibrate's send_recv latency "
-              f"({out['message_latency_s'] * 1e6:.0f} us); (b) also the torch call of a "
-              f"no-grad forward of calibrate's own block ({mb['eager_call_s'] * 1e6:.1f} us "
-              f"per call) in place of kernel_overhead_s "
-              f"({out['profile']['kernel_overhead_s'] * 1e6:.1f} us, fitted to forward + "
-              "backward):", "",
-              "| plan | measured median s | (a) predicted s | error | rank | (b) predicted s "
-              "| error | rank |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    prof = out["profile"]
+    lines += ["", "Without calibrate's ping-pong terms (messages at send_recv's latency, "
+              f"{out['send_recv_latency_s'] * 1e6:.0f} us, instead of p2p_latency_s "
+              f"{prof.get('p2p_latency_s', 0.0) * 1e6:.0f} us; no resume_s, "
+              f"{prof.get('resume_s', 0.0) * 1e6:.0f} us, after a wait):", "",
+              "| plan | measured median s | predicted s | error | rank |",
+              "|---|---:|---:|---:|---:|"]
     for r in results:
-        a, b = (r["variants"][k] for k in VARIANTS)
+        a = r["variants"]["without_pingpong_terms"]
         lines.append(f"| {r['plan']} | {r['measured_step_s']:.4f} | {a['predicted_step_s']:.4f} "
-                     f"| {a['error']:+.1%} | {a['rank']} | {b['predicted_step_s']:.4f} | "
-                     f"{b['error']:+.1%} | {b['rank']} |")
-    for tag, key in zip("ab", VARIANTS):
-        sm = summary[key]
-        lines += ["", f"({tag}) within 15%: {sm['within_15_percent']} of {summary['plans']} "
-                  f"(worst {sm['worst_abs_error']:.1%}); same ranking: "
-                  f"{'yes' if sm['same_ranking'] else 'no'}."]
+                     f"| {a['error']:+.1%} | {a['rank']} |")
+    sm = summary["without_pingpong_terms"]
+    lines += ["", f"Without them: within 15%: {sm['within_15_percent']} of {summary['plans']} "
+              f"(worst {sm['worst_abs_error']:.1%}); same ranking: "
+              f"{'yes' if sm['same_ranking'] else 'no'}."]
     return lines
 
 
@@ -330,10 +308,6 @@ def main() -> None:
                   flush=True)
             if external <= args.max_external_cpu * wall / 5.0:
                 break
-    mb = microbench(args.quiet_wait)
-    print(f"ping-pong one-way latency: mean {mb['one_way_mean_s'] * 1e6:.0f} us, median "
-          f"{mb['one_way_median_s'] * 1e6:.0f} us; no-grad forward: "
-          f"{mb['eager_call_s'] * 1e6:.1f} us per torch call", flush=True)
     caldoc = json.loads(Path(cal).read_text())
     plans = {name: make_plan(name, model, nodes, want)
              for name, (model, nodes, want, _) in PLANS.items()}
@@ -346,7 +320,7 @@ def main() -> None:
             print(f"run {rep + 1}/{args.repeats} {name}: measured {res['measured_step_s']:.4f} s, "
                   f"predicted {res['predicted_step_s']:.4f} s (other processes took "
                   f"{res['external_cpu_s']:.2f} CPU s)", flush=True)
-    results = [summarise(name, rs, caldoc, mb) for name, rs in runs.items()]
+    results = [summarise(name, rs, caldoc) for name, rs in runs.items()]
     pred_rank = _ranks([r["predicted_step_s"] for r in results])
     meas_rank = _ranks([r["measured_step_s"] for r in results])
     for r, p, q in zip(results, pred_rank, meas_rank):
@@ -370,7 +344,10 @@ def main() -> None:
            "calibration": str(Path(cal).resolve().relative_to(ROOT))
            if Path(cal).resolve().is_relative_to(ROOT) else str(cal),
            "cpu_count": os.cpu_count(), "cores": pred0["cores"],
-           "message_latency_s": pred0["message_latency_s"], "microbench": mb,
+           "message_latency_s": pred0["message_latency_s"],
+           "send_recv_latency_s": predict_afd_run(
+               json.loads((ROOT / runs[first["plan"]][0]["record"]).read_text()),
+               without_pingpong(caldoc)).message_latency_s,
            "steps": args.steps,
            "repeats": args.repeats, "calibrations": calibrations,
            "max_external_cpu_s": args.max_external_cpu, "summary": summary, "results": results,
