@@ -33,6 +33,71 @@ def pool_degrees(dep_pool) -> Degrees:
                    etp=lay.expert_tp)
 
 
+def _position_sets(pool, lay) -> list[list[int]]:
+    """The pool's node positions (node ranks) that must share one network: those of each
+    instance, merged where instances share a node; each set ascending, sets by first
+    position."""
+    parent = list(range(len(pool.nodes)))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    first: dict[int, int] = {}
+    for r in pool.rank_rows():
+        inst = r["dp"] // lay.dp
+        here = find(r["node_rank"])
+        there = find(first.setdefault(inst, r["node_rank"]))
+        parent[max(here, there)] = min(here, there)
+    sets: dict[int, list[int]] = {}
+    for pos in range(len(pool.nodes)):
+        sets.setdefault(find(pos), []).append(pos)
+    return sorted(sets.values())
+
+
+def island_order(cluster: Cluster, free: list[int], sets: list[list[int]]
+                 ) -> tuple[list[int], int]:
+    """Nodes for a pool's positions such that each set of ``sets`` (from
+    :func:`_position_sets`) lies on one RDMA network (``NodeGroup.rdma_network``; TCP-only
+    nodes form one of their own) where the free nodes allow: an engine instance's
+    collectives (TP all-reduce, EP all-to-all) then stay off TCP sockets (NCCL picks one
+    transport per communicator; ``topologies.cluster`` module docstring). The listing order
+    ``free[:n]`` is kept when it already does that; otherwise the sets, largest first, take
+    the fullest-fitting network (fewest nodes left over, then the network listed first),
+    lowest nodes first. Returns (node per position, sets that had to span networks)."""
+    n = sum(len(s) for s in sets)
+    net = {x: cluster.node_groups[cluster.group_of_node(x)].rdma_network for x in free}
+
+    def spans(order: list[int]) -> int:
+        return sum(len({net[order[p]] for p in s}) > 1 for s in sets)
+
+    listing = free[:n]
+    if spans(listing) == 0:
+        return listing, 0
+    pools: dict[Any, list[int]] = {}
+    for x in free:
+        pools.setdefault(net[x], []).append(x)
+    rank = {key: i for i, key in enumerate(pools)}
+    order: list[int | None] = [None] * n
+    left: list[list[int]] = []
+    for s in sorted(sets, key=lambda s: (-len(s), s[0])):
+        fits = [k for k, nodes in pools.items() if len(nodes) >= len(s)]
+        if not fits:
+            left.append(s)
+            continue
+        key = min(fits, key=lambda k: (len(pools[k]) - len(s), rank[k]))
+        for pos, x in zip(s, pools[key][:len(s)]):
+            order[pos] = x
+        pools[key] = pools[key][len(s):]
+    rest = sorted(x for nodes in pools.values() for x in nodes)
+    for s in left:  # no network has room: across networks, in listing order
+        for pos in s:
+            order[pos] = rest.pop(0)
+    return [x for x in order if x is not None], len(left)
+
+
 def _instances(pool, role: str, lay) -> list[dict[str, Any]]:
     """Per instance the hosts and local GPUs of its ranks, in rank order."""
     rows = pool.rank_rows()
@@ -87,8 +152,15 @@ def build_serving_plan(model: ModelSpec, cluster: Cluster, dep: Deployment,
             raise ValueError(f"pool {spec.role}: {d.num_gpus} GPUs is not whole nodes of "
                              f"{per_node} {spec.gpu} GPUs among the {len(free)} free")
         order = free[:count]
-        used.update(order)
         pool = make_pool(spec.role, spec.role, cluster, d, order)
+        order, spanning = island_order(cluster, free, _position_sets(pool, spec.layout))
+        if order != free[:count]:
+            pool = make_pool(spec.role, spec.role, cluster, d, order)
+        if spanning:
+            notes = [*(notes or []), f"{spec.role} pool: {spanning} engine instance(s) span RDMA "
+                     "networks (no network has enough free nodes): their collectives run on "
+                     "TCP sockets, which the estimate does not price"]
+        used.update(order)
         pools.append(pool)
         instances += _instances(pool, spec.role, spec.layout)
     _ports(instances)
