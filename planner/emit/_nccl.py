@@ -20,7 +20,8 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from planner.plan.fabric import fabric_problems, nccl_env, rank_env, socket_group_note
+from planner.plan.fabric import (fabric_problems, nccl_env, rank_env, serving_fabric_problems,
+                                 socket_group_note)
 
 if TYPE_CHECKING:
     from planner.plan.document import Plan
@@ -64,6 +65,38 @@ def fabric_of(plan: Plan) -> tuple[FabricNode, ...] | None:
         out.append(FabricNode(entry["node_rank"], entry["host"], entry["transport"],
                               tuple(nccl_env(entry)), rails))
     return tuple(out)
+
+
+def serving_fabric_env(plan: Plan) -> tuple[dict[str, Env], tuple[str, ...]]:
+    """Per host of a serving plan the node-wide NCCL environment of its fabric section, and
+    notes ({} and () without a section); ValueError names the first problem of a section
+    that does not match the plan. The engines start their own GPU workers, so per-GPU rails
+    cannot be set: ``NCCL_IB_HCA`` lists every RDMA device of the node."""
+    section = plan.fabric
+    if section is None:
+        return {}, ()
+    try:
+        cluster = plan.cluster()
+    except (TypeError, ValueError, KeyError) as err:
+        raise ValueError(f"plan: the fabric section needs readable inputs ({err})") from None
+    instances = (plan.serving or {}).get("instances", [])
+    problems = serving_fabric_problems(section, cluster, plan.pools, instances)
+    if problems:
+        raise ValueError(f"plan: {problems[0]}")
+    env = {e["host"]: tuple(nccl_env(e)) for pool in section["pools"] for e in pool["nodes"]}
+    notes = ["NCCL settings per host (plan fabric section; NCCL_IB_HCA names match exactly): "
+             + "; ".join(f"{h}: {' '.join(f'{k}={v}' for k, v in e) or '(none)'}"
+                         for h, e in env.items())]
+    spanning = {p["role"]: p["socket_instances"] for p in section["pools"] if p["socket_instances"]}
+    if spanning:
+        notes.append("Engine instances spanning RDMA networks run their collectives on TCP "
+                     "sockets (" + ", ".join(f"{n} {r}" for r, n in spanning.items())
+                     + "): start them with NCCL_NET=Socket, or give the pool nodes of one "
+                     "network.")
+    if any(e["rank_hcas"] is not None for pool in section["pools"] for e in pool["nodes"]):
+        notes.append("Per-GPU rails are not set: the engine starts its own GPU workers, so each "
+                     "node's NCCL_IB_HCA lists all of its RDMA devices.")
+    return env, tuple(notes)
 
 
 def needs_wrapper(fabric: tuple[FabricNode, ...] | None) -> bool:

@@ -39,8 +39,10 @@ GPUs per node; a disaggregated SGLang plan without a router.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from planner.emit._facts import comment_safe
+from planner.emit._nccl import serving_fabric_env
 from planner.emit._options import EmitOptions
 from planner.emit._serving import (BOOTSTRAP_PORT_OFFSET, COORD_PORT_OFFSET,
                                    NIXL_SIDE_CHANNEL_BASE, Command, Instance, PoolSpec,
@@ -62,6 +64,19 @@ def _facts(fmt: str, plan: Plan) -> ServingFacts:
         raise ValueError(f"{fmt}: the plan was made for engine {f.engine!r}; plan again for "
                          f"{fmt} (its sizes and batch limits are engine-specific)")
     return f
+
+
+def with_fabric(plan: Plan, commands: tuple[Command, ...], notes: tuple[str, ...]
+                ) -> tuple[tuple[Command, ...], tuple[str, ...]]:
+    """The commands with their host's NCCL settings (the plan's fabric section) added to the
+    environment, and the notes on them."""
+    env, more = serving_fabric_env(plan)
+    if not env:
+        return commands, notes
+    out = tuple(replace(c, env=(*c.env, *env.get(c.host, ())))
+                if any(k == "CUDA_VISIBLE_DEVICES" for k, _ in c.env) else c  # GPU processes
+                for c in commands)
+    return out, (*notes, *more)
 
 
 def _gpu_env(node) -> tuple[str, str]:
@@ -205,7 +220,7 @@ def render_sglang(plan: Plan, options: EmitOptions = EmitOptions()) -> Emission:
     """``launch_<host>.sh`` per host and ``serving_commands.txt`` for SGLang (``options`` are
     the training launchers'; nothing here uses them)."""
     f = _facts("sglang", plan)
-    commands, notes = sglang_commands(f)
+    commands, notes = with_fabric(plan, *sglang_commands(f))
     return render_files("sglang", f, commands, notes)
 
 
@@ -332,5 +347,5 @@ def render_vllm(plan: Plan, options: EmitOptions = EmitOptions()) -> Emission:
     """``launch_<host>.sh`` per host and ``serving_commands.txt`` for vLLM (``options`` are the
     training launchers'; nothing here uses them)."""
     f = _facts("vllm", plan)
-    commands, notes = vllm_commands(f)
+    commands, notes = with_fabric(plan, *vllm_commands(f))
     return render_files("vllm", f, commands, notes)

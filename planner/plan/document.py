@@ -33,10 +33,12 @@ A plan file is one JSON object (keys sorted, so the same inputs give the same by
   of the plan, plus ``ep_size`` (``planner solve --expert-loads``);
   ``serving``: mode, engine, workload, per-pool layouts, engine instances and the router
   (``docs/serving.md``).
-* ``fabric`` (training plans whose cluster spec names NIC devices, interfaces, GID indices or
+* ``fabric`` (plans whose cluster spec names NIC devices, interfaces, GID indices or
   RDMA islands): per node rank its transport, RDMA island, exact HCA names in rail order, RoCE
   GID index, socket interfaces and per-LOCAL_RANK rails; the count of process groups that run
-  on TCP sockets (:mod:`planner.plan.fabric`).
+  on TCP sockets (:mod:`planner.plan.fabric`). Serving plans: ``{"pools": [{"role", "nodes",
+  "socket_instances"}]}``, the same node entries per pool and the engine instances that span
+  RDMA networks.
 * ``prediction``: ``planner estimate --format json``'s object for this plan, plus
   ``stage_memory``, ``why`` (one line on why it won) and ``search`` (rank among the
   candidates, counts); ``notes``.

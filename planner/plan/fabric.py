@@ -1,6 +1,6 @@
 """The Plan's ``fabric`` section: what each node's NCCL must be told, and the settings it implies.
 
-A training plan carries the section when its cluster spec names any of its fabric (NIC
+A training or serving plan carries the section when its cluster spec names any of its fabric (NIC
 ``devices``, ``ifname`` or ``gid_index``, or a node group's ``rdma_island``); plans of clusters
 without them have no section and keep their bytes. The section is::
 
@@ -108,6 +108,27 @@ def fabric_section(cluster: Cluster, pool: Any) -> dict[str, Any] | None:
     nodes = [_node_entry(cluster, n, local[n["first_rank"]:n["first_rank"] + n["gpus"]].tolist())
              for n in pool.nodes]
     return {"nodes": nodes, "socket_groups": socket_groups(cluster, pool)}
+
+
+def serving_fabric_section(cluster: Cluster, pools: list[Any],
+                           instances: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The fabric section of a serving plan (None when the cluster spec names none of its
+    fabric): per pool, in plan order, its role, a node entry per node (as a training plan's;
+    the engine starts its own GPU workers, so launchers set only the node-wide settings) and
+    how many of its engine instances span RDMA networks (their collectives run on sockets).
+    ``instances``: the serving section's, each with its nodes' ``cluster_node``."""
+    if not describes_fabric(cluster):
+        return None
+    out = []
+    for pool in pools:
+        spanning = sum(runs_on_sockets([cluster.node_groups[cluster.group_of_node(n["cluster_node"])]
+                                        for n in inst["nodes"]])
+                       for inst in instances if inst["role"] == pool.role
+                       and len({n["cluster_node"] for n in inst["nodes"]}) > 1)
+        out.append({"role": pool.role,
+                    "nodes": [_node_entry(cluster, n, list(range(n["gpus"]))) for n in pool.nodes],
+                    "socket_instances": spanning})
+    return {"pools": out}
 
 
 def socket_groups(cluster: Cluster, pool: Any) -> dict[str, int]:
@@ -244,4 +265,39 @@ def fabric_problems(section: Any, cluster: Cluster, pool: Any) -> list[str]:
     if section["socket_groups"] != expected["socket_groups"]:
         return [f"fabric.socket_groups is {section['socket_groups']!r} but the plan's groups "
                 f"give {expected['socket_groups']!r}"]
+    return []
+
+
+def serving_fabric_problems(section: Any, cluster: Cluster, pools: list[Any],
+                            instances: list[dict[str, Any]]) -> list[str]:
+    """Every problem of a serving plan's fabric section: its shape, its names, and whether it
+    is the section the plan's cluster, pools and instances give."""
+    if not isinstance(section, dict) or sorted(section) != ["pools"] or not isinstance(
+            section["pools"], list) or len(section["pools"]) != len(pools):
+        return [f"fabric: an object with key pools, one entry per pool ({len(pools)})"]
+    problems: list[str] = []
+    for k, (got, pool) in enumerate(zip(section["pools"], pools)):
+        if not isinstance(got, dict) or sorted(got) != ["nodes", "role", "socket_instances"]:
+            return [f"fabric.pools[{k}]: an object with keys nodes, role, socket_instances"]
+        if not isinstance(got["nodes"], list) or len(got["nodes"]) != len(pool.nodes):
+            return [f"fabric.pools[{k}].nodes: one entry per node of the pool ({len(pool.nodes)})"]
+        problems += [f"fabric.pools[{k}].{p.removeprefix('fabric.')}"
+                     for i, (e, n) in enumerate(zip(got["nodes"], pool.nodes))
+                     for p in entry_problems(i, e, n.get("gpus"))]
+    if problems:
+        return problems
+    expected = serving_fabric_section(cluster, pools, instances)
+    if expected is None:
+        return ["fabric: the plan's cluster names no NIC devices, interfaces, GID indices or "
+                "RDMA islands, so the plan has no fabric section"]
+    for k, (got, want) in enumerate(zip(section["pools"], expected["pools"])):
+        for key in ("role", "socket_instances"):
+            if got[key] != want[key]:
+                return [f"fabric.pools[{k}].{key} is {got[key]!r} but the plan's cluster and "
+                        f"pools give {want[key]!r}"]
+        for i, (e, w) in enumerate(zip(got["nodes"], want["nodes"])):
+            for key in NODE_KEYS:
+                if e[key] != w[key]:
+                    return [f"fabric.pools[{k}].nodes[{i}].{key} is {e[key]!r} but the plan's "
+                            f"cluster and pool give {w[key]!r}"]
     return []

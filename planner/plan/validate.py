@@ -20,7 +20,7 @@ import numpy as np
 from cost_models.parallel import ConfigError, Degrees, check_degrees
 from planner.errors import InvalidPlanError
 from planner.plan.document import KINDS_OF_PLAN, ROLES, SCHEMA_VERSION, Plan, Pool, inputs_hash
-from planner.plan.fabric import fabric_problems
+from planner.plan.fabric import fabric_problems, serving_fabric_problems
 from planner.plan.ranks import RANK_RULE, exception_array, rule_slots
 from planner.plan.validate_experts import (expert_placement_problems, plan_expert_problems,
                                           validate_expert_placement)
@@ -57,8 +57,12 @@ def plan_problems(plan: Plan) -> list[str]:
     if plan.experts is not None:
         problems += plan_expert_problems(plan.experts, model, Degrees(**plan.pool().degrees))
     if plan.fabric is not None and not problems:
-        if plan.kind != "training":
-            problems.append(f"a fabric section on a {plan.kind} plan (training plans only)")
+        if plan.kind == "serving" and plan.serving is not None:
+            problems += serving_fabric_problems(plan.fabric, cluster, plan.pools,
+                                                plan.serving.get("instances", []))
+        elif plan.kind != "training":
+            problems.append(f"a fabric section on a {plan.kind} plan (training and serving "
+                            "plans only)")
         else:
             problems += fabric_problems(plan.fabric, cluster, plan.pool())
     return problems

@@ -14,6 +14,7 @@ from typing import Any
 from cost_models.parallel import Degrees
 from cost_models.serving.config import ServingWorkload
 from planner import __version__
+from planner.plan.fabric import serving_fabric_section
 from planner.plan.document import SCHEMA_VERSION, Plan, inputs_hash, model_to_plain, cluster_to_plain
 from planner.plan.ranks import make_pool
 from planner.serving.estimate import Calibration, Deployment, ServingEstimate
@@ -192,4 +193,5 @@ def build_serving_plan(model: ModelSpec, cluster: Cluster, dep: Deployment,
     prediction["why"] = why
     return Plan(schema_version=SCHEMA_VERSION, kind="serving", planner_version=__version__,
                 inputs_hash=inputs_hash(inputs), inputs=inputs, pools=pools,
-                prediction=prediction, serving=serving, notes=list(notes or []))
+                prediction=prediction, serving=serving, notes=list(notes or []),
+                fabric=serving_fabric_section(cluster, pools, instances))
