@@ -164,3 +164,42 @@ def test_a_serving_fabric_section_that_lies_is_refused(tmp_path):
     bad["fabric"]["pools"][0]["socket_instances"] = 3
     assert validate_plan(plan_from_json(json.dumps(bad)))
     del entry
+
+
+def test_the_search_offers_vllm_exactly_the_layouts_its_emitter_can_launch():
+    """``engine_launches`` against the emitter's own rule (``_vllm_layout``, the EP rule of
+    ``_vllm_rules``) on every layout the search prices, placed on whole 8-GPU nodes."""
+    from planner.emit._serving import Instance, InstanceNode, PoolSpec
+    from planner.emit.serving_engines import _vllm_layout
+    from planner.inputs.models import load_model
+    from planner.serving.search import engine_launches, layouts
+
+    seen = {True: 0, False: 0}
+    for name in ("deepseek-v3", "qwen3-235b-a22b", "llama-3.1-70b"):
+        model = load_model(name)
+        for lay in layouts(model, 8, 128):
+            g = lay.tp * lay.pp * lay.dp
+            nodes = (tuple(InstanceNode(f"h{i}", tuple(range(8))) for i in range(g // 8))
+                     if g >= 8 else (InstanceNode("h0", tuple(range(g))),))
+            inst = Instance("colocated", 0, 30000, nodes)
+            pool = PoolSpec("colocated", lay.tp, lay.pp, lay.dp, lay.ep, lay.expert_tp, 1, 1)
+            try:
+                _vllm_layout(inst, pool)
+                emits = not (lay.ep > 1 and lay.ep != lay.tp * lay.dp)
+            except ValueError:
+                emits = False
+            assert engine_launches("vllm", lay, 8) == emits, lay
+            assert engine_launches("sglang", lay, 8)
+            seen[emits] += 1
+        assert {l for l in layouts(model, 8, 128, "vllm")} == {
+            l for l in layouts(model, 8, 128) if engine_launches("vllm", l, 8)}
+    assert seen[True] and seen[False]  # both kinds occur
+
+
+def test_a_vllm_plan_of_planner_serve_emits(tmp_path):
+    out = tmp_path / "plan.json"
+    result = RUNNER.invoke(app, ["serve", "--model", "deepseek-v3", "--gpu", "H100", "--nodes",
+                                 "8", "--engine", "vllm", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    result = RUNNER.invoke(app, ["emit", "vllm", str(out), "--out-dir", str(tmp_path / "e")])
+    assert result.exit_code == 0, result.output

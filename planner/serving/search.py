@@ -87,10 +87,26 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def layouts(model: ModelSpec, gpus_per_node: int, total_gpus: int) -> list[PoolLayout]:
+def engine_launches(engine: str | None, lay: PoolLayout, gpus_per_node: int) -> bool:
+    """Whether ``engine`` can start an instance of ``lay`` on nodes of ``gpus_per_node``
+    GPUs. vLLM (the rule ``planner emit vllm`` holds, ``_vllm_layout``): an instance over
+    several nodes runs whole DP ranks (``tp * pp`` GPUs) per node, or is one DP rank
+    (``--nnodes``); its expert parallelism spans the instance (``ep = tp * dp``) or is off."""
+    if engine != "vllm":
+        return True
+    if lay.ep > 1 and lay.ep != lay.tp * lay.dp:
+        return False
+    if lay.tp * lay.pp * lay.dp <= gpus_per_node:
+        return True
+    return gpus_per_node % (lay.tp * lay.pp) == 0 or lay.dp == 1
+
+
+def layouts(model: ModelSpec, gpus_per_node: int, total_gpus: int,
+            engine: str | None = None) -> list[PoolLayout]:
     """Instance layouts worth pricing: TP a divisor of the node (and of the heads), attention
     DP for MoE models (power-of-two multiples up to the cluster), EP over the whole
-    instance or pure TP experts, PP up to 8 stages."""
+    instance or pure TP experts, PP up to 8 stages; only those ``engine`` can start
+    (:func:`engine_launches`)."""
     out = []
     tps = [t for t in _divisors(gpus_per_node) if model.num_heads % t == 0]
     dps = [1] + ([2 ** i for i in range(1, 12) if 2 ** i <= total_gpus] if model.is_moe else [])
@@ -107,7 +123,8 @@ def layouts(model: ModelSpec, gpus_per_node: int, total_gpus: int) -> list[PoolL
                         check_layout(model, lay)
                     except ConfigError:
                         continue
-                    out.append(lay)
+                    if engine_launches(engine, lay, gpus_per_node):
+                        out.append(lay)
     return out
 
 
@@ -201,7 +218,7 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
     same_tp = same_tp_required(model, engine)
     tpot_t = wl.tpot_ms / 1e3 if wl.tpot_ms else math.inf
     pareto: list[dict] = []
-    parts_of = {site: [p for lay in layouts(model, site.gpus_per_node, site.gpus)
+    parts_of = {site: [p for lay in layouts(model, site.gpus_per_node, site.gpus, engine)
                        if (p := layout_parts(model, lay, wl, cluster, cal, site.gpu,
                                              site.first_rank)) is not None]
                 for site in places}
