@@ -18,7 +18,8 @@ classes):
 * ``dom[s,k] >= use[s,c]`` for every class c in domain k (only when the penalty is > 0);
 * with several networks: ``net[s,k] >= use[s,c]`` for classes of network k,
   ``sum_k net[s,k] <= 1 + (K - 1) * mixed[s]``, and ``use[s,c] and mixed[s]`` forbids the
-  levels above class c's socket speed (the levels include the socket speeds);
+  levels above class c's socket speed (the levels include the socket speeds); with
+  ``contain_networks`` instead ``sum_k net[s,k] <= 1`` (a stage never spans networks);
 * symmetry breaking: stages are ordered by non-increasing speed (``ge[s+1,j] => ge[s,j]``).
 
 Speeds and the penalty enter as the scaled integers of :mod:`solvers.mapping.problem`;
@@ -149,6 +150,9 @@ def _build_model(problem: MappingProblem, classes: Sequence[UnitClass]) -> _Mode
                     if cls.network == k:
                         m.add_implication(use, net)
             m.add(sum(net_s) <= 1 + (len(network_ids) - 1) * mix)
+            # containment as a hard rule: no stage spans networks
+            if problem.contain_networks:
+                m.add(mix == 0)
             for cls, use in zip(classes, use_s):
                 above = level_of[scaled(cls.socket_speed, scale)] + 1
                 if above < len(q):
