@@ -52,7 +52,7 @@ __all__ = ["SPEED_SCALE", "StageUnits", "InfeasibleMapping", "MappingTimeout", "
            "validate_stage_units", "stage_speed", "mapping_objective", "scaled_objective",
            "canonical", "make_mapping", "check_gpu_supply", "no_disjoint_stages",
            "class_of_unit", "count_rows", "expand_rows", "unit_network_of", "networks",
-           "spans_networks", "admissible"]
+           "spans_networks", "admissible", "network_gpus"]
 
 SPEED_SCALE = 1_000_000  # the fastest unit's speed maps to this integer
 
@@ -202,6 +202,15 @@ def admissible(problem: MappingProblem, stage_units: Iterable[Iterable[int]]) ->
                                                    for us in stage_units)
 
 
+def network_gpus(problem: MappingProblem) -> dict[int, int]:
+    """GPUs per network (one network 0 when not given)."""
+    out: dict[int, int] = {}
+    for u, g in enumerate(problem.unit_gpus):
+        net = problem.unit_network[u] if problem.unit_network is not None else 0
+        out[net] = out.get(net, 0) + g
+    return out
+
+
 def speed_scale(problem: MappingProblem) -> float:
     """Factor turning speeds (and the penalty) into CP-SAT integers."""
     return SPEED_SCALE / max(problem.unit_speed)
@@ -289,6 +298,10 @@ def check_gpu_supply(problem: MappingProblem) -> None:
     if have < need:
         raise InfeasibleMapping(f"{problem.num_stages} stages × {problem.gpus_per_stage} GPUs "
                                 f"need {need} GPUs, the units hold {have}")
+    if problem.contain_networks and networks(problem) > 1 and sum(
+            held // problem.gpus_per_stage for held in network_gpus(problem).values()
+    ) < problem.num_stages:
+        raise no_disjoint_stages(problem)  # each network holds at most its GPUs // stage GPUs
     if not _subset_sum_reaches(problem.unit_gpus, problem.gpus_per_stage):
         sizes = ", ".join(f"{c}×{g}" for g, c in sorted(Counter(problem.unit_gpus).items()))
         raise InfeasibleMapping(f"no set of units sums to exactly {problem.gpus_per_stage} GPUs "
