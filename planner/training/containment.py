@@ -10,7 +10,8 @@ group is on one network exactly when every stage is. Only pipeline send/recv may
 * :func:`off_network_stages` counts the stages of a placed estimate that span networks;
 * :func:`containment_obstacle` says, from node counts alone, why no placement of some degrees
   can keep each stage on one network (None when one may exist: the mapping solver decides);
-* :func:`no_contained_note` is the plan's note when no candidate is contained.
+* :func:`no_contained_note` is the plan's note when no candidate is contained, and
+  :func:`containment_cost_note` the one when the rule costs predicted speed.
 """
 from __future__ import annotations
 
@@ -26,8 +27,7 @@ Network = tuple[str, str] | None  # (transport, island) of an RDMA network; None
 
 def node_networks(cluster: Cluster) -> list[Network]:
     """The network of every node, in listing order."""
-    return [cluster.node_groups[cluster.group_of_node(n)].rdma_network
-            for n in range(cluster.num_nodes)]
+    return [g.rdma_network for g in cluster.node_groups for _ in range(g.count)]
 
 
 def has_several_networks(cluster: Cluster) -> bool:
@@ -53,12 +53,13 @@ def off_network_stages(cluster: Cluster, pp: int, node_order: Sequence[int] | No
     """Pipeline stages whose GPUs sit on nodes of more than one network, for ``pp`` stages of
     equal size laid out over ``node_order`` (None: the listing order) in rank order."""
     nets = node_networks(cluster)
+    node_gpus = [g.gpus_per_node for g in cluster.node_groups for _ in range(g.count)]
     order = range(cluster.num_nodes) if node_order is None else node_order
     per_stage = cluster.num_gpus // pp
     touched: list[set] = [set() for _ in range(pp)]
     first = 0  # first global rank of the node rank
     for node in order:
-        gpus = cluster.node_groups[cluster.group_of_node(node)].gpus_per_node
+        gpus = node_gpus[node]
         for s in range(first // per_stage, (first + gpus - 1) // per_stage + 1):
             touched[s].add(nets[node])
         first += gpus
@@ -70,18 +71,24 @@ def contained(cluster: Cluster, est: Estimate) -> bool:
     return off_network_stages(cluster, est.config.degrees.pp, est.node_order) == 0
 
 
-def containment_obstacle(cluster: Cluster, d: Degrees) -> str | None:
+def network_sizes(cluster: Cluster) -> dict[Network, Counter]:
+    """Per network, how many of its nodes have each GPU count (networks in listing order)."""
+    sizes: dict[Network, Counter] = {}
+    for g in cluster.node_groups:
+        sizes.setdefault(g.rdma_network, Counter())[g.gpus_per_node] += g.count
+    return sizes
+
+
+def containment_obstacle(cluster: Cluster, d: Degrees,
+                         sizes: dict[Network, Counter] | None = None) -> str | None:
     """Why no placement of ``d`` keeps each stage on one network, from node counts alone; None
     when one may exist. Every node is used, so each network's GPUs must split into whole
     stages: a network of n nodes of g GPUs needs stages of a whole number k of its nodes and
     n divisible by k (or stages inside one node: g divisible by the stage's GPUs). A network
-    whose nodes differ in size is left to the mapping solver."""
+    whose nodes differ in size is left to the mapping solver. ``sizes``: the cluster's
+    :func:`network_sizes`, when the caller checks many degrees."""
     gpus = stage_gpus(d)
-    sizes: dict[Network, Counter] = {}
-    for node, net in enumerate(node_networks(cluster)):
-        g = cluster.node_groups[cluster.group_of_node(node)].gpus_per_node
-        sizes.setdefault(net, Counter())[g] += 1
-    for net, counter in sizes.items():
+    for net, counter in (network_sizes(cluster) if sizes is None else sizes).items():
         if len(counter) > 1:
             continue
         (g, n), = counter.items()
@@ -105,3 +112,20 @@ def no_contained_note(obstacle: str | None, reason: str) -> str:
         head += f": {obstacle}"
     return (f"{head} ({reason}); the plan lets groups span RDMA networks, they run on TCP "
             f"sockets and the prediction charges them so")
+
+
+COST_NOTE_MIN = 0.005  # below this relative difference the rule is said to cost nothing
+
+
+def containment_cost_note(contained_best: Estimate, fastest: Estimate) -> str | None:
+    """The plan's note when the fastest plan by cost alone (which lets groups span networks)
+    is predicted faster than the best contained one; None when it is not (by 0.5%)."""
+    kept, free = contained_best.step_time_s, fastest.step_time_s
+    if free >= kept * (1 - COST_NOTE_MIN):
+        return None
+    d = fastest.config.degrees
+    ep = f" ep{d.ep}" if d.ep > 1 else ""
+    return (f"contained: every TP/CP/DP/EP group stays on one RDMA network; the fastest plan "
+            f"that lets groups span networks (tp{d.tp} pp{d.pp} dp{d.dp}{ep}) is predicted "
+            f"{kept / free - 1:.0%} faster ({free:.2f} s per step, this one {kept:.2f} s), its "
+            f"spanning groups on TCP sockets; --allow-mixed-networks chooses it")

@@ -35,8 +35,9 @@ from planner.errors import InfeasibleError
 from planner.training.batch import batch_note
 from cost_models.parallel import Degrees
 from cost_models.space import degree_tuples
-from planner.training.containment import (containment_obstacle, contained,
-                                          has_several_networks, no_contained_note)
+from planner.training.containment import (containment_cost_note, containment_obstacle,
+                                          contained, has_several_networks, network_sizes,
+                                          no_contained_note)
 from planner.training.placement import Placement, placement
 from planner.plan.document import Plan
 from planner.training.build import build_plan
@@ -76,7 +77,8 @@ def _placed(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profil
             ) -> tuple[SearchResult, list[Placement]]:
     """Search (with ``contain``: only degrees that may keep each stage on one network) and
     place the ranked candidates (with ``contain``: only contained placements kept)."""
-    keep = (lambda d: containment_obstacle(cluster, d) is None) if contain else None
+    sizes = network_sizes(cluster)
+    keep = (lambda d: containment_obstacle(cluster, d, sizes) is None) if contain else None
     result = search(model, cluster, workload, prof, space, top_k,
                     lambda done, total: report("searching", done, total), keep)
     placed = []
@@ -92,25 +94,29 @@ def _placed(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profil
 def _candidates(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
                 space: SearchSpace, top_k: int, report: PhaseProgress, contain: bool
                 ) -> tuple[SearchResult, list[Placement], list[str]]:
-    """The placed candidates: contained ones only when ``contain`` and some exist; otherwise
-    today's cost-based choice, with the note that says why no contained plan exists."""
+    """The placed candidates: contained ones only when ``contain`` and some exist (with a note
+    on what the rule costs, when the fastest plan by cost alone is faster); otherwise the
+    cost-based choice, with the note that says why no contained plan exists."""
+    loose = _placed(model, cluster, workload, prof, space, top_k, report, False)
     if not (contain and has_several_networks(cluster)):
-        return (*_placed(model, cluster, workload, prof, space, top_k, report, False), [])
+        return (*loose, [])
+    fastest = min(loose[1], key=lambda p: rank_key(p.estimate)).estimate
     try:
         result, placed = _placed(model, cluster, workload, prof, space, top_k, report, True)
         reason = ("CP-SAT found no placement keeping each stage on one network for the "
                   "degrees that allow one")
     except InfeasibleError:
+        sizes = network_sizes(cluster)
         placed, reason = [], ("no degrees that fit memory allow it" if any(
-            containment_obstacle(cluster, d) is None for d in _all_tuples(model, cluster,
-                                                                          workload, space))
+            containment_obstacle(cluster, d, sizes) is None
+            for d in _all_tuples(model, cluster, workload, space))
             else "no degrees the options allow cut every network into whole stages")
     if placed:
-        return result, placed, []
-    result, placed = _placed(model, cluster, workload, prof, space, top_k, report, False)
-    best = min(placed, key=lambda p: rank_key(p.estimate)).estimate
-    return result, placed, [no_contained_note(containment_obstacle(cluster, best.config.degrees),
-                                              reason)]
+        best = min(placed, key=lambda p: rank_key(p.estimate)).estimate
+        note = containment_cost_note(best, fastest)
+        return result, placed, [note] if note else []
+    return (*loose, [no_contained_note(containment_obstacle(cluster, fastest.config.degrees),
+                                       reason)])
 
 
 def _all_tuples(model: ModelSpec, cluster: Cluster, workload: Workload,
