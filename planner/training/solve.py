@@ -104,7 +104,7 @@ def _candidates(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Pr
     try:
         result, placed = _placed(model, cluster, workload, prof, space, top_k, report, True)
         reason = ("CP-SAT found no placement keeping each stage on one network for the "
-                  "degrees that allow one")
+                  "degrees searched")
     except InfeasibleError:
         sizes = network_sizes(cluster)
         placed, reason = [], ("no degrees that fit memory allow it" if any(
