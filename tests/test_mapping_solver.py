@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -571,3 +572,103 @@ def test_networks_validated():
         MappingProblem([8], [1.0], [0], 1, 8, unit_network=[0])
     with pytest.raises(ValueError, match="<= unit_speed"):
         MappingProblem([8], [1.0], [0], 1, 8, unit_network=[0], unit_socket_speed=[2.0])
+
+
+# ---------------------------------------------------------------------------------------
+# Containment as a hard rule: with contain_networks no stage spans networks
+# ---------------------------------------------------------------------------------------
+
+def _contained(p: MappingProblem) -> MappingProblem:
+    return replace(p, contain_networks=True)
+
+
+def _best_contained_by_enumeration(p: MappingProblem) -> float | None:
+    """The optimum over every labelled assignment whose stages each sit on one network (the
+    test's own enumeration, not the module's); None when there is none."""
+    best = None
+    for stages in _all_mappings(p):
+        if any(len({p.unit_network[u] for u in st}) > 1 for st in stages):
+            continue
+        value = _int_objective(p, stages)
+        best = value if best is None else max(best, value)
+    return None if best is None else best / _scale(p)
+
+
+def test_contained_solver_matches_brute_force():
+    """With the hard rule, CP-SAT and exhaustive search agree (objective, mapping, tie-break, and
+    infeasibility), no returned stage spans networks, and the optimum equals an independent
+    enumeration restricted to contained stages; both feasible and infeasible cases occur, and
+    some are infeasible only because of the rule."""
+    rng = random.Random(11)
+    feasible = infeasible_by_rule = 0
+    for _ in range(200):
+        loose = _with_networks(_random_small(rng), rng)
+        if loose.num_units > 7:  # the independent enumeration is (stages + 1) ** units
+            continue
+        p = _contained(loose)
+        expected = _best_contained_by_enumeration(p)
+        try:
+            ref = brute_force_mapping(p)
+        except InfeasibleMapping:
+            assert expected is None, p
+            with pytest.raises(InfeasibleMapping):
+                solve_mapping(p)
+            try:
+                brute_force_mapping(loose)
+                infeasible_by_rule += 1
+            except InfeasibleMapping:
+                pass
+            continue
+        got = solve_mapping(p)
+        validate_stage_units(p, got.stage_units)  # raises on a stage that spans networks
+        assert all(len({p.unit_network[u] for u in st}) == 1 for st in got.stage_units)
+        assert got.optimal and got.objective == pytest.approx(ref.objective, rel=1e-9), p
+        assert got.objective == pytest.approx(expected, rel=1e-5), p  # 1e-6 of max speed
+        assert got.stage_units == ref.stage_units, p
+        assert got.stage_speed == tuple(min(p.unit_speed[u] for u in st)
+                                        for st in got.stage_units)
+        feasible += 1
+    assert feasible >= 30 and infeasible_by_rule >= 5
+
+
+@pytest.mark.parametrize("counts, nodes_per_stage, stages, feasible", [
+    ((4, 4, 4), 4, 3, True),    # 4 IB + 4 RoCE + 4 TCP, stages of 4 nodes
+    ((5, 3, 4), 4, 3, False),   # 5 IB nodes cannot hold whole stages of 4 nodes
+    ((5, 3, 4), 2, 6, False),   # 5 IB and 3 RoCE: odd counts, stages of 2 nodes
+    ((5, 3, 4), 1, 12, True),   # one node per stage: always contained
+    ((6, 6), 4, 3, False),      # two islands of 6, stages of 4
+    ((6, 6), 6, 2, True),       # ... of 6
+    ((6, 6), 3, 4, True),       # ... of 3
+])
+def test_holmes_counts_contained_feasibility(counts, nodes_per_stage, stages, feasible):
+    """Whole stages on one network exist exactly when every network's node count is a
+    multiple of the stage's nodes (every node used); otherwise both solvers say infeasible,
+    while the loose problem (mixed stages priced at socket speed) is always feasible."""
+    nets = [k for k, c in enumerate(counts) for _ in range(c)]
+    interleaved = sorted(range(len(nets)), key=lambda u: (u % len(counts), u))
+    net = [nets[u] for u in interleaved]
+    n = len(net)
+    p = MappingProblem([8] * n, [1.0] * n, [0] * n, stages, 8 * nodes_per_stage,
+                       unit_network=net, unit_socket_speed=[0.3] * n, contain_networks=True)
+    assert solve_mapping(replace(p, contain_networks=False)).objective > 0
+    solvers = [solve_mapping] + ([brute_force_mapping] if n <= BRUTE_FORCE_MAX_UNITS else [])
+    for solver in solvers:
+        if not feasible:
+            with pytest.raises(InfeasibleMapping, match="each on one network"):
+                solver(p)
+            continue
+        got = solver(p)
+        assert all(len({net[u] for u in st}) == 1 for st in got.stage_units)
+        assert got.objective == pytest.approx(stages * 1.0)
+
+
+def test_contained_rule_refuses_mixed_listing_order():
+    """Megatron's order mixes networks here: under the rule it is not a mapping at all, and
+    the validator refuses a stage that spans networks."""
+    p = MappingProblem([8] * 4, [1.0] * 4, [0] * 4, 2, 16, unit_network=[0, 1, 0, 1],
+                       unit_socket_speed=[0.5] * 4, contain_networks=True)
+    with pytest.raises(InfeasibleMapping, match="spans networks"):
+        megatron_stage_units(p)
+    with pytest.raises(ValueError, match="spans networks"):
+        validate_stage_units(p, ((0, 1), (2, 3)))
+    assert solve_mapping(p).stage_units == ((0, 2), (1, 3))

@@ -97,3 +97,115 @@ def test_plan_reports_the_listing_order_it_beats(tmp_path):
     assert listed["socket_groups"].get("dp", 0) > 0  # listing order: DP on sockets
     assert "dp" not in listed["socket_groups_placed"]  # placed: DP stays on RDMA
     assert "vs listing order" in res.output
+
+
+# --- containment as a hard rule (planner solve's default) -------------------------------------
+
+
+def _holmes(kinds: list[tuple[str, str | None]]) -> dict:
+    """One node group per node, listed as given: (transport, RDMA island)."""
+    groups = []
+    for i, (transport, island) in enumerate(kinds):
+        nics = [{"count": 8, "gbps": 400 if transport != "tcp" else 100, "transport": transport}]
+        if transport == "roce" and island is None:
+            nics.append({"count": 1, "gbps": 100, "transport": "tcp"})
+        g = {"name": f"n{i:02d}", "count": 1, "gpu": "H100", "gpus_per_node": 8,
+             "fabric": "nvswitch", "nics": nics}
+        if island:
+            g["rdma_island"] = island
+        groups.append(g)
+    return {"name": "holmes", "node_groups": groups,
+            "network": {"tiers": [{"name": "leaf", "nodes_per_switch": 16}]}}
+
+
+def _mixed_groups(plan) -> int:
+    """TP/CP/DP/EP groups whose nodes are not on one network, read from the plan's rank rule and
+    its cluster spec (this test's own reading: transport = the fastest NIC's, plus island)."""
+    nets = []
+    for g in plan.inputs["cluster"]["node_groups"]:
+        best = max(g["nics"], key=lambda n: n["gbps"] * n["count"])["transport"]
+        nets += [("tcp",) if best == "tcp" else (best, g.get("rdma_island") or "")] * g["count"]
+    pool = plan.pools[0]
+    node_of_rank = {row["rank"]: pool.node_order[row["node_rank"]] for row in pool.rank_rows()}
+    return sum(len({nets[node_of_rank[r]] for r in members}) > 1
+               for kind in ("tp", "cp", "dp", "dp_cp", "ep", "edp")
+               for members in pool.groups.get(kind, []))
+
+
+def _solve_plans(tmp_path, kinds, *options):
+    import yaml
+    from typer.testing import CliRunner
+
+    from planner.cli.app import app
+    from planner.plan.file import load_plan
+    spec = tmp_path / "c.yaml"
+    spec.write_text(yaml.safe_dump(_holmes(kinds)))
+    out = tmp_path / f"plans{len(list(tmp_path.iterdir()))}"
+    res = CliRunner().invoke(app, ["solve", "--cluster", str(spec), "--global-batch", "512",
+                                   "--top-k", "4", *options, "--out-dir", str(out)])
+    assert res.exit_code == 0, res.output
+    return [load_plan(p) for p in sorted(out.glob("plan-*.json"))]
+
+
+ISLANDS = [("roce", "a"), ("roce", "b")] * 6  # two RoCE islands listed alternately
+
+
+def test_islands_every_group_stays_on_one_network(tmp_path):
+    """Two RoCE islands of 6 nodes without RDMA between them: by cost alone the search keeps a
+    plan whose stages span the islands (pp 3, stages of 4 nodes); with the rule every shown
+    plan keeps every TP/CP/DP/EP group inside one island, and only pipeline p2p crosses."""
+    loose = _solve_plans(tmp_path, ISLANDS, "--allow-mixed-networks")
+    assert _mixed_groups(loose[0]) > 0  # the rule binds here
+    plans = _solve_plans(tmp_path, ISLANDS)
+    assert len(plans) >= 2
+    for plan in plans:
+        assert _mixed_groups(plan) == 0
+        assert 12 % plan.pools[0].degrees["pp"] == 0 and plan.pools[0].degrees["pp"] != 3
+        assert not any("no contained plan" in n for n in plan.notes)
+    # the contained plan is the cost model's best among contained ones, here slower than the
+    # plan by cost alone, and its notes say by how much
+    free, kept = loose[0].prediction["step_time_s"], plans[0].prediction["step_time_s"]
+    assert kept > free
+    note = next(n for n in plans[0].notes if n.startswith("contained:"))
+    assert f"{kept / free - 1:.0%} faster ({free:.2f} s per step" in note
+    assert not any(n.startswith("contained:") for n in loose[0].notes)
+
+
+def test_no_contained_plan_falls_back_by_cost_and_says_why(tmp_path):
+    """5 IB + 3 RoCE + 4 TCP-only nodes with EP 16 (stages of at least 2 nodes): no pipeline
+    depth splits 5 IB and 3 RoCE nodes into whole stages, so the plan is today's cost-based
+    one and its notes name the obstacle."""
+    kinds = [("ib", None)] * 5 + [("roce", None)] * 3 + [("tcp", None)] * 4
+    plans = _solve_plans(tmp_path, kinds, "--model", "qwen3-30b-a3b", "--ep", "16")
+    loose = _solve_plans(tmp_path, kinds, "--model", "qwen3-30b-a3b", "--ep", "16",
+                         "--allow-mixed-networks")
+    assert plans[0].prediction["step_time_s"] == loose[0].prediction["step_time_s"]
+    assert plans[0].pools[0].node_order == loose[0].pools[0].node_order
+    assert _mixed_groups(plans[0]) > 0
+    d = plans[0].pools[0].degrees
+    per = d["tp"] * d.get("cp", 1) * d["dp"] // 8
+    note = next(n for n in plans[0].notes if n.startswith("no contained plan"))
+    assert f"cannot hold whole pipeline stages of {per} nodes" in note
+    assert not any("no contained plan" in n for n in loose[0].notes)
+
+
+@pytest.mark.parametrize("counts, pp, tp, obstacle", [
+    ((4, 4, 4), 3, 8, None),
+    ((5, 3, 4), 3, 8, "5 IB nodes cannot hold whole pipeline stages of 4 nodes"),
+    ((5, 3, 4), 12, 8, None),      # a node per stage
+    ((5, 3, 4), 24, 4, None),      # half a node per stage
+    ((6, 6), 3, 8, "6 RoCE (island a) nodes cannot hold whole pipeline stages of 4 nodes"),
+    ((6, 6), 2, 8, None),
+    ((6, 6), 4, 8, None),
+])
+def test_containment_obstacle_from_node_counts(counts, pp, tp, obstacle):
+    from cost_models.parallel import Degrees
+    from planner.training.containment import containment_obstacle, off_network_stages
+    kinds = ([("ib", None), ("roce", None), ("tcp", None)] if len(counts) == 3
+             else [("roce", "a"), ("roce", "b")])
+    spec = _holmes([k for k, c in zip(kinds, counts) for _ in range(c)])
+    cluster = cluster_from_dict(spec)
+    d = Degrees(tp=tp, pp=pp, dp=cluster.num_gpus // (tp * pp))
+    assert containment_obstacle(cluster, d) == obstacle
+    # grouped listing order is contained exactly when there is no obstacle (equal node sizes)
+    assert (off_network_stages(cluster, pp, None) == 0) == (obstacle is None)

@@ -346,6 +346,10 @@ def solve(
              "expert-placement section to every plan with expert parallelism.")] = None,
     redundant_experts_per_gpu: Annotated[int, typer.Option(
         min=0, help="With --expert-loads: redundant expert slots per GPU.")] = 1,
+    allow_mixed_networks: Annotated[bool, typer.Option(
+        "--allow-mixed-networks", help="Let TP/CP/DP/EP groups span RDMA networks (NIC "
+        "classes, islands, TCP-only nodes) when predicted faster; by default they stay on one "
+        "network whenever some plan allows it.")] = False,
 ) -> None:
     """Search parallel configurations, place them on the cluster, slice the pipeline, and
     print the best plans. Without options: Llama-3.1-70B on 8 nodes of H100 (64 GPUs)."""
@@ -370,7 +374,7 @@ def solve(
         loads = load_expert_loads(expert_loads)
     with _PhaseBars(output_format is OutputFormat.table) as progress:
         result = run_solve(spec, hardware, workload, profile, space, top_k, objective.value,
-                           target_tokens_per_s, progress)
+                           target_tokens_per_s, progress, contain=not allow_mixed_networks)
         if loads is not None:
             result = _with_experts(result, loads, redundant_experts_per_gpu, progress)
         named = ([(out, result.plans[0])] if out is not None else []) + (

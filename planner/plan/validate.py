@@ -11,7 +11,9 @@ Each family section then has its own checks: :mod:`planner.plan.validate_trainin
 layer on exactly one stage, the batch adds up, each stage's predicted memory fits),
 :mod:`planner.plan.validate_experts` (every expert has a home, splits sum to 1) and
 :func:`planner.plan.fabric.fabric_problems` (safe device and interface names, and the section
-the plan's cluster and pool give, so emitted NCCL settings match every node's NICs).
+the plan's cluster and pool give, so emitted NCCL settings match every node's NICs), with
+:mod:`planner.plan.validate_fabric` recomputing the socket groups independently from the
+section's own transports and islands and the pool's groups.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from cost_models.parallel import ConfigError, Degrees, check_degrees
 from planner.errors import InvalidPlanError
 from planner.plan.document import KINDS_OF_PLAN, ROLES, SCHEMA_VERSION, Plan, Pool, inputs_hash
 from planner.plan.fabric import fabric_problems, serving_fabric_problems
+from planner.plan.validate_fabric import socket_group_problems
 from planner.plan.ranks import RANK_RULE, exception_array, rule_slots
 from planner.plan.validate_experts import (expert_placement_problems, plan_expert_problems,
                                           validate_expert_placement)
@@ -65,6 +68,7 @@ def plan_problems(plan: Plan) -> list[str]:
                             "plans only)")
         else:
             problems += fabric_problems(plan.fabric, cluster, plan.pool())
+            problems += socket_group_problems(plan.fabric, plan.pool())
     return problems
 
 

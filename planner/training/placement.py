@@ -9,6 +9,10 @@ order. The assignment of nodes to stages is a CP-SAT problem (``solvers.mapping`
 candidate placement is then judged by the full cost model, and Megatron's order is always a
 candidate, so the result is never predicted slower than it.
 
+With ``contain`` (``planner solve``'s default) a stage may not span RDMA networks
+(``planner.training.containment``): CP-SAT gets the hard rule, and Megatron's order stays a
+candidate only when it keeps every stage on one network or when no contained placement exists.
+
 What CP-SAT did is said, not hidden: when it proves no mapping exists, finds none in its time
 limit, or stops at its limit short of a proof of optimality, :func:`placement` returns a line
 for the plan's notes (:func:`mapping_note`) along with the estimate. The limit is CP-SAT's
@@ -25,6 +29,7 @@ from cost_models.profile import Profile
 from cost_models.training.partition import partition_inputs
 from cost_models.training.step import Estimate, estimate
 from cost_models.groups import stage_views
+from planner.training.containment import contained
 from planner.training.slicing import refine_partition
 from solvers.mapping import (InfeasibleMapping, Mapping, MappingProblem, MappingTimeout,
                              solve_mapping)
@@ -82,8 +87,9 @@ def _group_speed(model: ModelSpec, cluster: Cluster, group_index: int, workload:
 
 
 def mapping_problem(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
-                    prof: Profile) -> MappingProblem:
-    """Nodes as units with the speed of a stage built on them, leaf switches as domains."""
+                    prof: Profile, contain: bool = False) -> MappingProblem:
+    """Nodes as units with the speed of a stage built on them, leaf switches as domains;
+    ``contain``: no stage may span RDMA networks."""
     cfg = est.config
     groups = range(len(cluster.node_groups))
     # networks: nodes that can do RDMA with each other share one (TCP-only nodes their own);
@@ -108,7 +114,7 @@ def mapping_problem(model: ModelSpec, cluster: Cluster, workload: Workload, est:
         unit_speed=tuple(speeds[of[n]] for n in units),
         unit_domain=tuple(n // leaf for n in units), num_stages=cfg.degrees.pp,
         gpus_per_stage=cfg.degrees.tp * cfg.degrees.cp * cfg.degrees.dp,
-        unit_network=network, unit_socket_speed=socket)
+        unit_network=network, unit_socket_speed=socket, contain_networks=contain)
 
 
 @dataclass(frozen=True)
@@ -141,22 +147,23 @@ def mapping_note(problem: MappingProblem, outcome: Mapping | Exception,
 
 
 def best_placement(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
-                   prof: Profile) -> Estimate:
+                   prof: Profile, contain: bool = False) -> Estimate:
     """The estimate of :func:`placement` (its notes dropped)."""
-    return placement(model, cluster, workload, est, prof).estimate
+    return placement(model, cluster, workload, est, prof, contain).estimate
 
 
 def placement(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
-              prof: Profile) -> Placement:
+              prof: Profile, contain: bool = False) -> Placement:
     """The fastest of Megatron's order and the CP-SAT placements, each with its best layer
     partition: an estimate whose ``node_order`` is the placement (None: listing order), and
     the note on CP-SAT's outcome when it was not a proven optimum.
 
     On a mixed cluster the search's pick may be an interleaved schedule, whose even chunks the
     partition DP cannot reshape; the same degrees with 1F1B and ZB-H1 are placed too, since
-    giving slow stages fewer layers can beat interleaving there."""
+    giving slow stages fewer layers can beat interleaving there. ``contain``: placements that
+    keep every stage on one RDMA network win over any that do not (module docstring)."""
     if est.config.degrees.pp == 1 or _uniform(cluster):
-        return _place(model, cluster, workload, est, prof)
+        return _place(model, cluster, workload, est, prof, contain)
     variants = [est]
     if est.config.vpp > 1:
         for zb in (False, True):
@@ -164,12 +171,13 @@ def placement(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estim
             other = estimate(model, cluster, workload, cfg, prof)
             if other.memory.fits:
                 variants.append(other)
-    placed = [_place(model, cluster, workload, v, prof) for v in variants]
-    return min(placed, key=lambda p: round(p.estimate.step_time_s, 12))
+    placed = [_place(model, cluster, workload, v, prof, contain) for v in variants]
+    return min(placed, key=lambda p: (contain and not contained(cluster, p.estimate),
+                                      round(p.estimate.step_time_s, 12)))
 
 
 def _place(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
-           prof: Profile) -> Placement:
+           prof: Profile, contain: bool = False) -> Placement:
     """Megatron's order and the CP-SAT placements of ``est``'s configuration, the fastest."""
     megatron = refine_partition(model, cluster, workload, est, prof)
     smallest_node = min(g.gpus_per_node for g in cluster.node_groups)
@@ -177,7 +185,7 @@ def _place(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate
             or cluster.num_gpus // est.config.degrees.pp < smallest_node):
         return Placement(megatron)  # nothing to place: one stage, equal nodes, or stages
         # smaller than a node (nodes are placed whole, so only the listing order exists)
-    problem = mapping_problem(model, cluster, workload, est, prof)
+    problem = mapping_problem(model, cluster, workload, est, prof, contain)
     try:
         mapping = solve_mapping(problem)
     except (InfeasibleMapping, MappingTimeout) as err:
@@ -190,6 +198,7 @@ def _place(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate
         placed = estimate(model, cluster, workload, base, prof, node_order)
         if placed.memory.fits:
             candidates.append(refine_partition(model, cluster, workload, placed, prof))
-    best = min(candidates, key=lambda e: (round(e.step_time_s, 12), e.node_order is not None))
+    best = min(candidates, key=lambda e: (contain and not contained(cluster, e),
+                                          round(e.step_time_s, 12), e.node_order is not None))
     note = mapping_note(problem, mapping, listing_used=best.node_order is None)
     return Placement(best, (note,) if note else ())

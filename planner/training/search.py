@@ -192,10 +192,13 @@ def _frugal(d: Degrees) -> TrainingConfig:
 
 def search(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
            space: SearchSpace = SearchSpace(), top_k: int = 10,
-           progress: Progress | None = None) -> SearchResult:
-    """The ``top_k`` fastest degree tuples, each with its fastest fitting options."""
+           progress: Progress | None = None,
+           keep: Callable[[Degrees], bool] | None = None) -> SearchResult:
+    """The ``top_k`` fastest degree tuples, each with its fastest fitting options; ``keep``
+    (when given) admits only the tuples it accepts."""
     start = time.perf_counter()
-    tuples = [d for d in degree_tuples(space_limits(model, cluster, workload)) if space.admits(d)]
+    tuples = [d for d in degree_tuples(space_limits(model, cluster, workload))
+              if space.admits(d) and (keep is None or keep(d))]
     floors = {d: tuple_floor_s(model, cluster, workload, prof, d, space) for d in tuples}
     best: list[Estimate] = []
     kth: list[float] = []  # max-heap (negated) of the top_k step times found so far

@@ -6,6 +6,13 @@
    partition (``planner.training.slicing``).
 3. Candidates are re-ranked, turned into Plans with a one-line "why", and validated.
 
+On a cluster whose nodes are on several RDMA networks (NIC classes, islands, TCP-only), every
+TP/CP/DP/EP group stays on one network whenever some plan allows it (``contain``, the default;
+``planner solve --allow-mixed-networks`` turns it off): the search then admits only degrees
+whose stages can each sit on one network, and only contained placements are kept. When none
+exists, the choice is by cost as without the rule, and the plans' notes say what stood in
+the way (``planner.training.containment``).
+
 What went wrong quietly goes into each plan's ``notes``: a CP-SAT placement that was
 infeasible or stopped at its time limit (``planner.training.placement``), and a global batch
 too small for the cluster (``planner.training.batch``, judged on the best plan and noted on
@@ -26,10 +33,16 @@ from cost_models.profile import Profile
 from cost_models.training.step import Estimate
 from planner.errors import InfeasibleError
 from planner.training.batch import batch_note
-from planner.training.placement import placement
+from cost_models.parallel import Degrees
+from cost_models.space import degree_tuples
+from planner.training.containment import (containment_cost_note, containment_obstacle,
+                                          contained, has_several_networks, network_sizes,
+                                          no_contained_note)
+from planner.training.placement import Placement, placement
 from planner.plan.document import Plan
 from planner.training.build import build_plan
-from planner.training.search import SearchSpace, SearchStats, rank_key, search
+from planner.training.search import (SearchResult, SearchSpace, SearchStats, rank_key, search,
+                                     space_limits)
 from planner.plan.validate import validate_plan
 from planner.training.why import why_line
 from topologies.cluster import Cluster, first_nodes
@@ -50,25 +63,73 @@ class SolveResult:
 def solve(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
           space: SearchSpace = SearchSpace(), top_k: int = 10, objective: str = "throughput",
           target_tokens_per_s: float | None = None,
-          progress: PhaseProgress | None = None) -> SolveResult:
-    """The ``top_k`` best plans for ``objective`` (see module docstring)."""
+          progress: PhaseProgress | None = None, contain: bool = True) -> SolveResult:
+    """The ``top_k`` best plans for ``objective`` (see module docstring); ``contain``: keep
+    every TP/CP/DP/EP group on one RDMA network whenever some plan can."""
     if objective == "min-gpus":
         return _min_gpus(model, cluster, workload, prof, space, top_k, target_tokens_per_s,
-                         progress)
-    return _best_plans(model, cluster, workload, prof, space, top_k, objective, progress)
+                         progress, contain)
+    return _best_plans(model, cluster, workload, prof, space, top_k, objective, progress, contain)
+
+
+def _placed(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
+            space: SearchSpace, top_k: int, report: PhaseProgress, contain: bool
+            ) -> tuple[SearchResult, list[Placement]]:
+    """Search (with ``contain``: only degrees that may keep each stage on one network) and
+    place the ranked candidates (with ``contain``: only contained placements kept)."""
+    sizes = network_sizes(cluster)
+    keep = (lambda d: containment_obstacle(cluster, d, sizes) is None) if contain else None
+    result = search(model, cluster, workload, prof, space, top_k,
+                    lambda done, total: report("searching", done, total), keep)
+    placed = []
+    for i, est in enumerate(result.ranked):
+        report("placing", i, len(result.ranked))
+        placed.append(placement(model, cluster, workload, est, prof, contain))
+    report("placing", len(placed), len(placed))
+    if contain:
+        placed = [p for p in placed if contained(cluster, p.estimate)]
+    return result, placed
+
+
+def _candidates(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
+                space: SearchSpace, top_k: int, report: PhaseProgress, contain: bool
+                ) -> tuple[SearchResult, list[Placement], list[str]]:
+    """The placed candidates: contained ones only when ``contain`` and some exist (with a note
+    on what the rule costs, when the fastest plan by cost alone is faster); otherwise the
+    cost-based choice, with the note that says why no contained plan exists."""
+    loose = _placed(model, cluster, workload, prof, space, top_k, report, False)
+    if not (contain and has_several_networks(cluster)):
+        return (*loose, [])
+    fastest = min(loose[1], key=lambda p: rank_key(p.estimate)).estimate
+    try:
+        result, placed = _placed(model, cluster, workload, prof, space, top_k, report, True)
+        reason = ("CP-SAT found no placement keeping each stage on one network for the "
+                  "degrees searched")
+    except InfeasibleError:
+        sizes = network_sizes(cluster)
+        placed, reason = [], ("no degrees that fit memory allow it" if any(
+            containment_obstacle(cluster, d, sizes) is None
+            for d in _all_tuples(model, cluster, workload, space))
+            else "no degrees the options allow cut every network into whole stages")
+    if placed:
+        best = min(placed, key=lambda p: rank_key(p.estimate)).estimate
+        note = containment_cost_note(best, fastest)
+        return result, placed, [note] if note else []
+    return (*loose, [no_contained_note(containment_obstacle(cluster, fastest.config.degrees),
+                                       reason)])
+
+
+def _all_tuples(model: ModelSpec, cluster: Cluster, workload: Workload,
+                space: SearchSpace) -> list[Degrees]:
+    return [d for d in degree_tuples(space_limits(model, cluster, workload)) if space.admits(d)]
 
 
 def _best_plans(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
                 space: SearchSpace, top_k: int, objective: str,
-                progress: PhaseProgress | None) -> SolveResult:
+                progress: PhaseProgress | None, contain: bool = True) -> SolveResult:
     report = progress or _quiet
-    result = search(model, cluster, workload, prof, space, top_k,
-                    lambda done, total: report("searching", done, total))
-    placed = []
-    for i, est in enumerate(result.ranked):
-        report("placing", i, len(result.ranked))
-        placed.append(placement(model, cluster, workload, est, prof))
-    report("placing", len(placed), len(placed))
+    result, placed, containment = _candidates(model, cluster, workload, prof, space, top_k,
+                                              report, contain)
     placed.sort(key=lambda p: rank_key(p.estimate))
     refined = [p.estimate for p in placed]
     batch = batch_note(model, cluster, refined[0], prof)
@@ -79,7 +140,7 @@ def _best_plans(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Pr
         why = why_line(est, runner_up) if i == 0 else ""
         search_info = {"position": i + 1, "degree_tuples": result.stats.degree_tuples,
                        "options_estimated": result.stats.options_estimated}
-        notes = [*place.notes, *([batch] if batch else [])]
+        notes = [*place.notes, *containment, *([batch] if batch else [])]
         plan = build_plan(model, cluster, est, prof, objective, why, search_info, notes)
         plans.append(validate_plan(plan, f"plan {i + 1}"))
     report("building plans", len(refined), len(refined))
@@ -88,7 +149,7 @@ def _best_plans(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Pr
 
 def _min_gpus(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
               space: SearchSpace, top_k: int, target: float | None,
-              progress: PhaseProgress | None) -> SolveResult:
+              progress: PhaseProgress | None, contain: bool = True) -> SolveResult:
     if not target or target <= 0:
         raise InfeasibleError("objective min-gpus needs --target-tokens-per-s > 0")
     sizes = sorted({max(1, cluster.num_nodes // 2**i) for i in range(12)} | {cluster.num_nodes})
@@ -97,7 +158,8 @@ def _min_gpus(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Prof
         sub = first_nodes(cluster, nodes)
         try:
             result = _best_plans(model, sub, workload, prof, space, top_k, "min-gpus",
-                                 _prefixed(progress, f"{nodes} node{'s' * (nodes != 1)}: "))
+                                 _prefixed(progress, f"{nodes} node{'s' * (nodes != 1)}: "),
+                                 contain)
         except InfeasibleError:
             continue
         total = result.estimates[0].tokens_per_s_per_gpu * sub.num_gpus

@@ -14,13 +14,14 @@ from solvers.mapping.baselines import (BRUTE_FORCE_MAX_UNITS, brute_force_mappin
                                        megatron_stage_units)
 from solvers.mapping.cpsat import solve_mapping
 from solvers.mapping.problem import (SPEED_SCALE, InfeasibleMapping, Mapping, MappingProblem,
-                                     MappingTimeout, StageUnits, mapping_objective,
+                                     MappingTimeout, StageUnits, admissible, mapping_objective,
                                      scaled_objective, unit_classes, validate_stage_units)
 
 __all__ = [
     # problem: types, validator, objective
     "SPEED_SCALE", "StageUnits", "InfeasibleMapping", "MappingTimeout", "MappingProblem",
     "Mapping", "unit_classes", "validate_stage_units", "mapping_objective", "scaled_objective",
+    "admissible",
     # the main entry
     "solve_mapping",
     # baselines and the exhaustive reference

@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from solvers.mapping.problem import (InfeasibleMapping, Mapping, MappingProblem, StageUnits,
-                                     check_gpu_supply, count_rows, expand_rows, make_mapping,
-                                     no_disjoint_stages, scaled_objective, unit_classes)
+                                     admissible, check_gpu_supply, count_rows, expand_rows,
+                                     make_mapping, no_disjoint_stages, scaled_objective,
+                                     unit_classes)
 
 __all__ = ["BRUTE_FORCE_MAX_UNITS", "megatron_stage_units", "megatron_mapping",
            "megatron_or_none", "grouped_candidates", "brute_force_mapping"]
@@ -29,7 +30,8 @@ BRUTE_FORCE_MAX_UNITS = 10
 # ---------------------------------------------------------------------------------------
 
 def megatron_stage_units(problem: MappingProblem) -> StageUnits:
-    """Listing order cut into consecutive stages; raises if a unit would straddle two."""
+    """Listing order cut into consecutive stages; raises if a unit would straddle two (or, with
+    ``contain_networks``, a stage would span networks)."""
     check_gpu_supply(problem)
     stages: list[tuple[int, ...]] = []
     current: list[int] = []
@@ -47,6 +49,9 @@ def megatron_stage_units(problem: MappingProblem) -> StageUnits:
         if filled == problem.gpus_per_stage:
             stages.append(tuple(current))
             current, filled = [], 0
+    if not admissible(problem, stages):
+        raise InfeasibleMapping("Megatron order: a stage spans networks, which "
+                                "contain_networks forbids")
     return tuple(stages)
 
 
@@ -56,7 +61,8 @@ def megatron_mapping(problem: MappingProblem) -> Mapping:
 
 
 def megatron_or_none(problem: MappingProblem) -> StageUnits | None:
-    """Megatron's stages, or None where a unit would straddle two stages."""
+    """Megatron's stages, or None where a unit would straddle two stages or, with
+    ``contain_networks``, a stage would span networks."""
     try:
         return megatron_stage_units(problem)
     except InfeasibleMapping:
@@ -84,13 +90,15 @@ def _first_fit(problem: MappingProblem, order: Sequence[int]) -> StageUnits | No
 
 def grouped_candidates(problem: MappingProblem) -> list[StageUnits]:
     """Metis/Holmes-style starts: like devices together (by speed, then leaf; or the reverse;
-    or by network first, as Holmes keeps each group on one NIC type)."""
+    or by network first, as Holmes keeps each group on one NIC type); only those obeying the
+    containment rule."""
     speed, domain = problem.unit_speed, problem.unit_domain
     net = problem.unit_network or (0,) * problem.num_units
     orders = (sorted(range(problem.num_units), key=lambda u: (-speed[u], domain[u], u)),
               sorted(range(problem.num_units), key=lambda u: (domain[u], -speed[u], u)),
               sorted(range(problem.num_units), key=lambda u: (net[u], -speed[u], domain[u], u)))
-    return [m for m in (_first_fit(problem, o) for o in orders) if m is not None]
+    return [m for m in (_first_fit(problem, o) for o in orders)
+            if m is not None and admissible(problem, m)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -127,7 +135,8 @@ def _partitions(problem: MappingProblem) -> Iterable[list[list[int]]]:
 
 
 def brute_force_mapping(problem: MappingProblem) -> Mapping:
-    """Exhaustive search over unit-to-stage assignments (small instances), same tie-break."""
+    """Exhaustive search over unit-to-stage assignments (small instances), same tie-break;
+    with ``contain_networks`` only partitions whose every stage is on one network count."""
     if problem.num_units > BRUTE_FORCE_MAX_UNITS:
         raise ValueError(f"brute force is for at most {BRUTE_FORCE_MAX_UNITS} units, "
                          f"got {problem.num_units}")
@@ -135,6 +144,8 @@ def brute_force_mapping(problem: MappingProblem) -> Mapping:
     classes = unit_classes(problem)
     best: tuple[int, tuple[tuple[int, ...], ...]] | None = None
     for stages in _partitions(problem):
+        if not admissible(problem, stages):
+            continue  # a stage spans networks, which the problem forbids
         key = (scaled_objective(problem, stages), count_rows(problem, classes, stages))
         if best is None or key > best:
             best = key

@@ -18,7 +18,9 @@ classes):
 * ``dom[s,k] >= use[s,c]`` for every class c in domain k (only when the penalty is > 0);
 * with several networks: ``net[s,k] >= use[s,c]`` for classes of network k,
   ``sum_k net[s,k] <= 1 + (K - 1) * mixed[s]``, and ``use[s,c] and mixed[s]`` forbids the
-  levels above class c's socket speed (the levels include the socket speeds);
+  levels above class c's socket speed (the levels include the socket speeds); with
+  ``contain_networks`` instead ``sum_k net[s,k] <= 1`` (a stage never spans networks) and
+  ``sum_s net[s,k] <= gpus_k // gpus_per_stage`` (redundant; it speeds up proofs);
 * symmetry breaking: stages are ordered by non-increasing speed (``ge[s+1,j] => ge[s,j]``).
 
 Speeds and the penalty enter as the scaled integers of :mod:`solvers.mapping.problem`;
@@ -50,7 +52,8 @@ from ortools.sat.python import cp_model
 from solvers.mapping.baselines import grouped_candidates, megatron_or_none
 from solvers.mapping.problem import (Mapping, MappingProblem, MappingTimeout, StageUnits,
                                      UnitClass, check_gpu_supply, class_of_unit, expand_rows,
-                                     make_mapping, no_disjoint_stages, scaled, scaled_objective,
+                                     make_mapping, network_gpus, no_disjoint_stages, scaled,
+                                     scaled_objective,
                                      speed_scale, stage_speed, unit_classes)
 
 __all__ = ["LEX_WEIGHT_LIMIT", "LEX_MAX_SOLVES", "RANDOM_SEED", "WALL_CLOCK_FACTOR",
@@ -149,6 +152,9 @@ def _build_model(problem: MappingProblem, classes: Sequence[UnitClass]) -> _Mode
                     if cls.network == k:
                         m.add_implication(use, net)
             m.add(sum(net_s) <= 1 + (len(network_ids) - 1) * mix)
+            # containment as a hard rule: no stage spans networks
+            if problem.contain_networks:
+                m.add(mix == 0)
             for cls, use in zip(classes, use_s):
                 above = level_of[scaled(cls.socket_speed, scale)] + 1
                 if above < len(q):
@@ -159,6 +165,12 @@ def _build_model(problem: MappingProblem, classes: Sequence[UnitClass]) -> _Mode
             for _, _, use in members:
                 m.add_implication(use, d)
             m.add(sum(cls.gpus * n for cls, n, _ in members) <= gpus * d)
+    # with containment a stage lies on one network, so network k holds at most
+    # (its GPUs // gpus_per_stage) stages (redundant, but it lets CP-SAT prove infeasibility)
+    if network_ids and problem.contain_networks:
+        held = network_gpus(problem)
+        for j, k in enumerate(network_ids):
+            m.add(sum(net_s[j] for net_s in nets) <= held[k] // gpus)
     # a class hands out at most its units: sum_s n[s,c] <= count_c
     for c, cls in enumerate(classes):
         m.add(sum(counts[s][c] for s in range(problem.num_stages)) <= len(cls.units))

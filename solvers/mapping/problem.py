@@ -17,7 +17,10 @@ Networks (optional ``unit_network``, ``unit_socket_speed``): units that cannot d
 each other (different NIC class or RDMA island) are on different networks; a stage whose units
 span networks runs its collectives over NCCL's socket transport (one transport per
 communicator), so its speed is the slowest of its units' *socket* speeds (Holmes, Yang et al.
-2023: keep each group on one NIC type). The caller prices both speeds.
+2023: keep each group on one NIC type). The caller prices both speeds. With
+``contain_networks`` a stage whose units span networks is not allowed at all (a hard rule, not a
+cost): every stage, and so every group inside it, stays on one network, and a problem whose
+networks cannot each be cut into whole stages is infeasible.
 
 CP-SAT needs integer coefficients: speeds and the penalty are scaled by
 ``SPEED_SCALE / max(speed)`` and rounded (``q_j = round(v_j * scale)``), i.e. a resolution of
@@ -48,7 +51,8 @@ __all__ = ["SPEED_SCALE", "StageUnits", "InfeasibleMapping", "MappingTimeout", "
            "Mapping", "UnitClass", "unit_classes", "speed_scale", "scaled", "stage_domains",
            "validate_stage_units", "stage_speed", "mapping_objective", "scaled_objective",
            "canonical", "make_mapping", "check_gpu_supply", "no_disjoint_stages",
-           "class_of_unit", "count_rows", "expand_rows", "unit_network_of", "networks"]
+           "class_of_unit", "count_rows", "expand_rows", "unit_network_of", "networks",
+           "spans_networks", "admissible", "network_gpus"]
 
 SPEED_SCALE = 1_000_000  # the fastest unit's speed maps to this integer
 
@@ -79,6 +83,8 @@ class MappingProblem:
     # collectives over sockets (<= its speed). None: one network, speeds as given.
     unit_network: tuple[int, ...] | None = None
     unit_socket_speed: tuple[float, ...] | None = None
+    # forbid stages whose units span networks (needs unit_network to matter)
+    contain_networks: bool = False
 
     def __post_init__(self) -> None:
         for name in ("unit_gpus", "unit_speed", "unit_domain"):
@@ -185,6 +191,26 @@ def networks(problem: MappingProblem) -> int:
     return len(set(problem.unit_network)) if problem.unit_network is not None else 1
 
 
+def spans_networks(problem: MappingProblem, units: Iterable[int]) -> bool:
+    """Whether a stage of these units mixes networks (never without ``unit_network``)."""
+    return problem.unit_network is not None and len({problem.unit_network[u] for u in units}) > 1
+
+
+def admissible(problem: MappingProblem, stage_units: Iterable[Iterable[int]]) -> bool:
+    """Whether the stages obey the problem's containment rule (always true without it)."""
+    return not problem.contain_networks or not any(spans_networks(problem, us)
+                                                   for us in stage_units)
+
+
+def network_gpus(problem: MappingProblem) -> dict[int, int]:
+    """GPUs per network (one network 0 when not given)."""
+    out: dict[int, int] = {}
+    for u, g in enumerate(problem.unit_gpus):
+        net = problem.unit_network[u] if problem.unit_network is not None else 0
+        out[net] = out.get(net, 0) + g
+    return out
+
+
 def speed_scale(problem: MappingProblem) -> float:
     """Factor turning speeds (and the penalty) into CP-SAT integers."""
     return SPEED_SCALE / max(problem.unit_speed)
@@ -199,7 +225,8 @@ def stage_domains(problem: MappingProblem, units: Iterable[int]) -> int:
 
 
 def validate_stage_units(problem: MappingProblem, stage_units: Sequence[Sequence[int]]) -> None:
-    """Raise ValueError unless every stage holds exactly ``gpus_per_stage`` GPUs of distinct units."""
+    """Raise ValueError unless every stage holds exactly ``gpus_per_stage`` GPUs of distinct units
+    (and, with ``contain_networks``, units of one network)."""
     if len(stage_units) != problem.num_stages:
         raise ValueError(f"{len(stage_units)} stages given, {problem.num_stages} expected")
     seen: set[int] = set()
@@ -215,6 +242,10 @@ def validate_stage_units(problem: MappingProblem, stage_units: Sequence[Sequence
         gpus = sum(problem.unit_gpus[u] for u in units)
         if gpus != problem.gpus_per_stage:
             raise ValueError(f"stage {s} holds {gpus} GPUs, {problem.gpus_per_stage} needed")
+        if problem.contain_networks and spans_networks(problem, units):
+            raise ValueError(f"stage {s} spans networks "
+                             f"{sorted({problem.unit_network[u] for u in units})}, which "
+                             f"contain_networks forbids")
 
 
 def stage_speed(problem: MappingProblem, units: Iterable[int]) -> float:
@@ -222,7 +253,7 @@ def stage_speed(problem: MappingProblem, units: Iterable[int]) -> float:
     networks runs its collectives over sockets, at its slowest unit's socket speed (NCCL
     picks one transport per communicator: IB/RoCE only when every member can use it)."""
     units = tuple(units)
-    if problem.unit_network is not None and len({problem.unit_network[u] for u in units}) > 1:
+    if spans_networks(problem, units):
         return min(problem.unit_socket_speed[u] for u in units)
     return min(problem.unit_speed[u] for u in units)
 
@@ -267,6 +298,10 @@ def check_gpu_supply(problem: MappingProblem) -> None:
     if have < need:
         raise InfeasibleMapping(f"{problem.num_stages} stages × {problem.gpus_per_stage} GPUs "
                                 f"need {need} GPUs, the units hold {have}")
+    if problem.contain_networks and networks(problem) > 1 and sum(
+            held // problem.gpus_per_stage for held in network_gpus(problem).values()
+    ) < problem.num_stages:
+        raise no_disjoint_stages(problem)  # each network holds at most its GPUs // stage GPUs
     if not _subset_sum_reaches(problem.unit_gpus, problem.gpus_per_stage):
         sizes = ", ".join(f"{c}×{g}" for g, c in sorted(Counter(problem.unit_gpus).items()))
         raise InfeasibleMapping(f"no set of units sums to exactly {problem.gpus_per_stage} GPUs "
@@ -285,6 +320,14 @@ def _subset_sum_reaches(sizes: Sequence[int], target: int) -> bool:
 def no_disjoint_stages(problem: MappingProblem) -> InfeasibleMapping:
     """The error for a problem whose GPUs add up but cannot form the stages."""
     sizes = ", ".join(f"{c}×{g}" for g, c in sorted(Counter(problem.unit_gpus).items()))
+    if problem.contain_networks and networks(problem) > 1:
+        per_net = "; ".join(
+            f"network {k}: " + ", ".join(f"{c}×{g}" for g, c in sorted(Counter(
+                g for g, n in zip(problem.unit_gpus, problem.unit_network) if n == k).items()))
+            for k in sorted(set(problem.unit_network)))
+        return InfeasibleMapping(f"cannot form {problem.num_stages} disjoint stages of exactly "
+                                 f"{problem.gpus_per_stage} GPUs, each on one network, from "
+                                 f"units of ({per_net}) GPUs")
     return InfeasibleMapping(f"cannot form {problem.num_stages} disjoint stages of exactly "
                              f"{problem.gpus_per_stage} GPUs from units of {sizes} GPUs")
 
