@@ -150,6 +150,12 @@ def _config(plan: Plan) -> TrainingConfig:
     for name in ("etp", "recompute_layers"):
         if raw.get(name) is not None:
             _int(f"config.{name}", raw.get(name), 1)
+    shares = raw.get("dp_shares")
+    if shares is not None:
+        if not isinstance(shares, list):
+            raise ValueError("plan: config.dp_shares must be a list or absent")
+        for i, c in enumerate(shares):
+            _int(f"config.dp_shares[{i}]", c, 1)
     counts = raw.get("stage_layer_counts")
     if counts is not None:
         if not isinstance(counts, list):

@@ -191,6 +191,14 @@ class Plan:
     def micro_batches(self) -> int:
         return self._training()["micro_batches"]
 
+    def replica_micro_batches(self) -> tuple[int, ...]:
+        """Micro-batches per step of each data-parallel replica: the options' ``dp_shares``
+        when the plan gives replicas unequal shares, else ``micro_batches`` each."""
+        shares = self._training()["options"].get("dp_shares")
+        if shares is not None:
+            return tuple(shares)
+        return (self.micro_batches,) * self.pool().degrees["dp"]
+
     @property
     def stages(self) -> list[dict[str, Any]]:
         return self._training()["stages"]

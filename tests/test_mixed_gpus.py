@@ -1,0 +1,163 @@
+"""Mixed GPU types in training plans (issue 20): each stage and each data-parallel replica
+runs at its own GPU's pace and holds its own GPU's memory, the layer split follows both, and
+replicas on faster GPUs take more micro-batches (DP batch shares)."""
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import replace
+
+import pytest
+
+from cost_models.parallel import Degrees
+from cost_models.profile import default_profile
+from cost_models.training.config import TrainingConfig
+from cost_models.training.step import compute_floor_s, estimate
+from planner.inputs.models import load_model
+from planner.plan.document import Plan, plan_from_dict, plan_from_json, plan_to_dict, plan_to_json
+from planner.plan.validate import plan_problems
+from planner.training.estimation import make_workload
+from planner.training.shares import refine_shares, share_problem
+from planner.training.slicing import partition_problem, refine_partition
+from planner.training.solve import solve
+from cost_models.groups import stage_views
+from solvers.batch_shares import brute_force_shares, solve_shares
+from solvers.pipeline.dp import brute_force_partition, partition_layers
+from topologies.spec import cluster_from_dict
+
+PROF = default_profile("A100-SXM4-80GB")
+
+
+def _mixed(a: int, b: int, gpu_a: str = "A100-SXM4-80GB", gpu_b: str = "H100-SXM5-80GB"):
+    nics = [{"count": 8, "gbps": 400, "transport": "ib"}]
+    return cluster_from_dict({"name": "mixed", "node_groups": [
+        {"name": "a", "count": a, "gpu": gpu_a, "gpus_per_node": 8, "fabric": "nvswitch",
+         "nics": nics},
+        {"name": "b", "count": b, "gpu": gpu_b, "gpus_per_node": 8, "fabric": "nvswitch",
+         "nics": nics}], "network": {"tiers": [{"name": "leaf", "nodes_per_switch": 16}]}})
+
+
+def _config(tp: int, pp: int, dp: int, **options) -> TrainingConfig:
+    return TrainingConfig(degrees=Degrees(tp=tp, pp=pp, dp=dp),
+                          **{"zero": 1, "recompute": "selective", **options})
+
+
+def test_stage_on_faster_gpus_is_a_faster_stage() -> None:
+    """Stage 0 on A100 nodes, stage 1 on H100 nodes (listing order): with the same layers the
+    H100 stage is clearly faster, and the A100-only cluster is slower than the mixed one."""
+    model, wl = load_model("llama-3.1-8b"), make_workload(4096, 64, "bf16")
+    cfg = _config(8, 2, 2, stage_layer_counts=(16, 16))
+    mixed = estimate(model, _mixed(2, 2), wl, cfg, PROF)
+    a100 = estimate(model, _mixed(2, 2, gpu_b="A100-SXM4-80GB"), wl, cfg, PROF)
+    first, last = (s.compute_s for s in mixed.stages)
+    assert first > 1.5 * last  # 312 vs 989 bf16 TFLOPS (the LM head adds to the last stage)
+    assert mixed.stages[0].compute_s == a100.stages[0].compute_s
+    assert mixed.step_time_s < a100.step_time_s
+
+
+def test_speed_proportional_split_beats_even_and_equals_brute_force() -> None:
+    """The DP's split gives the A100 stage fewer layers, beats the even split, and is the best
+    of every two-stage split by the full estimate."""
+    model, wl, cluster = load_model("llama-3.1-8b"), make_workload(4096, 64, "bf16"), _mixed(2, 2)
+    even = estimate(model, cluster, wl, _config(8, 2, 2), PROF)
+    split = refine_partition(model, cluster, wl, even, PROF)
+    counts = split.config.stage_layer_counts
+    assert counts is not None and counts[0] < counts[1]
+    assert split.step_time_s < even.step_time_s * 0.8
+    every = [estimate(model, cluster, wl, _config(8, 2, 2, stage_layer_counts=(k, 32 - k)), PROF)
+             for k in range(1, 32)]
+    best = min(e.step_time_s for e in every if e.memory.fits)
+    assert split.step_time_s == pytest.approx(best, rel=1e-9)
+
+
+@pytest.mark.parametrize("gpus", [("A100-SXM4-80GB", "H100-SXM5-80GB"),
+                                  ("H100-SXM5-80GB", "H200-SXM-141GB")])
+def test_partition_dp_equals_brute_force_on_mixed_stages(gpus) -> None:
+    model, wl, cluster = load_model("llama-3.1-8b"), make_workload(4096, 64, "bf16"), _mixed(1, 1, *gpus)
+    est = estimate(model, cluster, wl, _config(4, 4, 1), PROF)
+    problem = partition_problem(model, cluster, wl, est, PROF,
+                                stage_views(cluster, est.config.degrees))
+    assert problem.stage_memory_limit_bytes[0] <= problem.stage_memory_limit_bytes[-1]
+    assert partition_layers(problem).bottleneck_s == pytest.approx(
+        brute_force_partition(problem).bottleneck_s, rel=1e-12)
+
+
+def test_memory_split_moves_layers_onto_the_larger_gpus() -> None:
+    """H100 (80 GB) + H200 (141 GB): the even split does not fit on the H100 stage; the split
+    by per-stage memory gives the H200 stage more layers and fits."""
+    model, wl = load_model("llama-3.1-70b"), make_workload(4096, 8, "bf16")
+    cluster = _mixed(1, 1, "H100-SXM5-80GB", "H200-SXM-141GB")
+    even = estimate(model, cluster, wl, _config(8, 2, 1, recompute="full"), PROF)
+    assert not even.memory.fits
+    assert even.stage_memory[0].capacity_bytes < even.stage_memory[1].capacity_bytes
+    split = refine_partition(model, cluster, wl, even, PROF)
+    assert split.memory.fits
+    assert split.config.stage_layer_counts[0] < split.config.stage_layer_counts[1]
+
+
+def test_batch_shares_beat_equal_and_equal_brute_force() -> None:
+    """pp = 1 on 2 A100 + 2 H100 nodes: replicas on H100s take more micro-batches; the shares
+    are the best of every split by the full estimate (ZeRO-1: the sync does not depend on
+    the shares, so the estimate is the solver's objective plus a constant)."""
+    model, wl, cluster = load_model("llama-3.1-8b"), make_workload(4096, 16, "bf16"), _mixed(2, 2)
+    equal = estimate(model, cluster, wl, _config(8, 1, 4), PROF)
+    shared = refine_shares(model, cluster, wl, equal, PROF)
+    shares = shared.config.dp_shares
+    assert shares is not None and sum(shares) == 16
+    assert shares[0] == shares[1] < shares[2] == shares[3]  # replicas 0, 1 on A100 nodes
+    assert shared.step_time_s < equal.step_time_s * 0.85
+    best = min(estimate(model, cluster, wl, _config(8, 1, 4, dp_shares=(*head, 16 - sum(head))),
+                        PROF).step_time_s
+               for head in itertools.product(range(1, 14), repeat=3) if sum(head) < 16)
+    assert shared.step_time_s == pytest.approx(best, rel=1e-12)
+    problem = share_problem(equal)
+    assert solve_shares(problem).bottleneck_s == brute_force_shares(problem).bottleneck_s
+
+
+def test_no_shares_on_one_gpu_type() -> None:
+    model, wl = load_model("llama-3.1-8b"), make_workload(4096, 16, "bf16")
+    cluster = _mixed(2, 2, gpu_b="A100-SXM4-80GB")
+    est = estimate(model, cluster, wl, _config(8, 1, 4), PROF)
+    assert est.replica_micro_batch_s == () and share_problem(est) is None
+    assert refine_shares(model, cluster, wl, est, PROF) is est
+
+
+def test_compute_floor_stays_a_lower_bound_on_mixed_clusters() -> None:
+    model, wl, cluster = load_model("llama-3.1-8b"), make_workload(4096, 16, "bf16"), _mixed(2, 2)
+    cfg = _config(8, 1, 4)
+    shared = refine_shares(model, cluster, wl, estimate(model, cluster, wl, cfg, PROF), PROF)
+    assert compute_floor_s(model, cluster, wl, cfg, PROF) <= shared.step_time_s
+
+
+@pytest.fixture(scope="module")
+def shared_plan() -> Plan:
+    """The best plan of a small A100 + H100 cluster with pp fixed to 1: it uses shares."""
+    from planner.training.search import SearchSpace
+    model, wl, cluster = load_model("llama-3.1-8b"), make_workload(4096, 32, "bf16"), _mixed(1, 1)
+    result = solve(model, cluster, wl, PROF, SearchSpace(pp=1, tp=8), top_k=2)
+    return result.plans[0]
+
+
+def test_plan_carries_shares_and_round_trips(shared_plan: Plan) -> None:
+    shares = shared_plan.training["options"]["dp_shares"]
+    assert shares[0] < shares[1] and sum(shares) == 2 * shared_plan.micro_batches
+    assert shared_plan.replica_micro_batches() == tuple(shares)
+    assert any(n.startswith("DP batch shares") and "faster" in n for n in shared_plan.notes)
+    text = plan_to_json(shared_plan)
+    again = plan_from_json(text)
+    assert plan_to_json(again) == text
+    assert again.training["options"]["dp_shares"] == shares
+    assert plan_problems(again) == []
+
+
+@pytest.mark.parametrize("bad, says", [
+    (lambda s: [s[0] + 1, s[1]], "sum"),
+    (lambda s: [0, s[0] + s[1]], ">= 1"),
+    (lambda s: [s[0] + s[1]], ">= 1"),
+])
+def test_validator_refuses_bad_shares(shared_plan: Plan, bad, says) -> None:
+    data = copy.deepcopy(plan_to_dict(shared_plan))
+    opts = data["training"]["options"]
+    opts["dp_shares"] = bad(opts["dp_shares"])
+    problems = plan_problems(plan_from_dict(data))
+    assert problems and any("dp_shares" in p for p in problems), problems
