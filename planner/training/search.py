@@ -42,6 +42,7 @@ from cost_models.profile import Profile
 from cost_models.training.step import (Estimate, compute_floor_s, estimate, estimate_memory,
                                        memory_fits)
 from planner.errors import InfeasibleError
+from planner.training.shares import refine_shares
 from cost_models.space import (SpaceLimits, degree_tuples, micro_batch_sizes,
                                   vpp_sizes)
 from topologies.cluster import Cluster, first_nodes
@@ -192,8 +193,10 @@ def _frugal(d: Degrees) -> TrainingConfig:
 
 def search(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
            space: SearchSpace = SearchSpace(), top_k: int = 10,
-           progress: Progress | None = None) -> SearchResult:
-    """The ``top_k`` fastest degree tuples, each with its fastest fitting options."""
+           progress: Progress | None = None, batch_shares: bool = True) -> SearchResult:
+    """The ``top_k`` fastest degree tuples, each with its fastest fitting options; on a mixed
+    cluster each tuple's best option with its DP batch shares (``planner.training.shares``)
+    when they are predicted faster, unless ``batch_shares`` is False."""
     start = time.perf_counter()
     tuples = [d for d in degree_tuples(space_limits(model, cluster, workload)) if space.admits(d)]
     floors = {d: tuple_floor_s(model, cluster, workload, prof, d, space) for d in tuples}
@@ -207,7 +210,8 @@ def search(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile
         if len(kth) >= top_k and floors[d] > -kth[0]:
             pruned_bound += 1
             continue
-        outcome = best_for_degrees(model, cluster, workload, prof, d, space, views_memo)
+        outcome = best_for_degrees(model, cluster, workload, prof, d, space, views_memo,
+                                   batch_shares)
         if outcome is None:
             pruned_tuples += 1
             continue
@@ -252,10 +256,11 @@ def tuple_floor_s(model: ModelSpec, cluster: Cluster, workload: Workload, prof: 
 
 def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
                      d: Degrees, space: SearchSpace = SearchSpace(),
-                     views_memo: ViewsMemo | None = None
+                     views_memo: ViewsMemo | None = None, batch_shares: bool = True
                      ) -> tuple[Estimate | None, int, int] | None:
-    """The fastest fitting option of one degree tuple, with the counts of options estimated and
-    pruned by memory; None when the tuple's memory lower bound already does not fit."""
+    """The fastest fitting option of one degree tuple (with DP batch shares by replica speed
+    when ``batch_shares`` and they are predicted faster), with the counts of options estimated
+    and pruned by memory; None when the tuple's memory lower bound already does not fit."""
     if not memory_fits(model, cluster, workload, _frugal(d), prof):
         return None
     limits = space_limits(model, cluster, workload)
@@ -278,6 +283,8 @@ def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, pro
                     views = stage_views(cluster, option.degrees, memo=views_memo)
                 candidates.append(estimate(model, cluster, workload, option, prof, views=views))
     best = min(candidates, key=rank_key) if candidates else None
+    if best is not None and batch_shares:  # the step's floor bounds shares too (compute_floor_s)
+        best = refine_shares(model, cluster, workload, best, prof)
     return best, len(candidates), pruned
 
 
