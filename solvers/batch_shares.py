@@ -7,9 +7,9 @@ The problem
 ``max_shares[r]`` micro-batches (a memory limit; ``None``: no limit). Choose integers
 ``shares[r]`` with ``1 <= shares[r] <= max_shares[r]`` and ``sum(shares) == total`` that
 minimise the bottleneck ``max_r shares[r] * micro_batch_s[r]``: the gradient sync is lockstep,
-so the step waits for the replica that finishes last (HexiScale, Yan et al. 2024, sec. 3.2;
-Cephalo, Guo et al. 2024, sec. 3: batch sizes proportional to each GPU's throughput; Sailor,
-Strati et al. SOSP'24, sec. 4: uneven per-replica batches on mixed GPU types).
+so the step waits for the replica that finishes last (uneven per-replica batches on mixed GPU
+types: HexiScale, Yan et al. 2024; Cephalo, Guo et al. 2024, batches by each GPU's
+throughput; Sailor, Strati et al. SOSP'24).
 
 The algorithm (:func:`solve_shares`)
 ------------------------------------

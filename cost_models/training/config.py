@@ -230,10 +230,10 @@ def check_config(model, workload: Workload, config: TrainingConfig, num_gpus: in
             and sum(config.stage_layer_counts) != model.num_layers):
         raise ConfigError("stage_layer_counts", f"counts summing to the {model.num_layers} "
                           "layers", config.stage_layer_counts)
-    if config.dp_shares is not None and sum(config.dp_shares) != d.dp * config.micro_batches(
-            workload):
-        raise ConfigError("dp_shares", f"shares summing to the {d.dp * config.micro_batches(workload)}"
-                          " micro-batches of the global batch", config.dp_shares)
+    steps = d.dp * config.micro_batches(workload)
+    if config.dp_shares is not None and sum(config.dp_shares) != steps:
+        raise ConfigError("dp_shares", f"shares summing to the {steps} micro-batches of the "
+                          "global batch", config.dp_shares)
     divides("cp", d.cp, "the sequence length", workload.seq_len)
     if config.seq_slices > 1:
         divides("seq_slices", d.cp * config.seq_slices, "the sequence length (cp * slices)",

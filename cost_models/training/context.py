@@ -8,7 +8,7 @@ On a mixed cluster each stage, and each data-parallel replica within a stage, ru
 GPU's rates (``replica_rates``, from :func:`cost_models.groups.replica_node_groups`) and holds
 its own GPU's memory (``stage_hbm_bytes``): a stage of H100s is a faster stage than one of
 A100s, which the layer-partition DP and the DP batch shares then exploit (Metis, Um et al.,
-USENIX ATC'24, sec. 4: per-device-group compute capacity and memory).
+USENIX ATC'24: stages sized by their device group's compute and memory).
 """
 from __future__ import annotations
 

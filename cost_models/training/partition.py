@@ -29,7 +29,8 @@ class PartitionInputs:
 
     ``layer_time_s[l]``: forward + backward (+ recompute, TP/CP/EP comm) of layer l for one
     micro-batch on stage 0's links and GPUs; ``stage_slowdown[s]``: how much slower the same
-    layers run on stage s's links and GPUs; ``head_time_s``: LM head and loss on the last stage. Memory:
+    layers run on stage s's links and GPUs; ``head_time_s``: LM head and loss on the last
+    stage. Memory:
     ``layer_state_bytes`` (weights, grads, optimizer after sharding), ``layer_activation_bytes``
     (one micro-batch), ``in_flight[s]`` micro-batches held by stage s, the embedding's and
     head's bytes, and ``limit_bytes``: what states + activations may use on one GPU.

@@ -137,8 +137,9 @@ def estimate(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: Traini
     slow = max(stages, key=lambda s: s.total_s)
     replica_s = replica_micro_batch_s(ctx, split, cache)
     # Step 1b: with DP batch shares, replica r runs shares[r] micro-batches at its own pace
-    # (HexiScale, Yan et al. 2024, sec. 3: a replica's time is its batch over its speed); the
-    # replica with the longest shares[r] * time paces the step, the gradient sync is lockstep
+    # (uneven per-replica batches on mixed GPUs: HexiScale, Yan et al. 2024; Cephalo, Guo et
+    # al. 2024); the replica with the longest shares[r] * time paces the step, the gradient
+    # sync is lockstep. The bubble stays that of each stage's slowest replica (conservative)
     pace = m
     if cfg.dp_shares is not None:
         times = replica_s or (slow.total_s,) * cfg.degrees.dp
@@ -212,8 +213,9 @@ def compute_floor_s(model: ModelSpec, cluster: Cluster, workload: Workload, cfg:
     and SlimPipe slices run smaller, less efficient kernels (``seq_slices`` is ignored here).
     On a mixed cluster the compute is taken at the fastest GPU's rates."""
     ctx = make_context(model, cluster, workload, replace(cfg, seq_slices=1), prof, ())
-    # on a mixed cluster, the highest peak and bandwidth of its GPUs: no replica's micro-batch is quicker, and
-    # shares cannot beat m micro-batches at the fastest replica's pace (sum m_r = dp * m)
+    # on a mixed cluster, the highest peak and bandwidth of its GPUs: no replica's micro-batch
+    # is quicker, and shares cannot beat m micro-batches at the fastest replica's pace
+    # (sum m_r = dp * m, so some replica runs at least its speed's part of them)
     if len({g.gpu.name for g in cluster.node_groups}) > 1:
         every = [gpu_rates(g.gpu, workload) for g in cluster.node_groups]
         ctx = replace(ctx, rates=replace(every[0], peak_flops=max(r.peak_flops for r in every),
