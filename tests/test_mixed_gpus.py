@@ -73,7 +73,8 @@ def test_speed_proportional_split_beats_even_and_equals_brute_force() -> None:
 @pytest.mark.parametrize("gpus", [("A100-SXM4-80GB", "H100-SXM5-80GB"),
                                   ("H100-SXM5-80GB", "H200-SXM-141GB")])
 def test_partition_dp_equals_brute_force_on_mixed_stages(gpus) -> None:
-    model, wl, cluster = load_model("llama-3.1-8b"), make_workload(4096, 64, "bf16"), _mixed(1, 1, *gpus)
+    model, wl = load_model("llama-3.1-8b"), make_workload(4096, 64, "bf16")
+    cluster = _mixed(1, 1, *gpus)
     est = estimate(model, cluster, wl, _config(4, 4, 1), PROF)
     problem = partition_problem(model, cluster, wl, est, PROF,
                                 stage_views(cluster, est.config.degrees))
@@ -161,3 +162,33 @@ def test_validator_refuses_bad_shares(shared_plan: Plan, bad, says) -> None:
     opts["dp_shares"] = bad(opts["dp_shares"])
     problems = plan_problems(plan_from_dict(data))
     assert problems and any("dp_shares" in p for p in problems), problems
+
+
+def test_search_ranks_tuples_with_their_shares() -> None:
+    """The search judges each degree tuple with its batch shares, so its single best plan on a
+    small A100 + H100 cluster is a shared one, faster than its best without shares."""
+    from planner.training.search import search
+    model, wl, cluster = load_model("llama-3.1-8b"), make_workload(4096, 64, "bf16"), _mixed(2, 2)
+    shared = search(model, cluster, wl, PROF, top_k=1).ranked[0]
+    plain = search(model, cluster, wl, PROF, top_k=1, batch_shares=False).ranked[0]
+    assert shared.config.dp_shares is not None
+    assert shared.step_time_s < plain.step_time_s
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "deepspeed", "torchtitan"])
+def test_emitters_say_they_cannot_run_shares(shared_plan: Plan, fmt: str) -> None:
+    from planner.emit import emission
+    from planner.plan.document import plan_from_dict
+    out = emission(fmt, shared_plan)
+    assert any("dp_shares" in n and "cannot express" in n for n in out.notes)
+    equal = copy.deepcopy(plan_to_dict(shared_plan))
+    del equal["training"]["options"]["dp_shares"]
+    assert not any("dp_shares" in n for n in emission(fmt, plan_from_dict(equal)).notes)
+
+
+def test_runtime_gives_each_rank_its_replicas_share(shared_plan: Plan) -> None:
+    from planner.runtime import replica_micro_batches
+    shares = shared_plan.training["options"]["dp_shares"]
+    gpus_per_replica = shared_plan.num_gpus // len(shares)
+    assert [replica_micro_batches(shared_plan, r * gpus_per_replica)
+            for r in range(len(shares))] == shares

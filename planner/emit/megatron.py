@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from planner.emit._facts import SLIMPIPE_NOTE, Facts, header_lines
+from planner.emit._facts import SLIMPIPE_NOTE, Facts, dp_shares_note, header_lines
 from planner.emit.types import Emission
 
 
@@ -228,13 +228,6 @@ def _overlap_args(f: Facts) -> list[str]:
     return args
 
 
-DP_SHARES_NOTE = ("The plan gives data-parallel replicas unequal micro-batch counts per step "
-                  "(dp_shares, {counts}); Megatron-LM cannot express that: these arguments run "
-                  "{m} micro-batches on every replica, slower than the plan predicts. A custom "
-                  "loop can read its replica's count from planner.runtime "
-                  "(replica_micro_batches) and weight its loss by tokens.")
-
-
 def megatron_args(f: Facts) -> tuple[list[str], list[str]]:
     """(``pretrain_gpt.py`` arguments, comment lines) for the plan."""
     cfg = f.cfg
@@ -260,9 +253,7 @@ def megatron_args(f: Facts) -> tuple[list[str], list[str]]:
         notes.insert(0, "Schedule ZB-H1 (zero bubble) is not in mainline Megatron-LM: these "
                         "arguments run 1F1B; the plan's predicted step time assumes ZB-H1.")
     if cfg.dp_shares is not None:
-        notes.insert(0, DP_SHARES_NOTE.format(counts=sorted(set(cfg.dp_shares)),
-                                              m=f.workload.global_batch // (
-                                                  cfg.degrees.dp * cfg.micro_batch)))
+        notes.insert(0, dp_shares_note(f, "Megatron-LM"))
     if f.cfg.degrees.ep > 1 and f.cfg.moe_imbalance > 1.0:
         notes.append(f"The plan assumes MoE load imbalance {f.cfg.moe_imbalance:g} "
                      "(busiest / average expert).")
