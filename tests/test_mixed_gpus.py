@@ -192,3 +192,35 @@ def test_runtime_gives_each_rank_its_replicas_share(shared_plan: Plan) -> None:
     gpus_per_replica = shared_plan.num_gpus // len(shares)
     assert [replica_micro_batches(shared_plan, r * gpus_per_replica)
             for r in range(len(shares))] == shares
+
+
+def test_search_uses_the_larger_gpus_memory() -> None:
+    """H100 + H200, Llama-3.1-70B on two stages of one node each: the option the search keeps
+    does not fit on the H100 with the even split; it fits with more layers on the H200 stage
+    (without the memory-led split the search keeps more recompute or finds nothing)."""
+    from cost_models.training.step import memory_fits
+    from planner.training.search import SearchSpace, search
+    model, wl = load_model("llama-3.1-70b"), make_workload(4096, 8, "bf16")
+    cluster = _mixed(1, 1, "H100-SXM5-80GB", "H200-SXM-141GB")
+    best = search(model, cluster, wl, PROF, SearchSpace(tp=8, pp=2, schedules=("1f1b",)),
+                  top_k=1).ranked[0]
+    assert best.memory.fits
+    assert not memory_fits(model, cluster, wl, replace(best.config, stage_layer_counts=None),
+                           PROF)
+    counts = best.config.stage_layer_counts
+    assert counts is not None and counts[0] < counts[1]
+
+
+def test_memory_fits_only_when_every_stage_fits() -> None:
+    """On GPUs of different memory sizes the stage that needs most (here on an H200) is not
+    the one that binds: the H100 stage behind it needs less but has less. Placed H200 first,
+    Llama-3.1-70B with pp = 4 and no recompute overflows stage 2 only."""
+    model, wl = load_model("llama-3.1-70b"), make_workload(4096, 1024, "bf16")
+    cluster = _mixed(8, 8, "H100-SXM5-80GB", "H200-SXM-141GB")
+    order = (*range(12, 16), *range(8, 12), *range(4, 8), *range(4))
+    est = estimate(model, cluster, wl, _config(1, 4, 32, recompute="none", zero=2), PROF, order)
+    per_stage = [m.fits for m in est.stage_memory]
+    assert per_stage == [True, True, False, True]
+    assert max(est.stage_memory, key=lambda m: m.peak_bytes).fits  # the largest fits...
+    assert not est.memory.fits  # ...but the configuration does not
+    assert est.memory is est.stage_memory[2]

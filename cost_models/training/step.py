@@ -76,7 +76,7 @@ class Estimate:
     tiers: dict[str, str] = field(default_factory=dict)  # group kind -> bottleneck tier
     dp_comm_total_s: float = 0.0  # before overlap
     node_order: tuple[int, ...] | None = None  # placement (None: the cluster's listing order)
-    stage_memory: tuple[MemoryBreakdown, ...] = ()  # per stage; ``memory`` is the peak one
+    stage_memory: tuple[MemoryBreakdown, ...] = ()  # per stage; ``memory`` is the binding one
     # per DP replica, one micro-batch through its slowest stage at its own GPUs (mixed clusters
     # only; empty when every replica is alike)
     replica_micro_batch_s: tuple[float, ...] = ()
@@ -162,20 +162,29 @@ def estimate(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: Traini
                          ep_comm_s=pace * slow.ep_comm_s, pp_comm_s=pace * slow.pp_comm_s,
                          bubble_s=bubble_s(cfg, stages), dp_comm_s=dp_exposed,
                          optimizer_s=optimizer)
-    # Step 3: memory of every stage, on its own GPUs' memory; the peak one is the configuration's
+    # Step 3: memory of every stage, on its own GPUs' memory; the one with the least headroom
+    # is the configuration's
     # (activations in flight counted with micro_batches(); see planner.training.shares)
     per_stage = tuple(stage_memory(ctx, s, layers, ctx.stage_hbm_bytes[s] if ctx.stage_hbm_bytes
                                    else cluster.min_hbm_bytes)
                       for s, layers in enumerate(split))
     return Estimate(model=model.name, cluster=cluster.name, num_gpus=cluster.num_gpus,
                     workload=workload, config=cfg, time=time,
-                    memory=max(per_stage, key=lambda mb: mb.peak_bytes), stages=stages,
+                    memory=binding_stage(per_stage), stages=stages,
                     model_flops_per_step=model_flops_per_token(model, workload.seq_len)
                     * workload.tokens,
                     peak_flops_per_gpu=mean_peak_flops(cluster, workload),
                     tiers=bottleneck_tiers(views), dp_comm_total_s=dp_total,
                     node_order=None if node_order is None else tuple(node_order),
                     stage_memory=per_stage, replica_micro_batch_s=replica_s)
+
+
+def binding_stage(per_stage: Sequence[MemoryBreakdown]) -> MemoryBreakdown:
+    """The stage whose memory binds: the one with the least headroom (on GPUs of one memory
+    size, the one that needs most; the first on ties)."""
+    if len({mb.capacity_bytes for mb in per_stage}) == 1:
+        return max(per_stage, key=lambda mb: mb.peak_bytes)
+    return max(per_stage, key=lambda mb: mb.peak_bytes - mb.capacity_bytes)
 
 
 def replica_micro_batch_s(ctx: StepContext, split: Sequence[Sequence[int]],

@@ -43,6 +43,7 @@ from cost_models.training.step import (Estimate, compute_floor_s, estimate, esti
                                        memory_fits)
 from planner.errors import InfeasibleError
 from planner.training.shares import refine_shares
+from planner.training.slicing import refine_partition
 from cost_models.space import (SpaceLimits, degree_tuples, micro_batch_sizes,
                                   vpp_sizes)
 from topologies.cluster import Cluster, first_nodes
@@ -147,9 +148,11 @@ def _fitting_options(model: ModelSpec, cluster: Cluster, workload: Workload,
     """For each ZeRO stage, the least recompute that fits, kept only if it recomputes less than
     every lower stage's option (higher ZeRO stages are never faster at equal recompute, and
     ZeRO 0 is never faster than 1: all-reduce moves more than reduce-scatter + all-gather and
-    the optimizer steps the unsharded states). Returns the options and how many were tried."""
+    the optimizer steps the unsharded states); on GPUs of different memory sizes also the
+    options of :func:`_memory_split_options`. Returns the options and how many were tried."""
     layers_per_chunk = -(-model.num_layers // (cfg.degrees.pp * cfg.vpp))
     tried, limit, found = 0, layers_per_chunk + 2, []
+    levels: dict[int, int] = {}  # ZeRO stage -> its least recompute level that fits
     for zero in ZERO_STAGES:
         staged = replace(cfg, zero=zero)
         option, level, checked = _least_fitting(
@@ -158,10 +161,66 @@ def _fitting_options(model: ModelSpec, cluster: Cluster, workload: Workload,
         tried += checked
         if option is not None:
             found.append(option)
+            levels[zero] = level
             limit = level  # a higher stage must recompute strictly less to be worth it
         if limit == 0:
             break
-    return found, tried
+    extra, checked = _memory_split_options(model, cluster, workload, cfg, prof, levels,
+                                           layers_per_chunk)
+    return found + extra, tried + checked
+
+
+def _memory_split_options(model: ModelSpec, cluster: Cluster, workload: Workload,
+                          cfg: TrainingConfig, prof: Profile, levels: dict[int, int],
+                          layers_per_chunk: int) -> tuple[list[TrainingConfig], int]:
+    """On GPUs of different memory sizes, the options that fit only with a layer split by each
+    stage's memory (:func:`memory_split`): per ZeRO stage, no and selective recompute where the
+    even split needs more; when nothing fits evenly, the least recompute that fits so with
+    the most frugal ZeRO stage. They are extra candidates, judged by their full estimate (a
+    memory-led split may be slower than more recompute with the even split)."""
+    if not _split_may_help(cluster, cfg):
+        return [], 0
+    out, tried = [], 0
+    for zero in ZERO_STAGES:
+        for i in range(min(2, levels.get(zero, layers_per_chunk + 2))):
+            tried += 1
+            split = memory_split(model, cluster, workload, _recompute_option(
+                replace(cfg, zero=zero), layers_per_chunk, i), prof)
+            if split is not None:
+                out.append(split)
+                break
+    if not levels and not out:
+        frugal, splits = replace(cfg, zero=ZERO_STAGES[-1]), {}
+
+        def fits(option: TrainingConfig) -> bool:
+            splits[option] = memory_split(model, cluster, workload, option, prof)
+            return splits[option] is not None
+
+        option, _, checked = _least_fitting(
+            layers_per_chunk + 2, lambda i: _recompute_option(frugal, layers_per_chunk, i), fits)
+        tried += checked
+        if option is not None:
+            out.append(splits[option])
+    return out, tried
+
+
+def _split_may_help(cluster: Cluster, cfg: TrainingConfig) -> bool:
+    """GPUs of different memory sizes and a schedule whose stages the partition DP reshapes."""
+    return (len({g.gpu.hbm_bytes for g in cluster.node_groups}) > 1 and cfg.degrees.pp > 1
+            and cfg.vpp == 1 and cfg.seq_slices == 1 and cfg.stage_layer_counts is None)
+
+
+def memory_split(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: TrainingConfig,
+                 prof: Profile) -> TrainingConfig | None:
+    """``cfg`` with the layer split of the partition DP when the even split does not fit on the
+    smallest GPU but a split by each stage's own memory (listing order) does; None otherwise,
+    and whenever the GPUs' memory sizes are all equal or the schedule has one stage, several
+    chunks per stage or sequence slices (the DP's 1F1B model)."""
+    if not _split_may_help(cluster, cfg):
+        return None
+    refined = refine_partition(model, cluster, workload, estimate(model, cluster, workload, cfg,
+                                                                  prof), prof)
+    return refined.config if refined.memory.fits else None
 
 
 def _schedule_variants(model: ModelSpec, cfg: TrainingConfig, workload: Workload,
@@ -260,8 +319,11 @@ def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, pro
                      ) -> tuple[Estimate | None, int, int] | None:
     """The fastest fitting option of one degree tuple (with DP batch shares by replica speed
     when ``batch_shares`` and they are predicted faster), with the counts of options estimated
-    and pruned by memory; None when the tuple's memory lower bound already does not fit."""
-    if not memory_fits(model, cluster, workload, _frugal(d), prof):
+    and pruned by memory; None when the tuple's memory lower bound already does not fit (even
+    with :func:`memory_split`'s layer split)."""
+    frugal = _frugal(d)
+    if (not memory_fits(model, cluster, workload, frugal, prof)
+            and memory_split(model, cluster, workload, frugal, prof) is None):
         return None
     limits = space_limits(model, cluster, workload)
     views = None
@@ -283,6 +345,13 @@ def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, pro
                     views = stage_views(cluster, option.degrees, memo=views_memo)
                 candidates.append(estimate(model, cluster, workload, option, prof, views=views))
     best = min(candidates, key=rank_key) if candidates else None
+    if best is not None and best.config.stage_layer_counts is not None:
+        # a memory-led split (already partitioned) meets the best even-split option with its
+        # own partition, which placement would give it anyway
+        even = [c for c in candidates if c.config.stage_layer_counts is None]
+        if even:
+            rival = refine_partition(model, cluster, workload, min(even, key=rank_key), prof)
+            best = min((best, rival), key=rank_key)
     if best is not None and batch_shares:  # the step's floor bounds shares too (compute_floor_s)
         best = refine_shares(model, cluster, workload, best, prof)
     return best, len(candidates), pruned
