@@ -161,7 +161,7 @@ def test_validator_refuses_bad_shares(shared_plan: Plan, bad, says) -> None:
     opts = data["training"]["options"]
     opts["dp_shares"] = bad(opts["dp_shares"])
     problems = plan_problems(plan_from_dict(data))
-    assert problems and any("dp_shares" in p for p in problems), problems
+    assert any("dp_shares" in p and says in p for p in problems), problems
 
 
 def test_search_ranks_tuples_with_their_shares() -> None:
