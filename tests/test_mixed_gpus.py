@@ -224,3 +224,14 @@ def test_memory_fits_only_when_every_stage_fits() -> None:
     assert max(est.stage_memory, key=lambda m: m.peak_bytes).fits  # the largest fits...
     assert not est.memory.fits  # ...but the configuration does not
     assert est.memory is est.stage_memory[2]
+
+
+def test_explain_names_the_shares(shared_plan: Plan) -> None:
+    from rich.console import Console
+
+    from planner.report.explain import render_explain
+    console = Console(width=200, record=True)
+    console.print(render_explain(shared_plan))
+    shares = shared_plan.training["options"]["dp_shares"]
+    assert (f"micro-batches per DP replica 1 x {shares[0]}, 1 x {shares[1]}"
+            in console.export_text())
