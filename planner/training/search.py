@@ -152,44 +152,47 @@ def _fitting_options(model: ModelSpec, cluster: Cluster, workload: Workload,
     options of :func:`_memory_split_options`. Returns the options and how many were tried."""
     layers_per_chunk = -(-model.num_layers // (cfg.degrees.pp * cfg.vpp))
     tried, limit, found = 0, layers_per_chunk + 2, []
-    levels: dict[int, int] = {}  # ZeRO stage -> its least recompute level that fits
+    levels: dict[int, int] = {}  # ZeRO stage looked at -> levels below it do not fit evenly
     for zero in ZERO_STAGES:
         staged = replace(cfg, zero=zero)
         option, level, checked = _least_fitting(
             limit, lambda i: _recompute_option(staged, layers_per_chunk, i),
             lambda c: memory_fits(model, cluster, workload, c, prof))
         tried += checked
+        levels[zero] = level
         if option is not None:
             found.append(option)
-            levels[zero] = level
             limit = level  # a higher stage must recompute strictly less to be worth it
         if limit == 0:
             break
     extra, checked = _memory_split_options(model, cluster, workload, cfg, prof, levels,
-                                           layers_per_chunk)
+                                           layers_per_chunk, bool(found))
     return found + extra, tried + checked
 
 
 def _memory_split_options(model: ModelSpec, cluster: Cluster, workload: Workload,
                           cfg: TrainingConfig, prof: Profile, levels: dict[int, int],
-                          layers_per_chunk: int) -> tuple[list[TrainingConfig], int]:
+                          layers_per_chunk: int, any_fits: bool
+                          ) -> tuple[list[TrainingConfig], int]:
     """On GPUs of different memory sizes, the options that fit only with a layer split by each
-    stage's memory (:func:`memory_split`): per ZeRO stage, no and selective recompute where the
-    even split needs more; when nothing fits evenly, the least recompute that fits so with
-    the most frugal ZeRO stage. They are extra candidates, judged by their full estimate (a
-    memory-led split may be slower than more recompute with the even split)."""
+    stage's memory (:func:`memory_split`): per ZeRO stage the search looked at (``levels``:
+    stage -> the recompute levels below it do not fit evenly), no and selective recompute
+    where the even split needs more; when nothing fits evenly (not ``any_fits``), the least
+    recompute that fits so with the most frugal ZeRO stage. They are extra candidates, judged
+    by their full estimate (a memory-led split may be slower than more recompute with the even
+    split)."""
     if not _split_may_help(cluster, cfg):
         return [], 0
     out, tried = [], 0
-    for zero in ZERO_STAGES:
-        for i in range(min(2, levels.get(zero, layers_per_chunk + 2))):
+    for zero, level in levels.items():
+        for i in range(min(2, level)):
             tried += 1
             split = memory_split(model, cluster, workload, _recompute_option(
                 replace(cfg, zero=zero), layers_per_chunk, i), prof)
             if split is not None:
                 out.append(split)
                 break
-    if not levels and not out:
+    if not any_fits and not out:
         frugal, splits = replace(cfg, zero=ZERO_STAGES[-1]), {}
 
         def fits(option: TrainingConfig) -> bool:
@@ -212,10 +215,10 @@ def _split_may_help(cluster: Cluster, cfg: TrainingConfig) -> bool:
 
 def memory_split(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: TrainingConfig,
                  prof: Profile) -> TrainingConfig | None:
-    """``cfg`` with the layer split of the partition DP when the even split does not fit on the
-    smallest GPU but a split by each stage's own memory (listing order) does; None otherwise,
-    and whenever the GPUs' memory sizes are all equal or the schedule has one stage, several
-    chunks per stage or sequence slices (the DP's 1F1B model)."""
+    """``cfg`` with the partition DP's layer split (listing order) when that split fits on each
+    stage's own GPUs, for options whose even split does not fit on the smallest GPU; None
+    when it does not fit, and whenever the GPUs' memory sizes are all equal or the schedule
+    has one stage, several chunks per stage or sequence slices (the DP's 1F1B model)."""
     if not _split_may_help(cluster, cfg):
         return None
     refined = refine_partition(model, cluster, workload, estimate(model, cluster, workload, cfg,
