@@ -235,3 +235,21 @@ def test_explain_names_the_shares(shared_plan: Plan) -> None:
     shares = shared_plan.training["options"]["dp_shares"]
     assert (f"micro-batches per DP replica 1 x {shares[0]}, 1 x {shares[1]}"
             in console.export_text())
+
+
+def test_no_shares_when_a_replica_holds_fewer_micro_batches_than_stages() -> None:
+    """With m < pp a larger share would hold more activations in flight than the estimate
+    counted (1F1B keeps min(pp - s, m)), so shares are not tried; with m >= pp they are."""
+    model, cluster = load_model("llama-3.1-8b"), _mixed(2, 2)
+    order = (0, 2, 1, 3)  # each stage on one A100 and one H100 node, so its replicas differ
+    few = estimate(model, cluster, make_workload(4096, 4, "bf16"), _config(4, 2, 4), PROF, order)
+    assert few.config.micro_batches(few.workload) < 2 and len(set(few.replica_micro_batch_s)) > 1
+    assert share_problem(few) is None
+    many = estimate(model, cluster, make_workload(4096, 64, "bf16"), _config(8, 2, 2), PROF,
+                    order)
+    problem = share_problem(many)
+    assert problem is not None and problem.total == 64
+    # stages that mix GPU types: the H100 replica takes more and the step gets shorter
+    shared = refine_shares(model, cluster, many.workload, many, PROF)
+    assert shared.config.dp_shares[0] < shared.config.dp_shares[1]
+    assert shared.step_time_s < many.step_time_s
