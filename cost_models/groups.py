@@ -134,3 +134,20 @@ def _slowness(view: GroupView) -> tuple[float, float]:
 def worst_of(views: Sequence[GroupView]) -> GroupView:
     """The slowest of several views (e.g. one kind over all stages)."""
     return min(views, key=_slowness)
+
+
+def replica_node_groups(cluster: Cluster, d: Degrees,
+                        node_order: Sequence[int] | None = None) -> tuple[tuple[int, ...], ...]:
+    """[stage][dp replica] -> index of the node group whose GPU is the slowest among that
+    replica's ranks in that stage (its TP x CP block; :attr:`Cluster.slowest_gpu`'s order).
+
+    A replica's block of a stage runs at its slowest GPU's pace; on a mixed cluster different
+    replicas of one stage may sit on different GPU types (the DP batch shares of
+    ``TrainingConfig.dp_shares`` then let the faster ones take more micro-batches)."""
+    groups = cluster.rank_arrays.group[rank_map(cluster, node_order)[rank_grid(d)]]
+    slowness = [(g.gpu.peak_flops.get("bf16", 0.0), g.gpu.hbm_bytes) for g in cluster.node_groups]
+    rank = np.empty(len(slowness), dtype=np.int64)  # position of each node group, slowest first
+    rank[sorted(range(len(slowness)), key=lambda i: (slowness[i], i))] = np.arange(len(slowness))
+    order = np.argsort(rank)
+    slowest = order[rank[groups].reshape(d.pp, d.dp, -1).min(axis=2)]
+    return tuple(tuple(int(g) for g in row) for row in slowest)

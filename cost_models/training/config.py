@@ -121,6 +121,9 @@ class TrainingConfig:
     stage_layer_counts: tuple[int, ...] | None = None  # layers per stage (None: even split)
     seq_slices: int = 1  # SlimPipe (Li et al. 2025): micro-batches cut into k sequence slices
     moe_a2a_overlap: bool = False  # Megatron --overlap-moe-expert-parallel-comm (combined 1F1B)
+    # micro-batches per data-parallel replica per step (None: micro_batches() each); unequal
+    # shares let replicas on faster GPUs take more of the batch (HexiScale, Cephalo)
+    dp_shares: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("vpp", "micro_batch"):
@@ -157,6 +160,14 @@ class TrainingConfig:
                 raise ConfigError("stage_layer_counts", f"{pp} counts >= 0, one per stage",
                                   self.stage_layer_counts)
 
+        if self.dp_shares is not None:
+            if len(self.dp_shares) != self.degrees.dp or min(self.dp_shares) < 1:
+                raise ConfigError("dp_shares", f"{self.degrees.dp} counts >= 1, one per DP "
+                                  "replica", self.dp_shares)
+            if self.vpp > 1:
+                raise ConfigError("dp_shares", "equal shares (none) with vpp > 1",
+                                  self.dp_shares)
+
     @classmethod
     def from_dict(cls, data: dict) -> "TrainingConfig":
         """A config from plain data: ``{"degrees": {...}, <options>}``, or the flat form of plan
@@ -167,16 +178,23 @@ class TrainingConfig:
             degrees = {k: data.pop(k) for k in DEGREE_KEYS if k in data}
         if data.get("stage_layer_counts") is not None:
             data["stage_layer_counts"] = tuple(data["stage_layer_counts"])
+        if data.get("dp_shares") is not None:
+            data["dp_shares"] = tuple(data["dp_shares"])
         return cls(degrees=Degrees(**degrees), **data)
 
     def options_dict(self) -> dict:
         """The training options as plain data (every field but ``degrees``; ``moe_a2a_overlap``
-        only when set, so that plans written before it existed read and hash alike)."""
+        and ``dp_shares`` only when set, so that plans written before them read and hash
+        alike)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "degrees"}
         if out["stage_layer_counts"] is not None:
             out["stage_layer_counts"] = list(out["stage_layer_counts"])
         if not out["moe_a2a_overlap"]:
             del out["moe_a2a_overlap"]
+        if out["dp_shares"] is None:
+            del out["dp_shares"]
+        else:
+            out["dp_shares"] = list(out["dp_shares"])
         return out
 
     def flat_dict(self) -> dict:
@@ -184,7 +202,8 @@ class TrainingConfig:
         return {**asdict(self.degrees), **self.options_dict()}
 
     def micro_batches(self, workload: Workload) -> int:
-        """Micro-batches per pipeline per step (gradient-accumulation steps)."""
+        """Micro-batches per pipeline per step (gradient-accumulation steps); with
+        ``dp_shares`` the mean share (the shares sum to ``dp`` times this)."""
         return workload.global_batch // (self.degrees.dp * self.micro_batch)
 
     @property
@@ -211,6 +230,10 @@ def check_config(model, workload: Workload, config: TrainingConfig, num_gpus: in
             and sum(config.stage_layer_counts) != model.num_layers):
         raise ConfigError("stage_layer_counts", f"counts summing to the {model.num_layers} "
                           "layers", config.stage_layer_counts)
+    steps = d.dp * config.micro_batches(workload)
+    if config.dp_shares is not None and sum(config.dp_shares) != steps:
+        raise ConfigError("dp_shares", f"shares summing to the {steps} micro-batches of the "
+                          "global batch", config.dp_shares)
     divides("cp", d.cp, "the sequence length", workload.seq_len)
     if config.seq_slices > 1:
         divides("seq_slices", d.cp * config.seq_slices, "the sequence length (cp * slices)",

@@ -3,16 +3,23 @@
 :class:`StepContext` holds the model, workload, configuration and profile together with what
 is derived from them before any stage is costed: the slowest GPU's rates, the per-stage group
 views, the micro-batch's :class:`~cost_models.compute.Shard` and that of one SlimPipe slice.
+
+On a mixed cluster each stage, and each data-parallel replica within a stage, runs at its own
+GPU's rates (``replica_rates``, from :func:`cost_models.groups.replica_node_groups`) and holds
+its own GPU's memory (``stage_hbm_bytes``): a stage of H100s is a faster stage than one of
+A100s, which the layer-partition DP and the DP batch shares then exploit (Metis, Um et al.,
+USENIX ATC'24: stages sized by their device group's compute and memory).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from cost_models.compute import GpuRates, Shard
-from cost_models.groups import GroupViews
+from cost_models.groups import GroupViews, replica_node_groups
 from cost_models.model_spec import ModelSpec
 from cost_models.profile import Profile
 from cost_models.training.config import TrainingConfig, Workload
+from topologies.catalog import GpuSpec
 from topologies.cluster import Cluster
 
 __all__ = ["StepContext", "make_context"]
@@ -30,17 +37,46 @@ class StepContext:
     views: tuple[GroupViews, ...]  # per stage; empty when only memory is asked for
     shard: Shard
     slice_shard: Shard  # one SlimPipe slice of a micro-batch (== shard without slicing)
+    # [stage][dp replica] rates of the replica's slowest GPU; empty when only memory is asked for
+    replica_rates: tuple[tuple[GpuRates, ...], ...] = ()
+    stage_hbm_bytes: tuple[float, ...] = ()  # per stage: its smallest GPU's memory
+
+    def stage_rates(self, stage: int) -> GpuRates:
+        """The rates of ``stage``'s slowest replica (the cluster's slowest GPU without views)."""
+        if not self.replica_rates:
+            return self.rates
+        return min(self.replica_rates[stage], key=lambda r: (r.peak_flops, r.hbm_bytes_per_s))
+
+    def on_stage(self, stage: int, replica: int | None = None) -> "StepContext":
+        """This context with the rates of ``stage``'s slowest replica (or of ``replica``)."""
+        if not self.replica_rates:
+            return self
+        rates = (self.stage_rates(stage) if replica is None
+                 else self.replica_rates[stage][replica])
+        return self if rates == self.rates else replace(self, rates=rates)
+
+
+def gpu_rates(gpu: GpuSpec, workload: Workload) -> GpuRates:
+    """``gpu``'s rates at the workload's precision (fp32 peak for fp32, else the bf16 peak;
+    fp8 speeds GEMMs up in ``compute``)."""
+    peak = gpu.peak_flops_for("fp32" if workload.precision == "fp32" else "bf16")
+    return GpuRates(peak_flops=peak, hbm_bytes_per_s=gpu.hbm_bw_bytes_per_s,
+                    fp8=workload.precision == "fp8", elem_bytes=workload.elem_bytes)
 
 
 def make_context(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: TrainingConfig,
-                 prof: Profile, views: tuple[GroupViews, ...]) -> StepContext:
-    """The context of ``cfg`` on ``cluster``: rates of its slowest GPU at the workload's
-    precision (fp32 peak for fp32, else the bf16 peak; fp8 speeds GEMMs up in ``compute``)."""
-    gpu = cluster.slowest_gpu
-    fp8 = workload.precision == "fp8"
-    peak = gpu.peak_flops_for("fp32" if workload.precision == "fp32" else "bf16")
-    rates = GpuRates(peak_flops=peak, hbm_bytes_per_s=gpu.hbm_bw_bytes_per_s, fp8=fp8,
-                     elem_bytes=workload.elem_bytes)
+                 prof: Profile, views: tuple[GroupViews, ...],
+                 node_order: tuple[int, ...] | None = None) -> StepContext:
+    """The context of ``cfg`` on ``cluster``: rates of its slowest GPU (:func:`gpu_rates`);
+    with ``views`` (ranks placed by ``node_order``) also each stage's and replica's own."""
+    rates = gpu_rates(cluster.slowest_gpu, workload)
+    replica_rates: tuple[tuple[GpuRates, ...], ...] = ()
+    hbm: tuple[float, ...] = ()
+    if views and len({g.gpu.name for g in cluster.node_groups}) > 1:
+        groups = replica_node_groups(cluster, cfg.degrees, node_order)
+        by_group = [gpu_rates(g.gpu, workload) for g in cluster.node_groups]
+        replica_rates = tuple(tuple(by_group[g] for g in row) for row in groups)
+        hbm = tuple(min(cluster.node_groups[g].gpu.hbm_bytes for g in row) for row in groups)
     d = cfg.degrees
     shard = Shard(batch=cfg.micro_batch, seq_len=workload.seq_len, tp=d.tp, cp=d.cp, ep=d.ep,
                   etp=d.expert_tp, sequence_parallel=cfg.sequence_parallel,
@@ -49,4 +85,5 @@ def make_context(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: Tr
     slice_shard = shard if cfg.seq_slices == 1 else replace(
         shard, seq_len=workload.seq_len // cfg.seq_slices)
     return StepContext(model=model, workload=workload, cfg=cfg, prof=prof, rates=rates,
-                       views=views, shard=shard, slice_shard=slice_shard)
+                       views=views, shard=shard, slice_shard=slice_shard,
+                       replica_rates=replica_rates, stage_hbm_bytes=hbm)

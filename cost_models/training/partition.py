@@ -28,8 +28,9 @@ class PartitionInputs:
     """What a layer-to-stage partition needs, per layer and per stage (1F1B, vpp = 1).
 
     ``layer_time_s[l]``: forward + backward (+ recompute, TP/CP/EP comm) of layer l for one
-    micro-batch on stage 0's links; ``stage_slowdown[s]``: how much slower the same layers run
-    on stage s's links; ``head_time_s``: LM head and loss on the last stage. Memory:
+    micro-batch on stage 0's links and GPUs; ``stage_slowdown[s]``: how much slower the same
+    layers run on stage s's links and GPUs; ``head_time_s``: LM head and loss on the last
+    stage. Memory:
     ``layer_state_bytes`` (weights, grads, optimizer after sharding), ``layer_activation_bytes``
     (one micro-batch), ``in_flight[s]`` micro-batches held by stage s, the embedding's and
     head's bytes, and ``limit_bytes``: what states + activations may use on one GPU.
@@ -44,12 +45,16 @@ class PartitionInputs:
     embedding_bytes: float
     head_bytes: float
     limit_bytes: float
+    stage_limit_bytes: tuple[float, ...] = ()  # per stage, on its own GPUs (min is limit_bytes)
 
 
 def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: TrainingConfig,
-                     prof: Profile, views: tuple[GroupViews, ...]) -> PartitionInputs:
-    """Per-layer costs for the partition DP (``solvers.pipeline.dp``); see the dataclass."""
-    ctx = make_context(model, cluster, workload, cfg, prof, views)
+                     prof: Profile, views: tuple[GroupViews, ...],
+                     node_order: tuple[int, ...] | None = None) -> PartitionInputs:
+    """Per-layer costs for the partition DP (``solvers.pipeline.dp``); see the dataclass. On a
+    mixed cluster each stage is timed at its slowest replica's GPU and limited by its smallest
+    GPU's memory (ranks placed by ``node_order``), so the split follows speed and memory."""
+    ctx = make_context(model, cluster, workload, cfg, prof, views, node_order)
     d = cfg.degrees
     recomputed = cfg.recompute == "full" and cfg.recompute_layers is None
     layers = range(model.num_layers)
@@ -60,7 +65,7 @@ def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg
         for layer in layers:
             key = (model.is_moe_layer(layer), model.window(layer))
             if key not in cache:
-                cache[key] = sum(layer_cost(ctx, views[s], layer, recomputed)[:5])
+                cache[key] = sum(layer_cost(ctx.on_stage(s), views[s], layer, recomputed)[:5])
             out.append(cache[key])
         return out
 
@@ -69,7 +74,7 @@ def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg
     slowdown = [1.0] + [sum(on_stage(s)) / sum(base) for s in range(1, d.pp)]
     terms = activation_terms(ctx)
     k = terms.slices
-    head = 3 * k * lm_head_forward_time(model, ctx.slice_shard, ctx.rates, prof)
+    head = 3 * k * lm_head_forward_time(model, ctx.slice_shard, ctx.on_stage(0).rates, prof)
     # Step 2: model states per layer, and of the embedding and the LM head
     dp_shard, edp = d.dp * d.cp, d.expert_dp
     per_param = workload.state_bytes_per_param
@@ -87,13 +92,15 @@ def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg
     # (recompute_layers) is modelled as none: times and bytes agree
     mode = "full" if recomputed else terms.rest_mode
     acts = [terms.layer_bytes(model, l, mode) / k for l in layers]
-    limit = usable_bytes(cluster.min_hbm_bytes, prof)
+    capacity = ctx.stage_hbm_bytes or (cluster.min_hbm_bytes,) * d.pp
+    live = 0.0
     if recomputed:  # one layer's full activations live during its recompute
-        limit -= max(terms.layer_bytes(model, l, "none") for l in layers) / k
+        live = max(terms.layer_bytes(model, l, "none") for l in layers) / k
+    limits = tuple(usable_bytes(c, prof) - live for c in capacity)
     m = cfg.micro_batches(workload)
     in_flight = tuple(in_flight_chunks(s, d.pp, 1, m, k) for s in range(d.pp))
     return PartitionInputs(layer_time_s=tuple(base), stage_slowdown=tuple(slowdown),
                            head_time_s=head, layer_state_bytes=tuple(states),
                            layer_activation_bytes=tuple(acts), in_flight=in_flight,
                            embedding_bytes=emb, head_bytes=head_states + terms.logits_bytes,
-                           limit_bytes=limit)
+                           limit_bytes=min(limits), stage_limit_bytes=limits)

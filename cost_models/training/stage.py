@@ -233,15 +233,16 @@ def fully_recomputed(cfg: TrainingConfig, layers: Sequence[int]) -> int:
 
 def stage_cost(ctx: StepContext, stage: int, layers: Sequence[int],
                cache: dict[tuple, tuple[float, ...]]) -> StageCost:
-    """Cost of ``stage`` holding ``layers``; ``cache`` keeps layer costs across stages whose
-    group views are the same objects (layers of one kind cost the same)."""
+    """Cost of ``stage`` holding ``layers`` at ``ctx.rates`` (pass ``ctx.on_stage(stage)`` for
+    the stage's own GPU); ``cache`` keeps layer costs across stages whose group views are the
+    same objects and whose rates are equal (layers of one kind cost the same)."""
     cfg, m = ctx.cfg, ctx.model
     n_recompute = fully_recomputed(cfg, layers)
     views = ctx.views[stage]
     parts = [0.0] * 6
     for recomputed, (lo, hi) in ((True, (0, n_recompute)), (False, (n_recompute, len(layers)))):
         for kind, count, layer in kind_counts(m, layers, lo, hi):
-            key = (kind, recomputed, id(views.tp), id(views.cp), id(views.ep))
+            key = (kind, recomputed, id(views.tp), id(views.cp), id(views.ep), ctx.rates)
             if key not in cache:
                 cache[key] = layer_cost(ctx, views, layer, recomputed)
             parts = [a + count * b for a, b in zip(parts, cache[key])]

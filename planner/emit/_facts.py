@@ -93,6 +93,13 @@ def check_text(what: str, value: Any) -> str:
     return value
 
 
+DP_SHARES_NOTE = ("The plan gives data-parallel replicas unequal micro-batch counts per step "
+                  "(dp_shares: {counts}); {framework} cannot express that: these settings run "
+                  "{m} micro-batches on every replica, slower than the plan predicts. A custom "
+                  "loop can read its replica's count from planner.runtime "
+                  "(replica_micro_batches) and weight its loss by tokens.")
+
+
 SLIMPIPE_NOTE = ("SlimPipe ({k} sequence slices per micro-batch, Li et al. 2025) is not in "
                  "{framework}: these settings run plain 1F1B, which keeps more micro-batches' "
                  "activations in flight than the plan's memory figure and a larger bubble than "
@@ -138,6 +145,12 @@ def _nodes(plan: Plan) -> tuple[Node, ...]:
     return tuple(nodes)
 
 
+def dp_shares_note(f: "Facts", framework: str) -> str:
+    """The note for a plan with unequal DP batch shares (:data:`DP_SHARES_NOTE`)."""
+    return DP_SHARES_NOTE.format(counts=", ".join(map(str, sorted(set(f.cfg.dp_shares)))),
+                                 framework=framework, m=f.micro_batches)
+
+
 def _config(plan: Plan) -> TrainingConfig:
     raw = plan.config
     if not isinstance(raw, dict):
@@ -150,6 +163,12 @@ def _config(plan: Plan) -> TrainingConfig:
     for name in ("etp", "recompute_layers"):
         if raw.get(name) is not None:
             _int(f"config.{name}", raw.get(name), 1)
+    shares = raw.get("dp_shares")
+    if shares is not None:
+        if not isinstance(shares, list):
+            raise ValueError("plan: config.dp_shares must be a list or absent")
+        for i, c in enumerate(shares):
+            _int(f"config.dp_shares[{i}]", c, 1)
     counts = raw.get("stage_layer_counts")
     if counts is not None:
         if not isinstance(counts, list):

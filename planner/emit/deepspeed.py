@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 
-from planner.emit._facts import SLIMPIPE_NOTE, Facts, header_lines
+from planner.emit._facts import SLIMPIPE_NOTE, Facts, dp_shares_note, header_lines
 from planner.emit.types import Emission
 
 
@@ -66,6 +66,8 @@ def deepspeed_notes(f: Facts) -> list[str]:
     notes.append(f"Data-parallel size as DeepSpeed counts it: {cfg.degrees.num_gpus} GPUs / (tp {cfg.degrees.tp} "
                  f"x pp {cfg.degrees.pp}) = {dp_world}; {f.workload.global_batch} = "
                  f"{cfg.micro_batch} x {f.micro_batches} x {dp_world}.")
+    if cfg.dp_shares is not None:
+        notes.append(dp_shares_note(f, "DeepSpeed"))
     if cfg.degrees.pp > 1:
         notes.append(f"Pipeline: build the model as deepspeed.pipe.PipelineModule("
                      f"num_stages={cfg.degrees.pp}) with the plan's layers per stage "

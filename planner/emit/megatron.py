@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from planner.emit._facts import SLIMPIPE_NOTE, Facts, header_lines
+from planner.emit._facts import SLIMPIPE_NOTE, Facts, dp_shares_note, header_lines
 from planner.emit.types import Emission
 
 
@@ -252,6 +252,8 @@ def megatron_args(f: Facts) -> tuple[list[str], list[str]]:
     if f.schedule == "zb-h1":
         notes.insert(0, "Schedule ZB-H1 (zero bubble) is not in mainline Megatron-LM: these "
                         "arguments run 1F1B; the plan's predicted step time assumes ZB-H1.")
+    if cfg.dp_shares is not None:
+        notes.insert(0, dp_shares_note(f, "Megatron-LM"))
     if f.cfg.degrees.ep > 1 and f.cfg.moe_imbalance > 1.0:
         notes.append(f"The plan assumes MoE load imbalance {f.cfg.moe_imbalance:g} "
                      "(busiest / average expert).")

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import re
 
-from planner.emit._facts import SLIMPIPE_NOTE, Facts, comment_safe, header_lines
+from planner.emit._facts import (SLIMPIPE_NOTE, Facts, comment_safe, dp_shares_note,
+                                 header_lines)
 from planner.emit._options import EmitOptions
 from planner.emit._toml import toml_document
 from planner.emit.types import Emission
@@ -145,6 +146,8 @@ def torchtitan_tables(f: Facts, o: EmitOptions) -> tuple[tuple, list[str]]:
             notes.append("ZB-H1 -> InterleavedZeroBubble with one model chunk per rank "
                          "(torch's ZB1P); torchtitan's layers-per-stage path would ask for two "
                          "chunks per rank, module_fqns_per_model_part keeps the plan's one.")
+    if cfg.dp_shares is not None:
+        notes.append(dp_shares_note(f, "torchtitan"))
     if cfg.degrees.tp > 1 and not cfg.sequence_parallel:
         notes.append("torchtitan's tensor parallelism always shards activations along the "
                      "sequence (sequence parallel); the plan has it off.")

@@ -27,8 +27,10 @@ A plan file is one JSON object (keys sorted, so the same inputs give the same by
   file stores neither, so a plan for 131,072 GPUs stays a few MB.
 * Family sections, each present only in plans of that family:
   ``training``: ``options`` (every training option: micro-batch, recompute, ZeRO, schedule
-  flags, per-stage layer counts), ``schedule``, ``micro_batches`` and ``stages`` (per pipeline
-  stage its layer indices and model chunks [first layer, count]);
+  flags, per-stage layer counts, and ``dp_shares``: micro-batches per data-parallel replica,
+  present only when replicas on faster GPUs take more), ``schedule``, ``micro_batches`` (per
+  replica; with ``dp_shares``, their mean) and ``stages`` (per pipeline stage its layer
+  indices and model chunks [first layer, count]);
   ``experts``: the expert-placement document of :mod:`planner.experts.plan` for one EP group
   of the plan, plus ``ep_size`` (``planner solve --expert-loads``);
   ``serving``: mode, engine, workload, per-pool layouts, engine instances and the router
@@ -192,6 +194,14 @@ class Plan:
     @property
     def micro_batches(self) -> int:
         return self._training()["micro_batches"]
+
+    def replica_micro_batches(self) -> tuple[int, ...]:
+        """Micro-batches per step of each data-parallel replica: the options' ``dp_shares``
+        when the plan gives replicas unequal shares, else ``micro_batches`` each."""
+        shares = self._training()["options"].get("dp_shares")
+        if shares is not None:
+            return tuple(shares)
+        return (self.micro_batches,) * self.pool().degrees["dp"]
 
     @property
     def stages(self) -> list[dict[str, Any]]:

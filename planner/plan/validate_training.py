@@ -1,5 +1,6 @@
 """Checks of a plan's ``training`` section: the training options fit the model, workload and
-cluster, every layer sits on exactly one stage, the batch adds up, the schedule is the one the
+cluster, every layer sits on exactly one stage, the batch adds up (and so do unequal DP
+batch shares), the schedule is the one the
 options run, and the prediction holds what the reports read with every stage's memory fitting.
 """
 from __future__ import annotations
@@ -28,9 +29,24 @@ def training_problems(plan: Plan, model, cluster) -> list[str]:
     if plan.micro_batches * cfg.micro_batch * cfg.degrees.dp != workload.global_batch:
         problems.append(f"micro_batches {plan.micro_batches} x micro_batch {cfg.micro_batch} x "
                         f"dp {cfg.degrees.dp} != global batch {workload.global_batch}")
+    problems += _share_problems(plan.training["options"].get("dp_shares"), cfg.degrees.dp,
+                                plan.micro_batches)
     if plan.schedule != cfg.schedule:
         problems.append(f"schedule '{plan.schedule}' but the config runs '{cfg.schedule}'")
     return problems
+
+
+def _share_problems(shares: Any, dp: int, micro_batches: int) -> list[str]:
+    """Unequal DP batch shares: one count >= 1 per replica, summing to dp x micro_batches."""
+    if shares is None:
+        return []
+    if (not isinstance(shares, list) or len(shares) != dp
+            or any(type(k) is not int or k < 1 for k in shares)):
+        return [f"dp_shares must be {dp} integers >= 1, one per DP replica, got {shares!r}"]
+    if sum(shares) != dp * micro_batches:
+        return [f"dp_shares sum to {sum(shares)}, the step has dp {dp} x micro_batches "
+                f"{micro_batches} = {dp * micro_batches}"]
+    return []
 
 
 def _stage_problems(plan: Plan, num_layers: int, pp: int) -> list[str]:

@@ -34,8 +34,12 @@ def _header(plan: Plan) -> Text:
                 f"{plan.planner_version})\n", style="")
     text.append(f"tp {c['tp']} · cp {c['cp']} · pp {c['pp']} · dp {c['dp']} · ep {c['ep']} · "
                 f"etp {p['config']['expert_tp']} · vpp {c['vpp']} · schedule {plan.schedule}\n")
+    shares = c.get("dp_shares")
+    per_replica = (f"{plan.micro_batches:,} micro-batches" if shares is None else
+                   "micro-batches per DP replica " + ", ".join(
+                       f"{shares.count(k)} x {k}" for k in sorted(set(shares))))
     text.append(f"global batch {w['global_batch']:,} x {w['seq_len']:,} tokens in "
-                f"{plan.micro_batches:,} micro-batches of {c['micro_batch']} · {w['precision']} "
+                f"{per_replica} of {c['micro_batch']} · {w['precision']} "
                 f"· recompute {c['recompute']}"
                 + (f" ({c['recompute_layers']} layers/chunk)" if c["recompute_layers"] else "")
                 + f" · ZeRO-{c['zero']} · sequence parallel "

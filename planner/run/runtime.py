@@ -47,7 +47,7 @@ from planner.plan.ranks import RANK_COLUMNS
 
 __all__ = ["AFD_ROLES", "BACKENDS", "AfdRole", "Runtime", "RankView", "WorldMismatch", "afd_expert_homes",
            "afd_role", "afd_world", "build_groups", "choose_backend", "degrees_of", "expert_maps",
-           "init", "rank_view"]
+           "init", "rank_view", "replica_micro_batches"]
 
 BACKENDS = ("gloo", "nccl")
 
@@ -104,6 +104,14 @@ def rank_view(plan: Plan, env: Mapping[str, str] | None = None) -> RankView:
     stage = plan.stages[coords["pp"]]
     return RankView(rank, world, node_rank, local, coords, coords["pp"], tuple(stage["layers"]),
                     _experts(plan, coords["ep"]))
+
+
+def replica_micro_batches(plan: Plan, rank: int) -> int:
+    """Micro-batches per step that ``rank``'s data-parallel replica runs: the plan's share for
+    it when replicas on faster GPUs take more (``Plan.replica_micro_batches``), else the
+    plan's ``micro_batches``. A loop with unequal shares should weight each replica's loss by
+    its tokens, so the synchronised gradient is the global batch's mean."""
+    return plan.replica_micro_batches()[plan.pool().rank_row(rank)["dp"]]
 
 
 def degrees_of(plan: Plan) -> dict[str, int]:

@@ -30,6 +30,7 @@ from cost_models.training.partition import partition_inputs
 from cost_models.training.step import Estimate, estimate
 from cost_models.groups import stage_views
 from planner.training.containment import contained
+from planner.training.shares import refine_shares
 from planner.training.slicing import refine_partition
 from solvers.mapping import (InfeasibleMapping, Mapping, MappingProblem, MappingTimeout,
                              solve_mapping)
@@ -155,7 +156,7 @@ def best_placement(model: ModelSpec, cluster: Cluster, workload: Workload, est: 
 def placement(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
               prof: Profile, contain: bool = False) -> Placement:
     """The fastest of Megatron's order and the CP-SAT placements, each with its best layer
-    partition: an estimate whose ``node_order`` is the placement (None: listing order), and
+    partition and DP batch shares: an estimate whose ``node_order`` is the placement (None: listing order), and
     the note on CP-SAT's outcome when it was not a proven optimum.
 
     On a mixed cluster the search's pick may be an interleaved schedule, whose even chunks the
@@ -176,10 +177,18 @@ def placement(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estim
                                       round(p.estimate.step_time_s, 12)))
 
 
+def _refine(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
+            prof: Profile) -> Estimate:
+    """``est`` with its best layer partition, then its DP batch shares (each kept only when
+    predicted faster: ``planner.training.slicing``, ``planner.training.shares``)."""
+    return refine_shares(model, cluster, workload,
+                         refine_partition(model, cluster, workload, est, prof), prof)
+
+
 def _place(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
            prof: Profile, contain: bool = False) -> Placement:
     """Megatron's order and the CP-SAT placements of ``est``'s configuration, the fastest."""
-    megatron = refine_partition(model, cluster, workload, est, prof)
+    megatron = _refine(model, cluster, workload, est, prof)
     smallest_node = min(g.gpus_per_node for g in cluster.node_groups)
     if (est.config.degrees.pp == 1 or _uniform(cluster)
             or cluster.num_gpus // est.config.degrees.pp < smallest_node):
@@ -197,7 +206,7 @@ def _place(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate
                                            for n in stage)):
         placed = estimate(model, cluster, workload, base, prof, node_order)
         if placed.memory.fits:
-            candidates.append(refine_partition(model, cluster, workload, placed, prof))
+            candidates.append(_refine(model, cluster, workload, placed, prof))
     best = min(candidates, key=lambda e: (contain and not contained(cluster, e),
                                           round(e.step_time_s, 12), e.node_order is not None))
     note = mapping_note(problem, mapping, listing_used=best.node_order is None)

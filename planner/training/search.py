@@ -42,6 +42,8 @@ from cost_models.profile import Profile
 from cost_models.training.step import (Estimate, compute_floor_s, estimate, estimate_memory,
                                        memory_fits)
 from planner.errors import InfeasibleError
+from planner.training.shares import refine_shares
+from planner.training.slicing import refine_partition
 from cost_models.space import (SpaceLimits, degree_tuples, micro_batch_sizes,
                                   vpp_sizes)
 from topologies.cluster import Cluster, first_nodes
@@ -146,21 +148,82 @@ def _fitting_options(model: ModelSpec, cluster: Cluster, workload: Workload,
     """For each ZeRO stage, the least recompute that fits, kept only if it recomputes less than
     every lower stage's option (higher ZeRO stages are never faster at equal recompute, and
     ZeRO 0 is never faster than 1: all-reduce moves more than reduce-scatter + all-gather and
-    the optimizer steps the unsharded states). Returns the options and how many were tried."""
+    the optimizer steps the unsharded states); on GPUs of different memory sizes also the
+    options of :func:`_memory_split_options`. Returns the options and how many were tried."""
     layers_per_chunk = -(-model.num_layers // (cfg.degrees.pp * cfg.vpp))
     tried, limit, found = 0, layers_per_chunk + 2, []
+    levels: dict[int, int] = {}  # ZeRO stage looked at -> levels below it do not fit evenly
     for zero in ZERO_STAGES:
         staged = replace(cfg, zero=zero)
         option, level, checked = _least_fitting(
             limit, lambda i: _recompute_option(staged, layers_per_chunk, i),
             lambda c: memory_fits(model, cluster, workload, c, prof))
         tried += checked
+        levels[zero] = level
         if option is not None:
             found.append(option)
             limit = level  # a higher stage must recompute strictly less to be worth it
         if limit == 0:
             break
-    return found, tried
+    extra, checked = _memory_split_options(model, cluster, workload, cfg, prof, levels,
+                                           layers_per_chunk, bool(found))
+    return found + extra, tried + checked
+
+
+def _memory_split_options(model: ModelSpec, cluster: Cluster, workload: Workload,
+                          cfg: TrainingConfig, prof: Profile, levels: dict[int, int],
+                          layers_per_chunk: int, any_fits: bool
+                          ) -> tuple[list[TrainingConfig], int]:
+    """On GPUs of different memory sizes, the options that fit only with a layer split by each
+    stage's memory (:func:`memory_split`): per ZeRO stage the search looked at (``levels``:
+    stage -> the recompute levels below it do not fit evenly), no and selective recompute
+    where the even split needs more; when nothing fits evenly (not ``any_fits``), the least
+    recompute that fits so with the most frugal ZeRO stage. They are extra candidates, judged
+    by their full estimate (a memory-led split may be slower than more recompute with the even
+    split)."""
+    if not _split_may_help(cluster, cfg):
+        return [], 0
+    out, tried = [], 0
+    for zero, level in levels.items():
+        for i in range(min(2, level)):
+            tried += 1
+            split = memory_split(model, cluster, workload, _recompute_option(
+                replace(cfg, zero=zero), layers_per_chunk, i), prof)
+            if split is not None:
+                out.append(split)
+                break
+    if not any_fits and not out:
+        frugal, splits = replace(cfg, zero=ZERO_STAGES[-1]), {}
+
+        def fits(option: TrainingConfig) -> bool:
+            splits[option] = memory_split(model, cluster, workload, option, prof)
+            return splits[option] is not None
+
+        option, _, checked = _least_fitting(
+            layers_per_chunk + 2, lambda i: _recompute_option(frugal, layers_per_chunk, i), fits)
+        tried += checked
+        if option is not None:
+            out.append(splits[option])
+    return out, tried
+
+
+def _split_may_help(cluster: Cluster, cfg: TrainingConfig) -> bool:
+    """GPUs of different memory sizes and a schedule whose stages the partition DP reshapes."""
+    return (len({g.gpu.hbm_bytes for g in cluster.node_groups}) > 1 and cfg.degrees.pp > 1
+            and cfg.vpp == 1 and cfg.seq_slices == 1 and cfg.stage_layer_counts is None)
+
+
+def memory_split(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: TrainingConfig,
+                 prof: Profile) -> TrainingConfig | None:
+    """``cfg`` with the partition DP's layer split (listing order) when that split fits on each
+    stage's own GPUs, for options whose even split does not fit on the smallest GPU; None
+    when it does not fit, and whenever the GPUs' memory sizes are all equal or the schedule
+    has one stage, several chunks per stage or sequence slices (the DP's 1F1B model)."""
+    if not _split_may_help(cluster, cfg):
+        return None
+    refined = refine_partition(model, cluster, workload, estimate(model, cluster, workload, cfg,
+                                                                  prof), prof)
+    return refined.config if refined.memory.fits else None
 
 
 def _schedule_variants(model: ModelSpec, cfg: TrainingConfig, workload: Workload,
@@ -193,9 +256,12 @@ def _frugal(d: Degrees) -> TrainingConfig:
 def search(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
            space: SearchSpace = SearchSpace(), top_k: int = 10,
            progress: Progress | None = None,
-           keep: Callable[[Degrees], bool] | None = None) -> SearchResult:
+           keep: Callable[[Degrees], bool] | None = None,
+           batch_shares: bool = True) -> SearchResult:
     """The ``top_k`` fastest degree tuples, each with its fastest fitting options; ``keep``
-    (when given) admits only the tuples it accepts."""
+    (when given) admits only the tuples it accepts; on a mixed cluster each tuple's best
+    option with its DP batch shares (``planner.training.shares``) when they are predicted
+    faster, unless ``batch_shares`` is False."""
     start = time.perf_counter()
     tuples = [d for d in degree_tuples(space_limits(model, cluster, workload))
               if space.admits(d) and (keep is None or keep(d))]
@@ -210,7 +276,8 @@ def search(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile
         if len(kth) >= top_k and floors[d] > -kth[0]:
             pruned_bound += 1
             continue
-        outcome = best_for_degrees(model, cluster, workload, prof, d, space, views_memo)
+        outcome = best_for_degrees(model, cluster, workload, prof, d, space, views_memo,
+                                   batch_shares)
         if outcome is None:
             pruned_tuples += 1
             continue
@@ -255,11 +322,15 @@ def tuple_floor_s(model: ModelSpec, cluster: Cluster, workload: Workload, prof: 
 
 def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
                      d: Degrees, space: SearchSpace = SearchSpace(),
-                     views_memo: ViewsMemo | None = None
+                     views_memo: ViewsMemo | None = None, batch_shares: bool = True
                      ) -> tuple[Estimate | None, int, int] | None:
-    """The fastest fitting option of one degree tuple, with the counts of options estimated and
-    pruned by memory; None when the tuple's memory lower bound already does not fit."""
-    if not memory_fits(model, cluster, workload, _frugal(d), prof):
+    """The fastest fitting option of one degree tuple (with DP batch shares by replica speed
+    when ``batch_shares`` and they are predicted faster), with the counts of options estimated
+    and pruned by memory; None when the tuple's memory lower bound already does not fit (even
+    with :func:`memory_split`'s layer split)."""
+    frugal = _frugal(d)
+    if (not memory_fits(model, cluster, workload, frugal, prof)
+            and memory_split(model, cluster, workload, frugal, prof) is None):
         return None
     limits = space_limits(model, cluster, workload)
     views = None
@@ -281,6 +352,15 @@ def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, pro
                     views = stage_views(cluster, option.degrees, memo=views_memo)
                 candidates.append(estimate(model, cluster, workload, option, prof, views=views))
     best = min(candidates, key=rank_key) if candidates else None
+    if best is not None and best.config.stage_layer_counts is not None:
+        # a memory-led split (already partitioned) meets the best even-split option with its
+        # own partition, which placement would give it anyway
+        even = [c for c in candidates if c.config.stage_layer_counts is None]
+        if even:
+            rival = refine_partition(model, cluster, workload, min(even, key=rank_key), prof)
+            best = min((best, rival), key=rank_key)
+    if best is not None and batch_shares:  # the step's floor bounds shares too (compute_floor_s)
+        best = refine_shares(model, cluster, workload, best, prof)
     return best, len(candidates), pruned
 
 

@@ -27,19 +27,20 @@ def partition_problem(model: ModelSpec, cluster: Cluster, workload: Workload, es
     """The DP's problem for ``est``'s configuration (1F1B-type schedules, vpp = 1)."""
     cfg = est.config
     inputs = partition_inputs(model, cluster, workload, replace(cfg, stage_layer_counts=None),
-                              prof, views)
+                              prof, views, est.node_order)
     return PartitionProblem(
         layer_time_s=inputs.layer_time_s, num_stages=cfg.degrees.pp, first_extra_s=0.0,
         last_extra_s=inputs.head_time_s, stage_slowdown=inputs.stage_slowdown,
         layer_state_bytes=inputs.layer_state_bytes,
         layer_activation_bytes=inputs.layer_activation_bytes, in_flight=inputs.in_flight,
         first_extra_bytes=inputs.embedding_bytes, last_extra_bytes=inputs.head_bytes,
-        stage_memory_limit_bytes=(inputs.limit_bytes,) * cfg.degrees.pp)
+        stage_memory_limit_bytes=inputs.stage_limit_bytes)
 
 
 def refine_partition(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
                      prof: Profile) -> Estimate:
-    """``est`` with its layers re-partitioned by the DP, if that is predicted faster."""
+    """``est`` with its layers re-partitioned by the DP, if that is predicted faster (or fits
+    where ``est`` does not)."""
     cfg = est.config
     if cfg.degrees.pp == 1 or cfg.vpp > 1:
         return est
@@ -54,6 +55,9 @@ def refine_partition(model: ModelSpec, cluster: Cluster, workload: Workload, est
         return est
     candidate = estimate(model, cluster, workload, replace(cfg, stage_layer_counts=counts), prof,
                          est.node_order, views)
-    if candidate.memory.fits and candidate.step_time_s < est.step_time_s * (1 - 1e-9):
+    # faster, or fitting where ``est`` does not (on mixed GPU memory sizes the DP's per-stage
+    # limits can move layers onto the larger GPUs)
+    if candidate.memory.fits and (not est.memory.fits
+                                  or candidate.step_time_s < est.step_time_s * (1 - 1e-9)):
         return candidate
     return est

@@ -43,6 +43,7 @@ from planner.plan.document import Plan
 from planner.training.build import build_plan
 from planner.training.search import (SearchResult, SearchSpace, SearchStats, rank_key, search,
                                      space_limits)
+from planner.training.shares import shares_note
 from planner.plan.validate import validate_plan
 from planner.training.why import why_line
 from topologies.cluster import Cluster, first_nodes
@@ -140,7 +141,9 @@ def _best_plans(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Pr
         why = why_line(est, runner_up) if i == 0 else ""
         search_info = {"position": i + 1, "degree_tuples": result.stats.degree_tuples,
                        "options_estimated": result.stats.options_estimated}
-        notes = [*place.notes, *containment, *([batch] if batch else [])]
+        shares = shares_note(model, cluster, est, prof)
+        notes = [*place.notes, *containment, *([shares] if shares else []),
+                 *([batch] if batch else [])]
         plan = build_plan(model, cluster, est, prof, objective, why, search_info, notes)
         plans.append(validate_plan(plan, f"plan {i + 1}"))
     report("building plans", len(refined), len(refined))
