@@ -9,7 +9,7 @@ The problem
 minimise the bottleneck ``max_r shares[r] * micro_batch_s[r]``: the gradient sync is lockstep,
 so the step waits for the replica that finishes last (uneven per-replica batches on mixed GPU
 types: HexiScale, Yan et al. 2024; Cephalo, Guo et al. 2024, batches by each GPU's
-throughput; Sailor, Strati et al. SOSP'24).
+throughput; Sailor, Strati et al. SOSP'25, arXiv:2504.17096).
 
 The algorithm (:func:`solve_shares`)
 ------------------------------------

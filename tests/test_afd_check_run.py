@@ -227,6 +227,15 @@ def test_the_ping_pong_measurements_price_messages_and_waits():
     got = predict_afd_run(_record(), timed)
     assert got.message_latency_s == pytest.approx(
         machine_of(timed).message_s(1.0)) and got.message_latency_s < base.message_latency_s
+    # the measured send_recv table (timed after a barrier and a burst) prices messages only
+    # where no ping-pong latency was measured
+    rows = [[1024.0, 2e-3], [1048576.0, 9e-3]]
+    tabled = calibration()
+    tabled["profile"]["collective_tables"] = {"host:send_recv:2": rows}
+    assert machine_of(tabled).message_s(1024.0) == pytest.approx(2e-3)
+    tabled["profile"]["p2p_latency_s"] = 50e-6
+    assert machine_of(tabled).message_s(1.0) == pytest.approx(
+        machine_of(timed).message_s(1.0))
     only_resume = calibration()
     only_resume["profile"].update(resume_s=1e-4)
     slower = predict_afd_run(_record(), only_resume)

@@ -155,13 +155,16 @@ class CalibratedMachine:
         return GpuRates(self.peak_flops, self.memory_bw_bytes_per_s, False, ELEM)
 
     def message_s(self, nbytes: float) -> float:
-        """One point-to-point message: ``send_recv``'s alpha-beta of the link (its latency
-        replaced by ``message_latency_s`` when that is given)."""
-        latency = self.link_latency_s
+        """One point-to-point message: ``send_recv``'s alpha-beta of the link, or its measured
+        table (``Profile.collective_tables``); with ``message_latency_s`` that latency plus the
+        bytes at ``send_recv``'s bandwidth (the table, timed after a barrier and a compute
+        burst, would put the sender's lateness back in)."""
+        latency, prof = self.link_latency_s, self.profile
         if self.message_latency_s is not None:
-            latency = self.message_latency_s / self.profile.op_factors("send_recv")[0]
+            latency = self.message_latency_s / prof.op_factors("send_recv")[0]
+            prof = replace(prof, collective_tables={})
         view = one_tier_view(2, "host", self.link_bw_bytes_per_s, latency)
-        return send_recv_s(view, max(nbytes, 1.0), self.profile)
+        return send_recv_s(view, max(nbytes, 1.0), prof)
 
 
 def machine_of(calibration: Mapping[str, Any], cores: float | None = None,
