@@ -50,11 +50,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from planner.serving.afd_run_prediction import predict_afd_run  # noqa: E402
+from doc_tables import update_section  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 WORK = RESULTS / "afd_executor_prediction_runs"
 CAL = RESULTS / "afd-calibration-local.json"
 OUT = RESULTS / "afd_executor_prediction.json"
+HISTORY = RESULTS / "afd_executor_prediction_history.json"  # every run's summary, appended
 
 # The job's model follows the plan's layer pattern, experts (capped 8), top-k (capped 2) and
 # shared experts (capped 1); both models give the same job model. The big one's experts need
@@ -268,6 +270,36 @@ def render(out: dict) -> list[str]:
     return lines
 
 
+def history_entry(out: dict) -> dict:
+    """One run of the benchmark in a line: when, what calibrate measured, each plan's error."""
+    prof = out["profile"]
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "kernel_overhead_s": prof["kernel_overhead_s"],
+            "p2p_latency_s": prof.get("p2p_latency_s", 0.0), "resume_s": prof.get("resume_s", 0.0),
+            "errors": {r["plan"]: r["error"] for r in out["results"]},
+            "spreads": {r["plan"]: r["spread"] for r in out["results"]},
+            "within_15_percent": out["summary"]["within_15_percent"],
+            "same_ranking": out["summary"]["same_ranking"]}
+
+
+def render_history(history: list[dict]) -> list[str]:
+    """Every recorded run of the benchmark (its own calibration each): errors and spreads."""
+    plans = list(history[-1]["errors"])
+    lines = ["Every run of this benchmark since the ping-pong terms (each with its own "
+             "`planner calibrate`): prediction error per plan (run-to-run spread of its "
+             "repeats), plans within 15%, same ranking.", "",
+             "| run | kernel_overhead_s | p2p_latency_s | resume_s | "
+             + " | ".join(plans) + " | within 15% | same ranking |",
+             "|---|---:|---:|---:|" + "---:|" * len(plans) + "---:|---|"]
+    for h in history:
+        cells = [f"{h['errors'][p]:+.1%} ({h['spreads'][p]:.0%})" for p in plans]
+        lines.append(f"| {h['date']} | {h['kernel_overhead_s'] * 1e6:.1f} us | "
+                     f"{h['p2p_latency_s'] * 1e6:.0f} us | {h['resume_s'] * 1e6:.0f} us | "
+                     + " | ".join(cells) + f" | {h['within_15_percent']} of {len(plans)} | "
+                     f"{'yes' if h['same_ranking'] else 'no'} |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="runs of every plan")
@@ -354,6 +386,10 @@ def main() -> None:
            "runs": {name: [{k: v for k, v in r.items() if k != "rows"} for r in rs]
                     for name, rs in runs.items()}}
     OUT.write_text(json.dumps(out, indent=1) + "\n")
+    history = json.loads(HISTORY.read_text()) if HISTORY.exists() else []
+    history.append(history_entry(out))
+    HISTORY.write_text(json.dumps(history, indent=1) + "\n")
+    update_section("afd_executor_prediction", render(out) + [""] + render_history(history))
     print("\n".join(render(out)))
     print(json.dumps(summary, indent=1))
 
