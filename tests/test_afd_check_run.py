@@ -287,9 +287,10 @@ def test_check_run_of_real_afd_runs(plan_1x1, tmp_path):
     assert rows[1]["attention ranks: combine wait (+ send wait)"]["measured_s"] > 0
     assert rows[1]["FFN ranks: dispatch wait (+ send wait)"]["measured_s"] > 0
     # at a fixed batch of tiny micro-batches, four micro-batches cost more messages and calls
-    # than their overlap saves: the step grows with m, predicted and measured
+    # than their overlap saves: the predicted step grows with m. Whether the measured one does
+    # is benchmarks/afd_executor_prediction.py's question, not a unit test's: on a shared
+    # 2-vCPU machine one m=1 step took 8.6 to 21.8 ms from run to run
     assert rows[4]["step"]["predicted_s"] > rows[1]["step"]["predicted_s"]
-    assert rows[4]["step"]["measured_s"] > rows[1]["step"]["measured_s"]
     # an AFD record needs the machine's calibration
     out = RUNNER.invoke(app, ["check-run", str(record)])
     assert out.exit_code == 2 and "--calibration" in out.output
