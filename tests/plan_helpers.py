@@ -19,3 +19,19 @@ def solve_to(out: Path, *options: str, model: str = "llama-3.1-8b") -> Path:
                                       "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out
+
+
+def holmes_spec(kinds: list[tuple[str, str | None]]) -> dict:
+    """One node group per node, listed as given: (transport, RDMA island)."""
+    groups = []
+    for i, (transport, island) in enumerate(kinds):
+        nics = [{"count": 8, "gbps": 400 if transport != "tcp" else 100, "transport": transport}]
+        if transport == "roce" and island is None:
+            nics.append({"count": 1, "gbps": 100, "transport": "tcp"})
+        g = {"name": f"n{i:02d}", "count": 1, "gpu": "H100", "gpus_per_node": 8,
+             "fabric": "nvswitch", "nics": nics}
+        if island:
+            g["rdma_island"] = island
+        groups.append(g)
+    return {"name": "holmes", "node_groups": groups,
+            "network": {"tiers": [{"name": "leaf", "nodes_per_switch": 16}]}}

@@ -8,6 +8,7 @@ from planner.training import placement
 from planner.training.estimation import (ParallelChoice, checked_estimate, make_config,
                                          make_workload)
 from topologies.spec import cluster_from_dict
+from plan_helpers import holmes_spec
 
 
 def _interleaved(nodes: int = 8) -> dict:
@@ -102,22 +103,6 @@ def test_plan_reports_the_listing_order_it_beats(tmp_path):
 # --- containment as a hard rule (planner solve's default) -------------------------------------
 
 
-def _holmes(kinds: list[tuple[str, str | None]]) -> dict:
-    """One node group per node, listed as given: (transport, RDMA island)."""
-    groups = []
-    for i, (transport, island) in enumerate(kinds):
-        nics = [{"count": 8, "gbps": 400 if transport != "tcp" else 100, "transport": transport}]
-        if transport == "roce" and island is None:
-            nics.append({"count": 1, "gbps": 100, "transport": "tcp"})
-        g = {"name": f"n{i:02d}", "count": 1, "gpu": "H100", "gpus_per_node": 8,
-             "fabric": "nvswitch", "nics": nics}
-        if island:
-            g["rdma_island"] = island
-        groups.append(g)
-    return {"name": "holmes", "node_groups": groups,
-            "network": {"tiers": [{"name": "leaf", "nodes_per_switch": 16}]}}
-
-
 def _mixed_groups(plan) -> int:
     """TP/CP/DP/EP groups whose nodes are not on one network, read from the plan's rank rule and
     its cluster spec (this test's own reading: transport = the fastest NIC's, plus island)."""
@@ -139,7 +124,7 @@ def _solve_plans(tmp_path, kinds, *options):
     from planner.cli.app import app
     from planner.plan.file import load_plan
     spec = tmp_path / "c.yaml"
-    spec.write_text(yaml.safe_dump(_holmes(kinds)))
+    spec.write_text(yaml.safe_dump(holmes_spec(kinds)))
     out = tmp_path / f"plans{len(list(tmp_path.iterdir()))}"
     res = CliRunner().invoke(app, ["solve", "--cluster", str(spec), "--global-batch", "512",
                                    "--top-k", "4", *options, "--out-dir", str(out)])
@@ -203,7 +188,7 @@ def test_containment_obstacle_from_node_counts(counts, pp, tp, obstacle):
     from planner.training.containment import containment_obstacle, off_network_stages
     kinds = ([("ib", None), ("roce", None), ("tcp", None)] if len(counts) == 3
              else [("roce", "a"), ("roce", "b")])
-    spec = _holmes([k for k, c in zip(kinds, counts) for _ in range(c)])
+    spec = holmes_spec([k for k, c in zip(kinds, counts) for _ in range(c)])
     cluster = cluster_from_dict(spec)
     d = Degrees(tp=tp, pp=pp, dp=cluster.num_gpus // (tp * pp))
     assert containment_obstacle(cluster, d) == obstacle

@@ -11,6 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from planner.cli.app import app
+from plan_helpers import holmes_spec
 from planner.serving.build import island_order
 from topologies.spec import cluster_from_dict as load_cluster_dict
 
@@ -19,16 +20,7 @@ RUNNER = CliRunner()
 
 def _spec(islands: list[str | None]) -> dict:
     """One node group per node, in this listing order: RoCE on island ``x``, TCP for None."""
-    groups = []
-    for i, isl in enumerate(islands):
-        nics = [{"count": 8, "gbps": 400 if isl else 100, "transport": "roce" if isl else "tcp"}]
-        g = {"name": f"n{i:02d}", "count": 1, "gpu": "H100", "gpus_per_node": 8,
-             "fabric": "nvswitch", "nics": nics}
-        if isl:
-            g["rdma_island"] = isl
-        groups.append(g)
-    return {"name": "islands", "node_groups": groups,
-            "network": {"tiers": [{"name": "leaf", "nodes_per_switch": 16}]}}
+    return holmes_spec([("roce", isl) if isl else ("tcp", None) for isl in islands])
 
 
 def _networks(cluster, nodes):
