@@ -257,11 +257,9 @@ def fabric_problems(section: Any, cluster: Cluster, pool: Any) -> list[str]:
     if expected is None:
         return ["fabric: the plan's cluster names no NIC devices, interfaces, GID indices or "
                 "RDMA islands, so the plan has no fabric section"]
-    for i, (got, want) in enumerate(zip(nodes, expected["nodes"])):
-        for key in NODE_KEYS:
-            if got[key] != want[key]:
-                return [f"fabric.nodes[{i}].{key} is {got[key]!r} but the plan's cluster and "
-                        f"pool give {want[key]!r}"]
+    mismatch = _node_mismatch("fabric.nodes", nodes, expected["nodes"])
+    if mismatch:
+        return mismatch
     if section["socket_groups"] != expected["socket_groups"]:
         return [f"fabric.socket_groups is {section['socket_groups']!r} but the plan's groups "
                 f"give {expected['socket_groups']!r}"]
@@ -295,9 +293,17 @@ def serving_fabric_problems(section: Any, cluster: Cluster, pools: list[Any],
             if got[key] != want[key]:
                 return [f"fabric.pools[{k}].{key} is {got[key]!r} but the plan's cluster and "
                         f"pools give {want[key]!r}"]
-        for i, (e, w) in enumerate(zip(got["nodes"], want["nodes"])):
-            for key in NODE_KEYS:
-                if e[key] != w[key]:
-                    return [f"fabric.pools[{k}].nodes[{i}].{key} is {e[key]!r} but the plan's "
-                            f"cluster and pool give {w[key]!r}"]
+        mismatch = _node_mismatch(f"fabric.pools[{k}].nodes", got["nodes"], want["nodes"])
+        if mismatch:
+            return mismatch
+    return []
+
+
+def _node_mismatch(where: str, got: list[dict], want: list[dict]) -> list[str]:
+    """The first node entry field of ``got`` that differs from ``want``'s ([] when none)."""
+    for i, (e, w) in enumerate(zip(got, want)):
+        for key in NODE_KEYS:
+            if e[key] != w[key]:
+                return [f"{where}[{i}].{key} is {e[key]!r} but the plan's cluster and pool "
+                        f"give {w[key]!r}"]
     return []
