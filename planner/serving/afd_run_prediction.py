@@ -377,16 +377,20 @@ def predict_afd_run(record: Mapping[str, Any], calibration: Mapping[str, Any],
     # a rank that waited for its micro-batch resumes on cold caches (Profile.resume_s)
     resume = (mc.profile.resume_s, 0.0, mc.profile.resume_s, 0.0)
     # enough cores: the recursion of rounds_s (equal when the cores suffice, a test checks)
-    run = shared_rounds(rounds, m, procs, mc.cores if shared else float(sum(procs)), resume)
+    cores = mc.cores if shared else float(sum(procs))
+    run = shared_rounds(rounds, m, procs, cores, resume)
     pipeline, busy = run.finish_s, run.busy_s
     step = pipeline + c.step_once_s
     att_busy = busy[0] + c.step_once_s
     ffn_busy = busy[2]
-    # the timers' "pack" share of each side's busy time (slowed down alike when shared)
+    # the timers' "pack" share of each side's busy time: slowed down alike when the cores are
+    # shared (the same run without resumes, which are no packing)
+    slowed = shared_rounds(rounds, m, procs, cores).busy_s if shared else None
     att_work = m * sum(r[0] for r in rounds)
-    att_pack = m * R * c.attention_pack_s * (busy[0] / att_work if att_work > 0 else 1.0)
+    att_pack = m * R * c.attention_pack_s * (slowed[0] / att_work if slowed and att_work > 0
+                                             else 1.0)
     ffn_work = m * R * c.experts_s
-    ffn_pack = m * R * c.ffn_pack_s * (busy[2] / ffn_work if ffn_work > 0 else 1.0)
+    ffn_pack = m * R * c.ffn_pack_s * (slowed[2] / ffn_work if slowed and ffn_work > 0 else 1.0)
     middle = rounds[1] if R > 1 else rounds[0]
     top = max(range(4), key=lambda i: middle[i])
     names = ("attention", "dispatch", "experts", "combine")
