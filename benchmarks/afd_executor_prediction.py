@@ -11,7 +11,7 @@ Commands it runs, in order (all through the ``planner`` CLI, as a user would):
    the script checks the plan has the ratio it is meant to have);
 3. ``--repeats`` rounds (default 3), each running every plan once, in the same order:
    ``planner launch PLAN --record RUN --script-arg=--steps --script-arg=20
-   [--script-arg=--micro-batches --script-arg=M]``, then ``planner check-run RUN
+   --script-arg=--backend --script-arg=gloo [--script-arg=--micro-batches --script-arg=M]``, then ``planner check-run RUN
    --calibration CAL --format json``.
 
 The plans are fixed here, before any measurement. Every run decodes the job's tiny model
@@ -142,7 +142,10 @@ def run_once(name: str, plan: Path, m: int | None, steps: int, cal: Path, rep: i
     slug = name.lower().replace(", ", "-").replace("+", "")
     record = WORK / f"{slug}-run{rep}.json"
     busy_before, waited = wait_quiet(quiet_wait)
-    extra = ["--script-arg=--steps", f"--script-arg={steps}"]
+    # gloo on the CPU, what the CPU calibration measured (the job picks NCCL where every process
+    # has a GPU of its own)
+    extra = ["--script-arg=--steps", f"--script-arg={steps}", "--script-arg=--backend",
+             "--script-arg=gloo"]
     if m is not None:
         extra += ["--script-arg=--micro-batches", f"--script-arg={m}"]
     b0, _ = _cpu()

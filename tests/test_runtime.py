@@ -13,7 +13,8 @@ import pytest
 from plan_helpers import solve_to
 from planner.errors import PlannerError
 from planner.plan.file import load_plan
-from planner.run.runtime import WorldMismatch, choose_backend, degrees_of, rank_view
+from planner.run.runtime import (WorldMismatch, choose_backend, degrees_of, local_processes,
+                                 rank_view)
 
 WORKER = Path(__file__).parent / "workers" / "runtime_worker.py"
 
@@ -78,6 +79,27 @@ def test_choose_backend(requested, cuda, chosen):
 def test_choose_backend_refuses_what_cannot_run_here(requested, message):
     with pytest.raises(PlannerError, match=message):
         choose_backend(requested, cuda_available=False)
+
+
+@pytest.mark.parametrize("requested, gpus, local, chosen", [
+    (None, 1, 2, "gloo"),   # two ranks cannot share one GPU under NCCL
+    (None, 2, 2, "nccl"),
+    (None, 8, 4, "nccl"),
+    ("gloo", 8, 2, "gloo"),
+])
+def test_choose_backend_counts_gpus_against_this_nodes_processes(requested, gpus, local, chosen):
+    assert choose_backend(requested, True, gpus, local) == chosen
+
+
+def test_nccl_with_fewer_gpus_than_processes_is_refused_before_init():
+    with pytest.raises(PlannerError, match="needs a GPU per process: 2 processes on this node, 1"):
+        choose_backend("nccl", True, gpus=1, local_processes=2)
+
+
+@pytest.mark.parametrize("env, count", [({}, 1), ({"LOCAL_WORLD_SIZE": "4"}, 4),
+                                        ({"LOCAL_WORLD_SIZE": "x"}, 1)])
+def test_local_processes_reads_torchruns_local_world_size(env, count):
+    assert local_processes(env) == count
 
 
 @pytest.mark.parametrize("env, message", [

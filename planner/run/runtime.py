@@ -2,7 +2,7 @@
 
 ::
 
-    rt = init("plan.json")            # under torchrun; nccl with CUDA, else gloo (choose_backend)
+    rt = init("plan.json")            # under torchrun; nccl with a GPU per process, else gloo
     rt.groups["tp"]                   # this rank's TP process group (None if the group is 1)
     rt.view.stage, rt.view.layers     # this rank's pipeline stage and its model layers
     rt.view.experts[layer]            # logical experts this rank holds (MoE models)
@@ -17,7 +17,7 @@ Order of work (each step is a function of its own):
    world size, another number of GPUs on this node, or a rank that the plan places on another
    node rank or local GPU.
 2. :func:`choose_backend` picks the torch.distributed backend: the caller's, else NCCL when
-   CUDA is available, else gloo. With NCCL each process uses the GPU ``LOCAL_RANK``.
+   every process on the node has a GPU of its own, else gloo. With NCCL each process uses the GPU ``LOCAL_RANK``.
 3. :func:`build_groups` creates every process group of every kind the plan lists, kinds in
    name order and each kind's groups as listed: torch requires every rank to call
    ``new_group`` for every group in the same order, members or not.
@@ -47,7 +47,7 @@ from planner.plan.ranks import RANK_COLUMNS
 
 __all__ = ["AFD_ROLES", "BACKENDS", "AfdRole", "Runtime", "RankView", "WorldMismatch", "afd_expert_homes",
            "afd_role", "afd_world", "build_groups", "choose_backend", "degrees_of", "expert_maps",
-           "init", "rank_view", "replica_micro_batches"]
+           "init", "local_processes", "rank_view", "replica_micro_batches"]
 
 BACKENDS = ("gloo", "nccl")
 
@@ -169,17 +169,38 @@ class Runtime:
     groups: dict[str, Any]
 
 
-def choose_backend(requested: str | None, cuda_available: bool) -> str:
-    """The torch.distributed backend: ``requested`` when given (``gloo`` or ``nccl``; NCCL
-    needs CUDA), else ``nccl`` when CUDA is available, else ``gloo``."""
+def choose_backend(requested: str | None, cuda_available: bool, gpus: int | None = None,
+                   local_processes: int = 1) -> str:
+    """The torch.distributed backend: ``requested`` when given (``gloo`` or ``nccl``), else
+    ``nccl`` when every process on this node has a GPU of its own, else ``gloo``.
+
+    ``gpus``: the CUDA devices torch sees (``None``: one per process when CUDA is available);
+    ``local_processes``: this node's processes (torchrun's ``LOCAL_WORLD_SIZE``). NCCL refuses
+    two ranks on one GPU at init ("Duplicate GPU detected"), so fewer GPUs than processes picks
+    gloo, and a request for NCCL there is refused here, before any process group starts."""
+    if gpus is None:
+        gpus = local_processes if cuda_available else 0
+    enough = cuda_available and gpus >= local_processes
     if requested is None:
-        return "nccl" if cuda_available else "gloo"
+        return "nccl" if enough else "gloo"
     if requested not in BACKENDS:
         raise PlannerError(f"backend {requested!r}: expected one of {', '.join(BACKENDS)}")
     if requested == "nccl" and not cuda_available:
         raise PlannerError("backend 'nccl' needs CUDA, and torch sees no CUDA device here "
                            "(use backend='gloo', or leave it unset to choose automatically)")
+    if requested == "nccl" and not enough:
+        raise PlannerError(f"backend 'nccl' needs a GPU per process: {local_processes} "
+                           f"processes on this node, {gpus} GPU(s) (NCCL refuses two ranks on "
+                           "one GPU; use backend='gloo', or leave it unset)")
     return requested
+
+
+def local_processes(env: Mapping[str, str]) -> int:
+    """This node's process count as torchrun sets it (1 outside torchrun)."""
+    try:
+        return max(1, int(env.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
 
 
 def init(plan: Plan | str | Path | None = None, backend: str | None = None,
@@ -188,7 +209,7 @@ def init(plan: Plan | str | Path | None = None, backend: str | None = None,
 
     ``plan`` defaults to the file named by ``PLANNER_PLAN`` (set by ``planner launch`` and by
     the launch files of ``planner emit``). ``backend``: see :func:`choose_backend` (``None``:
-    NCCL with CUDA, gloo without); with NCCL this process's GPU becomes ``LOCAL_RANK``."""
+    NCCL with a GPU per process, gloo otherwise); with NCCL this process's GPU becomes ``LOCAL_RANK``."""
     import torch
     import torch.distributed as dist
 
@@ -200,7 +221,9 @@ def init(plan: Plan | str | Path | None = None, backend: str | None = None,
         plan = load_plan(Path(plan))
     view = rank_view(plan, env)
     if not dist.is_initialized():
-        chosen = choose_backend(backend, torch.cuda.is_available())
+        cuda = torch.cuda.is_available()
+        chosen = choose_backend(backend, cuda, torch.cuda.device_count() if cuda else 0,
+                                local_processes(os.environ if env is None else env))
         if chosen == "nccl":
             torch.cuda.set_device(view.local_rank)
         dist.init_process_group(backend=chosen, rank=view.rank, world_size=view.world_size)

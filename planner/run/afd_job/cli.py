@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--keep-logits", action="store_true",
                         help="also record the last step's logits of every sequence")
     parser.add_argument("--backend", choices=BACKENDS, default=None,
-                        help="default: nccl with CUDA, else gloo")
+                        help="default: nccl with a GPU per process, else gloo")
     return parser
 
 
