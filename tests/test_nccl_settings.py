@@ -163,19 +163,31 @@ IB_AND_ETH = [*IB, {"count": 1, "gbps": 100, "transport": "tcp", "ifname": "eno1
 PROFILE = Profile()
 
 
+@pytest.mark.parametrize("nics, socket_gbps", [
+    ([{"count": 2, "gbps": 25, "transport": "tcp"}], 2 * 25),       # below the cap: line rate
+    ([{"count": 8, "gbps": 100, "transport": "tcp"}], 8 * 100),
+    (ROCE, 8 * 100),                                               # 400G ports: as 100G ones
+    (IB_AND_ETH, 100),                                             # the Ethernet port only
+])
+def test_socket_bandwidth_is_each_socket_nics_line_rate_capped_at_100g(nics, socket_gbps):
+    node = _two_groups({"nics": nics}, {"nics": nics}).node_groups[0]
+    assert node.socket_bw_bytes_per_s == pytest.approx(socket_gbps * 1e9 / 8)
+
+
 def test_dp_group_across_ib_and_roce_nodes_is_costed_on_tcp():
     mixed = _two_groups({"nics": IB}, {"nics": ROCE})
     same = _two_groups({"nics": IB}, {"nics": IB})
     across, inside = group_view(mixed, [0, 16]), group_view(same, [0, 16])
     assert across.inter.name == "tcp" and inside.inter.name == "ib"
-    # the slowest member's socket share (RDMA ports carrying IP), kernel-socket latency
-    assert across.inter.bw_bytes_per_s == pytest.approx(8 * 400e9 / 8 / 8)
+    # the slowest member's socket share (RDMA ports carrying IP, each priced as at most a
+    # 100 Gb/s port: SOCKET_NIC_GBPS_MAX), kernel-socket latency
+    assert across.inter.bw_bytes_per_s == pytest.approx(8 * 100e9 / 8 / 8)
     assert across.inter.latency_s >= SOCKET_LATENCY_S
     size = 1e9
     tcp_s = comm.all_reduce_s(across, size, PROFILE)
     ib_s = comm.all_reduce_s(inside, size, PROFILE)
-    assert tcp_s == pytest.approx(ib_s * PROFILE.link_eff("ib") / PROFILE.link_eff("tcp"),
-                                  rel=1e-3)
+    assert tcp_s == pytest.approx(ib_s * PROFILE.link_eff("ib") / PROFILE.link_eff("tcp")
+                                  * 400 / 100, rel=1e-3)
     # inside one class (both RoCE nodes of the mixed cluster) the group keeps RDMA
     roce = group_view(mixed, [16, 24])
     assert roce.inter.name == "roce"

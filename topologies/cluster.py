@@ -15,7 +15,8 @@ reaches every other over one RDMA network: the same transport class (``ib`` or `
 InfiniBand HCA and a RoCE NIC do not interoperate) and the same RDMA island
 (``NodeGroup.rdma_island``; groups without one share their class's default island). A group
 whose nodes differ in either, or that mixes RDMA and TCP-only nodes, runs on NCCL's socket
-transport at the slowest member's socket share (:attr:`NodeGroup.socket_bw_bytes_per_s`): NCCL
+transport at the slowest member's socket share (:attr:`NodeGroup.socket_bw_bytes_per_s`, each
+NIC at most :data:`SOCKET_NIC_GBPS_MAX`: the socket path is CPU-bound): NCCL
 cannot run one communicator over IB/RoCE and TCP at once (NVIDIA/nccl#878) and picks its
 network per communicator (``src/plugin/net.cc``, ``ncclNetInit``: the communicator's
 ``netName``/``NCCL_NET``, else the first plugin that initialises locally), so a mixed group
@@ -55,6 +56,17 @@ DEFAULT_ROCE_GID_INDEX = 3
 # Latency of NCCL's socket transport over RDMA ports used as IP interfaces (IPoIB, Ethernet):
 # kernel sockets, the ``tcp`` figure of ``topologies.spec.NIC_LATENCY_US`` (estimate).
 SOCKET_LATENCY_S = 25e-6
+
+# NCCL's socket transport runs no faster per NIC than it does on a 100 Gb/s port: it copies
+# every byte through kernel sockets on NCCL's own threads (one per NIC by default outside AWS
+# and GCP: NCCL env docs, NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD, at most 64 sockets;
+# src/transport/net_socket.cc), so the host CPU bounds it, not the port. Public nccl-tests
+# figures: 100 GbE, 4-6 GB/s all-reduce busbw at the best thread/socket setting
+# (NVIDIA/nccl#450); AWS p3dn 100 Gb/s, about 4.7 GB/s (NVIDIA/nccl#398); 25 GbE, 1.7 GB/s
+# (NVIDIA/nccl-tests#83): 0.32-0.54 of line rate, what the ``tcp`` tier's link efficiency
+# (0.5, cost_models/profile.py) prices. No public figure above 100 Gb/s was found, so a faster
+# port is priced as a 100 Gb/s one (estimate).
+SOCKET_NIC_GBPS_MAX = 100.0
 
 
 @dataclass(frozen=True)
@@ -169,8 +181,10 @@ class NodeGroup:
 
     @property
     def socket_bw_bytes_per_s(self) -> float:
-        """One node's bandwidth over NCCL's socket transport, one direction, bytes/s."""
-        return sum(n.bw_bytes_per_s for n in self.socket_nics)
+        """One node's bandwidth over NCCL's socket transport, one direction, bytes/s: each
+        socket NIC at its line rate, at most :data:`SOCKET_NIC_GBPS_MAX`."""
+        return sum(n.count * min(n.gbps, SOCKET_NIC_GBPS_MAX) * 1e9 / 8
+                   for n in self.socket_nics)
 
     @property
     def socket_latency_s(self) -> float:
