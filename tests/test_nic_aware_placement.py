@@ -196,3 +196,17 @@ def test_containment_obstacle_from_node_counts(counts, pp, tp, obstacle):
     assert containment_obstacle(cluster, d) == obstacle
     # grouped listing order is contained exactly when there is no obstacle (equal node sizes)
     assert (off_network_stages(cluster, pp, None) == 0) == (obstacle is None)
+
+
+def test_best_plan_does_not_depend_on_top_k_on_several_networks(tmp_path):
+    """RoCE islands of 7 and 1 nodes: the search prices degrees in listing order, where pp 4
+    (one stage across the islands) ranks first, and only placement shows pp 8 faster. Placing
+    just the top candidate (--top-k 1) once returned the pp 4 plan, 13% slower than what
+    --top-k 4 found; now at least PLACED_AT_LEAST candidates are placed either way."""
+    kinds = [("roce", "a")] * 7 + [("roce", "b")]
+    for options in ([], ["--allow-mixed-networks"]):
+        one = _solve_plans(tmp_path, kinds, "--model", "qwen3-30b-a3b", "--top-k", "1", *options)
+        four = _solve_plans(tmp_path, kinds, "--model", "qwen3-30b-a3b", *options)
+        assert len(one) == 1 and len(four) == 4
+        assert one[0].prediction["step_time_s"] == four[0].prediction["step_time_s"]
+        assert one[0].pools[0].degrees == four[0].pools[0].degrees

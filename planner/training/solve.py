@@ -50,6 +50,13 @@ from topologies.cluster import Cluster, first_nodes
 
 OBJECTIVES = ("throughput", "min-gpus")
 
+# The search prices each degree tuple in the cluster's listing order; placement (a CP-SAT node
+# order) can then make a lower-ranked candidate the fastest, by far on clusters of several RDMA
+# networks, where the listing order may put groups on sockets that a placement keeps inside one
+# network. There at least this many candidates are placed before the list is cut to top_k, so
+# the best plan does not depend on --top-k.
+PLACED_AT_LEAST = 10
+
 PhaseProgress = Callable[[str, int, int], None]  # (phase, done, total)
 
 
@@ -101,7 +108,6 @@ def _candidates(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Pr
     loose = _placed(model, cluster, workload, prof, space, top_k, report, False)
     if not (contain and has_several_networks(cluster)):
         return (*loose, [])
-    fastest = min(loose[1], key=lambda p: rank_key(p.estimate)).estimate
     try:
         result, placed = _placed(model, cluster, workload, prof, space, top_k, report, True)
         reason = ("CP-SAT found no placement keeping each stage on one network for the "
@@ -114,8 +120,11 @@ def _candidates(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Pr
             else "no degrees the options allow cut every network into whole stages")
     if placed:
         best = min(placed, key=lambda p: rank_key(p.estimate)).estimate
+        # the fastest plan by cost alone: a contained placement is one too
+        fastest = min([*loose[1], *placed], key=lambda p: rank_key(p.estimate)).estimate
         note = containment_cost_note(best, fastest)
         return result, placed, [note] if note else []
+    fastest = min(loose[1], key=lambda p: rank_key(p.estimate)).estimate
     return (*loose, [no_contained_note(containment_obstacle(cluster, fastest.config.degrees),
                                        reason)])
 
@@ -129,9 +138,11 @@ def _best_plans(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Pr
                 space: SearchSpace, top_k: int, objective: str,
                 progress: PhaseProgress | None, contain: bool = True) -> SolveResult:
     report = progress or _quiet
-    result, placed, containment = _candidates(model, cluster, workload, prof, space, top_k,
+    placing = max(top_k, PLACED_AT_LEAST) if has_several_networks(cluster) else top_k
+    result, placed, containment = _candidates(model, cluster, workload, prof, space, placing,
                                               report, contain)
     placed.sort(key=lambda p: rank_key(p.estimate))
+    placed = placed[:top_k]
     refined = [p.estimate for p in placed]
     batch = batch_note(model, cluster, refined[0], prof)
     plans = []
