@@ -195,3 +195,48 @@ def test_a_vllm_plan_of_planner_serve_emits(tmp_path):
     assert result.exit_code == 0, result.output
     result = RUNNER.invoke(app, ["emit", "vllm", str(out), "--out-dir", str(tmp_path / "e")])
     assert result.exit_code == 0, result.output
+
+
+def test_estimate_prices_an_instance_on_the_nodes_the_plan_gives_it():
+    """A 2-node instance (tp 8, dp 2, ep 16): on islands listed a, b, a, b it sits on nodes 0
+    and 2 (one island: RoCE, as the plan's builder places it), where the listing order's
+    nodes 0 and 1 would cross the islands; on islands of one node each no network holds it,
+    so its expert all-to-all is priced on sockets. (Before, the estimate priced the listing
+    order's nodes 0 and 1, across the islands, though the plan put the instance on one.)"""
+    from cost_models.serving.config import PoolLayout
+    from planner.serving.estimate import instance_hardware
+    from planner.serving.sites import instance_ranks
+
+    lay = PoolLayout(tp=8, dp=2, ep=16)
+    interleaved = load_cluster_dict(_spec(["a", "b"] * 2))
+    gpu = interleaved.node_groups[0].gpu
+    assert instance_ranks(interleaved, 16, 0) == tuple(range(8)) + tuple(range(16, 24))
+    hw = instance_hardware(interleaved, gpu, lay)
+    assert hw.ep_view.inter.name.startswith("roce") and hw.tp_view.inter is None
+    apart = load_cluster_dict(_spec(["a", "b", "c", "d"]))
+    assert instance_ranks(apart, 16, 0) == tuple(range(16))
+    hw = instance_hardware(apart, gpu, lay)
+    assert hw.ep_view.inter.name.startswith("tcp")
+    assert hw.ep_view.inter.bw_bytes_per_s < instance_hardware(
+        interleaved, gpu, lay).ep_view.inter.bw_bytes_per_s
+
+
+def test_serve_prices_instances_that_must_span_islands(tmp_path):
+    """Islands of one node each: a DeepSeek-V3 instance needs several nodes, so whatever the
+    search picks spans islands, and its prediction is slower than the same deployment on one
+    RoCE network (the estimate prices the spanning collectives on sockets)."""
+    def tpot(islands):
+        path = tmp_path / f"c{len(list(tmp_path.iterdir()))}.yaml"
+        path.write_text(yaml.safe_dump(_spec(islands)))
+        out = tmp_path / f"p{len(list(tmp_path.iterdir()))}.json"
+        result = RUNNER.invoke(app, ["serve", "--model", "deepseek-v3", "--cluster", str(path),
+                                     "--mode", "colocated", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        return json.loads(out.read_text())
+
+    one = tpot(["a"] * 4)
+    apart = tpot(["a", "b", "c", "d"])
+    assert any("span RDMA networks" in n and "the estimate prices them so" in n
+               for n in apart["notes"])
+    assert (apart["prediction"]["output_tokens_per_s_per_gpu"]
+            < one["prediction"]["output_tokens_per_s_per_gpu"])

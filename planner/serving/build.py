@@ -18,7 +18,7 @@ from planner.plan.fabric import serving_fabric_section
 from planner.plan.document import SCHEMA_VERSION, Plan, inputs_hash, model_to_plain, cluster_to_plain
 from planner.plan.ranks import make_pool
 from planner.serving.estimate import Calibration, Deployment, ServingEstimate
-from planner.serving.sites import sites
+from planner.serving.sites import instance_ranks, island_order, sites
 from cost_models.model_spec import ModelSpec
 from cost_models.profile import profile_to_dict
 from topologies.cluster import Cluster
@@ -56,47 +56,6 @@ def _position_sets(pool, lay) -> list[list[int]]:
     for pos in range(len(pool.nodes)):
         sets.setdefault(find(pos), []).append(pos)
     return sorted(sets.values())
-
-
-def island_order(cluster: Cluster, free: list[int], sets: list[list[int]]
-                 ) -> tuple[list[int], int]:
-    """Nodes for a pool's positions such that each set of ``sets`` (from
-    :func:`_position_sets`) lies on one RDMA network (``NodeGroup.rdma_network``; TCP-only
-    nodes form one of their own) where the free nodes allow: an engine instance's
-    collectives (TP all-reduce, EP all-to-all) then stay off TCP sockets (NCCL picks one
-    transport per communicator; ``topologies.cluster`` module docstring). The listing order
-    ``free[:n]`` is kept when it already does that; otherwise the sets, largest first, take
-    the fullest-fitting network (fewest nodes left over, then the network listed first),
-    lowest nodes first. Returns (node per position, sets that had to span networks)."""
-    n = sum(len(s) for s in sets)
-    net = {x: cluster.node_groups[cluster.group_of_node(x)].rdma_network for x in free}
-
-    def spans(order: list[int]) -> int:
-        return sum(len({net[order[p]] for p in s}) > 1 for s in sets)
-
-    listing = free[:n]
-    if spans(listing) == 0:
-        return listing, 0
-    pools: dict[Any, list[int]] = {}
-    for x in free:
-        pools.setdefault(net[x], []).append(x)
-    rank = {key: i for i, key in enumerate(pools)}
-    order: list[int | None] = [None] * n
-    left: list[list[int]] = []
-    for s in sorted(sets, key=lambda s: (-len(s), s[0])):
-        fits = [k for k, nodes in pools.items() if len(nodes) >= len(s)]
-        if not fits:
-            left.append(s)
-            continue
-        key = min(fits, key=lambda k: (len(pools[k]) - len(s), rank[k]))
-        for pos, x in zip(s, pools[key][:len(s)]):
-            order[pos] = x
-        pools[key] = pools[key][len(s):]
-    rest = sorted(x for nodes in pools.values() for x in nodes)
-    for s in left:  # no network has room: across networks, in listing order
-        for pos in s:
-            order[pos] = rest.pop(0)
-    return [x for x in order if x is not None], len(left)
 
 
 def _instances(pool, role: str, lay) -> list[dict[str, Any]]:
@@ -158,9 +117,14 @@ def build_serving_plan(model: ModelSpec, cluster: Cluster, dep: Deployment,
         if order != free[:count]:
             pool = make_pool(spec.role, spec.role, cluster, d, order)
         if spanning:
+            lay = spec.layout
+            priced = instance_ranks(cluster, lay.tp * lay.dp * lay.pp, site.first_rank)
+            nets = {cluster.node_groups[cluster.locate(r)[0]].rdma_network for r in priced}
+            how = ("the estimate prices them so (no network holds one)" if len(nets) > 1 else
+                   "the estimate does not price that (it prices an instance one network holds)")
             notes = [*(notes or []), f"{spec.role} pool: {spanning} engine instance(s) span RDMA "
-                     "networks (no network has enough free nodes): their collectives run on "
-                     "TCP sockets, which the estimate does not price"]
+                     f"networks (no network has enough free nodes): their collectives run on "
+                     f"TCP sockets; {how}"]
         used.update(order)
         pools.append(pool)
         instances += _instances(pool, spec.role, spec.layout)

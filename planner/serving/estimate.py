@@ -39,6 +39,7 @@ from solvers.serving.queueing import (
     birth_death_in_system, md1_mean_wait_s, mgc_mean_wait_s, mgc_wait_probability,
     wait_quantile_s)
 from topologies.catalog import GpuSpec
+from planner.serving.sites import instance_ranks
 from topologies.cluster import Cluster, group_view
 
 MAX_UTILISATION = 0.98  # prefill utilisation above which the queue is taken as unstable
@@ -227,12 +228,16 @@ def colocated_ttft(alone_s: float, step_s: float, lam: float, p: float, out_toke
 
 def instance_hardware(cluster: Cluster, gpu: GpuSpec, layout: PoolLayout,
                       first_rank: int = 0) -> InstanceHardware:
-    """Rates of ``gpu`` and the group views of an instance on ranks from ``first_rank``."""
+    """Rates of ``gpu`` and the group views of an instance on the site that starts at rank
+    ``first_rank``, on the GPUs the plan gives one instance there
+    (:func:`planner.serving.sites.instance_ranks`: one RDMA network where one holds it, so an
+    instance no network can hold is priced with its collectives on sockets)."""
     n = cluster.num_gpus
-    tp_ranks = [(first_rank + r) % n for r in range(layout.tp)]
-    ep_ranks = [(first_rank + r) % n for r in range(min(n, layout.tp * layout.dp))]
     stage = layout.tp * layout.dp
-    pp_view = (group_view(cluster, [first_rank % n, (first_rank + stage) % n])
+    ranks = instance_ranks(cluster, stage * layout.pp, first_rank)
+    tp_ranks = list(ranks[:layout.tp])
+    ep_ranks = list(ranks[:min(n, stage)])
+    pp_view = (group_view(cluster, [ranks[0], ranks[stage % len(ranks)]])
                if layout.pp > 1 and n > stage else None)
     return InstanceHardware(peak_flops=gpu.peak_flops_for("bf16"),
                             hbm_bytes_per_s=gpu.hbm_bw_bytes_per_s, hbm_bytes=gpu.hbm_bytes,
