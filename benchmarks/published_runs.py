@@ -148,11 +148,21 @@ def _recompute(row: dict) -> str:
     return "full" if r.startswith("full") else "selective" if r.startswith("selective") else "none"
 
 
+# What the framework a row ran on does that the training config must say (its source names the
+# framework): PyTorch FSDP (llm-foundry's Composer, FSDP1; torchtitan, FSDP2) keeps no
+# low-precision weight shard ("outside forward and backward, the sharded parameters are kept
+# in full precision", torch.distributed.fsdp.MixedPrecision); llm-foundry's MPT computes its
+# loss with flash-attn's fused cross-entropy (ComposerMPTCausalLM: ``loss_fn`` defaults to
+# ``fused_crossentropy``), which keeps the logits and their gradient in bf16.
+TORCH_FSDP_SOURCES = ("github:mosaicml/llm-foundry", "github:pytorch/torchtitan")
+FUSED_CROSS_ENTROPY_SOURCES = ("github:mosaicml/llm-foundry",)
+
+
 def row_config(row: dict, micro_batch: int = 1) -> TrainingConfig:
     c, old = row["config"], era(row) == "2021"
     tp = c.get("tp") or 1
     sp = bool(c.get("seq_parallel")) if old or c.get("seq_parallel") is not None else tp > 1
-    return TrainingConfig(degrees=Degrees(tp=tp, pp=c.get("pp") or 1, dp=c.get("dp") or 1, cp=c.get("cp") or 1, ep=c.get("ep") or 1, etp=c.get("expert_tp") or (1 if c.get("ep") else None)), vpp=c.get("vpp") or 1, micro_batch=c.get("micro_batch") or micro_batch, recompute=_recompute(row), sequence_parallel=sp, zero=_zero(row), attention="unfused" if old else "flash", dropout=old, overlap_grad_reduce=not old, overlap_param_gather=not old, tp_comm_overlap="tp-comm-overlap" in str(c.get("overlap", "")), moe_a2a_overlap=_a2a_overlap(row))
+    return TrainingConfig(degrees=Degrees(tp=tp, pp=c.get("pp") or 1, dp=c.get("dp") or 1, cp=c.get("cp") or 1, ep=c.get("ep") or 1, etp=c.get("expert_tp") or (1 if c.get("ep") else None)), vpp=c.get("vpp") or 1, micro_batch=c.get("micro_batch") or micro_batch, recompute=_recompute(row), sequence_parallel=sp, zero=_zero(row), attention="unfused" if old else "flash", dropout=old, overlap_grad_reduce=not old, overlap_param_gather=not old, tp_comm_overlap="tp-comm-overlap" in str(c.get("overlap", "")), moe_a2a_overlap=_a2a_overlap(row), low_precision_shard=not row["source"].startswith(TORCH_FSDP_SOURCES), fused_cross_entropy=row["source"].startswith(FUSED_CROSS_ENTROPY_SOURCES))
 
 
 def _a2a_overlap(row: dict) -> bool:

@@ -210,6 +210,58 @@ def test_more_recompute_means_less_memory_and_more_time():
     assert times[0] < times[1] < times[2]
 
 
+def test_torch_fsdp_keeps_no_low_precision_shard():
+    """ZeRO-3 in bf16: DeepSpeed/Megatron keep a 2-byte weight shard beside the fp32 master,
+    PyTorch FSDP only the fp32 shard (the gathered bf16 units are counted in both). The
+    difference is exactly 2 bytes per parameter over the shard; gradients, optimizer and time
+    stay the same."""
+    model = load_model("llama-3.1-8b")
+    cluster = homogeneous_cluster("H100-SXM5-80GB", 2)
+    base = TrainingConfig(degrees=Degrees(dp=16), zero=3)
+    for precision in ("bf16", "fp16"):
+        w = Workload(4096, 64, precision)
+        zero = estimate(model, cluster, w, base, Profile())
+        torch = estimate(model, cluster, w, replace(base, low_precision_shard=False), Profile())
+        assert zero.memory.weights_bytes - torch.memory.weights_bytes == pytest.approx(
+            2 * count_params(model).total / 16, rel=1e-6)
+        assert torch.memory.weights_bytes > 0  # the gathered units
+        assert torch.memory.optimizer_bytes == zero.memory.optimizer_bytes
+        assert torch.memory.grads_bytes == zero.memory.grads_bytes
+        assert torch.step_time_s == zero.step_time_s
+    # below ZeRO-3 the weights are not sharded, and the option changes nothing
+    w = Workload(4096, 64)
+    one = TrainingConfig(degrees=Degrees(dp=16), zero=1)
+    assert (estimate(model, cluster, w, one, Profile()).memory
+            == estimate(model, cluster, w, replace(one, low_precision_shard=False),
+                        Profile()).memory)
+
+
+def test_fused_cross_entropy_keeps_logits_in_the_compute_dtype():
+    """The last stage's logits and their gradient: fp32 (8 bytes per logit, Korthikanti et al.
+    2022 sec. 4.3), or 2 + 2 bytes in bf16 with a fused loss."""
+    model = load_model("llama-3.1-8b")
+    cluster = homogeneous_cluster("H100-SXM5-80GB", 1)
+    cfg = TrainingConfig(degrees=Degrees(tp=2, dp=4), micro_batch=2)
+    w = Workload(4096, 64)
+    plain = estimate(model, cluster, w, cfg, Profile()).memory
+    fused = estimate(model, cluster, w, replace(cfg, fused_cross_entropy=True), Profile()).memory
+    assert plain.logits_bytes == pytest.approx(8 * 2 * 4096 * model.vocab_size / 2)
+    assert fused.logits_bytes == pytest.approx(plain.logits_bytes / 2)
+    assert plain.peak_bytes - fused.peak_bytes >= plain.logits_bytes / 2  # plus its allowance
+
+
+def test_new_memory_options_are_written_only_when_set():
+    """Plans written before ``low_precision_shard`` and ``fused_cross_entropy`` keep their
+    options (and hashes); set, they round-trip."""
+    cfg = TrainingConfig(degrees=Degrees(dp=8), zero=3)
+    assert "low_precision_shard" not in cfg.options_dict()
+    assert "fused_cross_entropy" not in cfg.options_dict()
+    torch = replace(cfg, low_precision_shard=False, fused_cross_entropy=True)
+    opts = torch.options_dict()
+    assert opts["low_precision_shard"] is False and opts["fused_cross_entropy"] is True
+    assert TrainingConfig.from_dict({"degrees": {"dp": 8}, **opts}) == torch
+
+
 def test_step_is_the_simulated_pipeline_plus_dp_and_optimizer():
     """Llama-3.1-70B, interleaved 1F1B: the step equals an event-by-event simulation of the
     schedule on the estimate's stage times plus the exposed DP time and the optimizer step

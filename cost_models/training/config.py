@@ -124,6 +124,16 @@ class TrainingConfig:
     # micro-batches per data-parallel replica per step (None: micro_batches() each); unequal
     # shares let replicas on faster GPUs take more of the batch (HexiScale, Cephalo)
     dp_shares: tuple[int, ...] | None = None
+    # ZeRO-3 / FSDP with mixed precision: whether a low-precision shard of the weights is kept
+    # beside the fp32 master shard (DeepSpeed ZeRO-3, Megatron: True) or the fp32 shard is the
+    # only persistent copy and low-precision weights exist only while a unit is gathered
+    # (PyTorch FSDP and FSDP2: "outside forward and backward, the sharded parameters are kept
+    # in full precision", torch.distributed.fsdp.MixedPrecision docs: False)
+    low_precision_shard: bool = True
+    # the loss keeps the logits in the compute dtype and writes their gradient in it too
+    # (flash-attn's fused cross-entropy, llm-foundry's default ``loss_fn: fused_crossentropy``):
+    # 2 x 2 bytes per logit instead of the fp32 logits and their gradient (8)
+    fused_cross_entropy: bool = False
 
     def __post_init__(self) -> None:
         for name in ("vpp", "micro_batch"):
@@ -183,10 +193,13 @@ class TrainingConfig:
         return cls(degrees=Degrees(**degrees), **data)
 
     def options_dict(self) -> dict:
-        """The training options as plain data (every field but ``degrees``; ``moe_a2a_overlap``
-        and ``dp_shares`` only when set, so that plans written before them read and hash
-        alike)."""
+        """The training options as plain data (every field but ``degrees``; ``moe_a2a_overlap``,
+        ``dp_shares``, ``low_precision_shard`` and ``fused_cross_entropy`` only when not their
+        defaults, so that plans written before them read and hash alike)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "degrees"}
+        for name, default in (("low_precision_shard", True), ("fused_cross_entropy", False)):
+            if out[name] is default:
+                del out[name]
         if out["stage_layer_counts"] is not None:
             out["stage_layer_counts"] = list(out["stage_layer_counts"])
         if not out["moe_a2a_overlap"]:

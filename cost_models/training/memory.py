@@ -5,7 +5,9 @@ Sources:
   master weights, momentum and variance: 18 bytes per parameter; the distributed optimizer
   (ZeRO-1) shards the 12 across data-parallel ranks: 6 + 12/d (Megatron-LM
   ``docs/source/api-guide/dist_optimizer.md``); ZeRO-2 also shards gradients, ZeRO-3 weights
-  (Rajbhandari et al. 2020, sec. 5, Fig. 1).
+  (Rajbhandari et al. 2020, sec. 5, Fig. 1). PyTorch FSDP keeps no low-precision shard: the
+  fp32 shard is the weights' only persistent copy, cast when a unit is gathered
+  (``torch.distributed.fsdp.MixedPrecision`` docs; ``TrainingConfig.low_precision_shard``).
 * Activations per layer follow Korthikanti et al. 2022 (arXiv:2205.05198): eq. 1
   (s*b*h*(34 + 5*a*s/h) bytes without parallelism), eq. 2 (tensor parallel: 10 + 24/t),
   eq. 4 (+ sequence parallel: 34/t), sec. 5 (selective recompute drops the 5*a*s/h term,
@@ -14,7 +16,9 @@ Sources:
 * In-flight micro-batches: 1F1B keeps p - i on stage i; the interleaved schedule keeps
   (p - i - 1)*2 + (v - 1)*p + 1 model chunks (Megatron ``schedules.py`` warm-up count), which for
   i = 0 is Korthikanti's factor (1 + (p-1)/(p*v)) (sec. 4.2.3).
-* The last stage holds the fp32 logits and their gradient, 8*s*b*V/t bytes (sec. 4.3).
+* The last stage holds the fp32 logits and their gradient, 8*s*b*V/t bytes (sec. 4.3); a
+  fused cross-entropy keeps both in the compute dtype (flash-attn ``losses/cross_entropy.py``;
+  ``TrainingConfig.fused_cross_entropy``).
 """
 from __future__ import annotations
 

@@ -28,7 +28,8 @@ class ActivationTerms:
     ``rest_mode``: recompute mode of the layers full recompute does not cover (past
     ``recompute_layers``: none). ``logits_bytes``: the last stage's fp32 logits and their
     gradient for one micro-batch (or SlimPipe slice), 8*s*b*V/t (Korthikanti et al. 2022,
-    sec. 4.3). ``slices``: SlimPipe's k (1 without slicing).
+    sec. 4.3); with a fused cross-entropy (``TrainingConfig.fused_cross_entropy``) both stay in
+    the compute dtype, 2*2*s*b*V/t in bf16. ``slices``: SlimPipe's k (1 without slicing).
     """
 
     shape: ActivationShape
@@ -49,9 +50,11 @@ def activation_terms(ctx: StepContext) -> ActivationTerms:
                             unfused_attention=sh.unfused_attention, dropout=cfg.dropout,
                             moe_imbalance=cfg.moe_imbalance, elem_bytes=sh.elem_bytes)
     k = cfg.seq_slices
+    # fp32 logits and their gradient (8 bytes), or both in the compute dtype with a fused loss
+    per_logit = 2 * sh.elem_bytes if cfg.fused_cross_entropy else 8
     return ActivationTerms(
         shape=shape, rest_mode="none" if cfg.recompute == "full" else cfg.recompute,
-        logits_bytes=8 * sh.tokens / k * ctx.model.vocab_size / cfg.degrees.tp, slices=k)
+        logits_bytes=per_logit * sh.tokens / k * ctx.model.vocab_size / cfg.degrees.tp, slices=k)
 
 
 def other_bytes(base_bytes: float, prof: Profile) -> float:
@@ -72,8 +75,13 @@ def stage_memory(ctx: StepContext, stage: int, layers: Sequence[int],
     cfg, model, m = ctx.cfg, ctx.model, ctx.cfg.micro_batches(ctx.workload)
     d = cfg.degrees
     dense, expert = stage_params(model, cfg, stage, layers)
+    per_param = ctx.workload.state_bytes_per_param
+    if cfg.zero >= 3 and not cfg.low_precision_shard and ctx.rates.elem_bytes < 4:
+        # PyTorch FSDP: the fp32 master shard (in the optimizer's bytes) is the only
+        # persistent copy of the weights; the low-precision ones are the gathered units below
+        per_param = (0, *per_param[1:])
     weights, grads, optim = state_bytes(dense, expert, d.dp * d.cp, d.expert_dp, cfg.zero,
-                                        ctx.workload.state_bytes_per_param)
+                                        per_param)
     params = layer_tables(model)[0]
     if cfg.zero >= 3:  # one layer gathered at a time, forward and backward prefetch
         weights += 2 * ctx.rates.elem_bytes * max((sum(params[l]) for l in layers),
