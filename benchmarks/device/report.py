@@ -91,6 +91,29 @@ ROWS = (  # key, what, how the shipped value came to be
 )
 
 
+def kernels(doc: dict, gpu_name: str) -> dict:
+    """The catalog's peaks for ``gpu_name``, each kernel class's measured fraction of them in
+    calibration ``doc``, and what the shipped profile assumes (``catalog``, ``measured``,
+    ``shipped``)."""
+    gpu = get_gpu(gpu_name)
+    peak = gpu.peak_flops_for("bf16")
+    return {"catalog": {"bf16_tflops_dense": peak / 1e12,
+                        "hbm_bw_GBps": gpu.hbm_bw_bytes_per_s / 1e9},
+            "measured": measured(doc, peak, gpu.hbm_bw_bytes_per_s),
+            "shipped": shipped(gpu.name)}
+
+
+def kernel_table(m: dict, s: dict) -> list[str]:
+    """The markdown table of measured against shipped fractions, one row per kernel class."""
+    lines = ["| kernel | measured | shipped profile | shipped value's origin |",
+             "|---|---:|---:|---|"]
+    for key, what, origin in ROWS:
+        rng = m.get(key + "_range")
+        span = f" ({rng[0]:.2f}-{rng[1]:.2f})" if rng and rng[0] != rng[1] else ""
+        lines.append(f"| {what} | {m[key]:.2f}{span} | {s[key]:.2f} | {origin} |")
+    return lines
+
+
 def render(summary: dict) -> list[str]:
     m, s, dev = summary["measured"], summary["shipped"], summary["machine"]
     ex = summary.get("executor")
@@ -103,12 +126,7 @@ def render(summary: dict) -> list[str]:
              f"{summary['catalog']['hbm_bw_GBps']:g} GB/s), next to what the shipped profile "
              "assumes for this GPU. The shipped values were fitted on published runs, not "
              "on these kernels; nothing was refitted from this run.", "",
-             "| kernel | measured | shipped profile | shipped value's origin |",
-             "|---|---:|---:|---|"]
-    for key, what, origin in ROWS:
-        rng = m.get(key + "_range")
-        span = f" ({rng[0]:.2f}-{rng[1]:.2f})" if rng and rng[0] != rng[1] else ""
-        lines.append(f"| {what} | {m[key]:.2f}{span} | {s[key]:.2f} | {origin} |")
+             *kernel_table(m, s)]
     lines += ["",
               f"* Launch-bound floor: the smallest GEMM (128 per side) measures "
               f"{m['smallest_gemm_s'] * 1e6:.1f} us a call, queued back to back: host dispatch "
@@ -200,9 +218,6 @@ def main() -> None:
     parser.add_argument("--gpu", default="H200", help="catalog name of the GPU measured")
     args = parser.parse_args()
     doc = json.loads((args.dir / "calibration-nccl.json").read_text())
-    gpu = get_gpu(args.gpu)
-    peak = gpu.peak_flops_for("bf16")
-    spec = {"bf16_tflops_dense": peak / 1e12, "hbm_bw_GBps": gpu.hbm_bw_bytes_per_s / 1e9}
     cond = doc["raw"].get("conditions", {})
     probe = (args.dir / "nccl-probe.log").read_text()
     probe_line = next((ln.split("Last error:")[-1].strip() for ln in probe.splitlines()
@@ -211,9 +226,7 @@ def main() -> None:
     summary = {"dir": args.dir.name, "date": (args.dir / "machine.txt").read_text().split("\n")[0],
                "machine": {"gpu": doc["machine"]["device"], "torch": cond.get("torch"),
                            "nccl": cond.get("nccl"), "cuda": cond.get("cuda")},
-               "catalog": spec,
-               "measured": measured(doc, peak, gpu.hbm_bw_bytes_per_s),
-               "shipped": shipped(gpu.name), "nccl_probe": probe_line,
+               **kernels(doc, args.gpu), "nccl_probe": probe_line,
                "executor": executor_rows(args.dir / "executor_prediction-idle2.json"),
                "concurrent_reps": concurrent_reps(args.dir / "executor-reps")}
     (args.dir / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")

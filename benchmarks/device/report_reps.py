@@ -25,9 +25,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(HERE))
 from doc_tables import update_section  # noqa: E402
-from report import ROWS, measured, shipped  # noqa: E402
-
-from topologies.catalog import get_gpu  # noqa: E402
+from report import kernel_table, kernels  # noqa: E402
 
 AFD_RUN = re.compile(r"run \d+/\d+ (?P<plan>.+?): measured (?P<measured>[\d.]+) s, "
                      r"predicted (?P<predicted>[\d.]+) s")
@@ -99,13 +97,7 @@ def render(s: dict) -> list[str]:
              "--backend nccl`, one process, alone on the machine; each kernel class as a fraction "
              f"of the catalog's peak ({s['catalog']['bf16_tflops_dense']:g} bf16 TFLOP/s, "
              f"{s['catalog']['hbm_bw_GBps']:g} GB/s) next to what the shipped profile assumes. "
-             "Nothing was refitted from it.", "",
-             "| kernel | measured | shipped profile | shipped value's origin |",
-             "|---|---:|---:|---|"]
-    for key, what, origin in ROWS:
-        rng = m.get(key + "_range")
-        span = f" ({rng[0]:.2f}-{rng[1]:.2f})" if rng and rng[0] != rng[1] else ""
-        lines.append(f"| {what} | {m[key]:.2f}{span} | {sh[key]:.2f} | {origin} |")
+             "Nothing was refitted from it.", "", *kernel_table(m, sh)]
     ex = s["executor"]
     if ex:
         plans = [r["plan"] for r in ex[0]["rows"]]
@@ -164,14 +156,9 @@ def main() -> None:
     parser.add_argument("--gpu", default="H100", help="catalog name of the GPU measured")
     args = parser.parse_args()
     doc = json.loads((args.dir / "calibration-nccl.json").read_text())
-    gpu = get_gpu(args.gpu)
-    peak = gpu.peak_flops_for("bf16")
     summary = {"dir": args.dir.name, "gpu": doc["machine"]["device"],
                "date": (args.dir / "machine.txt").read_text().split("\n")[0],
-               "catalog": {"bf16_tflops_dense": peak / 1e12,
-                           "hbm_bw_GBps": gpu.hbm_bw_bytes_per_s / 1e9},
-               "measured": measured(doc, peak, gpu.hbm_bw_bytes_per_s),
-               "shipped": shipped(gpu.name),
+               **kernels(doc, args.gpu),
                "executor": executor_copies(args.dir / "executor-reps"),
                "afd": afd_copies(args.dir / "afd-reps")}
     (args.dir / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
