@@ -114,6 +114,14 @@ def kernel_table(m: dict, s: dict) -> list[str]:
     return lines
 
 
+def publish(folder: Path, section: str, summary: dict, lines: list[str]) -> None:
+    """Write ``summary.json`` in ``folder``, the ``section`` of ``docs/benchmarks.md``, and
+    print it."""
+    (folder / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    update_section(section, lines)
+    print("\n".join(lines))
+
+
 def render(summary: dict) -> list[str]:
     m, s, dev = summary["measured"], summary["shipped"], summary["machine"]
     ex = summary.get("executor")
@@ -229,9 +237,7 @@ def main() -> None:
                **kernels(doc, args.gpu), "nccl_probe": probe_line,
                "executor": executor_rows(args.dir / "executor_prediction-idle2.json"),
                "concurrent_reps": concurrent_reps(args.dir / "executor-reps")}
-    (args.dir / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
-    update_section("device_calibration", render(summary))
-    print("\n".join(render(summary)))
+    publish(args.dir, "device_calibration", summary, render(summary))
 
 
 if __name__ == "__main__":

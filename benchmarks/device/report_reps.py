@@ -24,8 +24,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(HERE))
-from doc_tables import update_section  # noqa: E402
-from report import kernel_table, kernels  # noqa: E402
+from report import kernel_table, kernels, publish  # noqa: E402
 
 AFD_RUN = re.compile(r"run \d+/\d+ (?P<plan>.+?): measured (?P<measured>[\d.]+) s, "
                      r"predicted (?P<predicted>[\d.]+) s")
@@ -161,9 +160,7 @@ def main() -> None:
                **kernels(doc, args.gpu),
                "executor": executor_copies(args.dir / "executor-reps"),
                "afd": afd_copies(args.dir / "afd-reps")}
-    (args.dir / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
-    update_section("device_prediction_reps", render(summary))
-    print("\n".join(render(summary)))
+    publish(args.dir, "device_prediction_reps", summary, render(summary))
 
 
 if __name__ == "__main__":
