@@ -2,6 +2,7 @@
 
     python benchmarks/calibration.py          # evaluate the shipped defaults
     python benchmarks/calibration.py --fit    # refit, write cost_models/data/profiles.json
+    python benchmarks/calibration.py --fit --fit-only fp8_speedup   # move one, keep the rest
     python benchmarks/calibration.py --loso   # also leave-one-source-out refits (~13 min on 2 cores)
 
 Rows: ``benchmarks/data/published_runs_calibration.json`` (reference set) plus
@@ -12,7 +13,8 @@ source, GPU family and dense/MoE; ranking (Kendall tau, top-1) per layout sweep;
 ``--loso``, the in-memory refit on all sources (in-sample) next to the refit without each
 source predicting that source (leave-one-source-out). ``--loso`` never writes profiles.json.
 The fit keeps the parameters few and physical: one GEMM efficiency per GPU family, and
-attention efficiency, HBM efficiency and kernel overhead shared by all GPUs. It minimises the
+attention efficiency, HBM efficiency, kernel overhead and the FP8 GEMM speed-up over BF16
+(``fp8_speedup``) shared by all GPUs. It minimises the
 mean absolute log error over the scored rows by coordinate descent on fixed grids
 (deterministic).
 """
@@ -50,6 +52,8 @@ GRIDS = {
     "attention_efficiency": [x / 100 for x in range(25, 81, 5)],
     "hbm_efficiency": [x / 100 for x in range(50, 96, 5)],
     "kernel_overhead_s": [x * 1e-6 for x in (0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20)],
+    # the GEMM time ratio bf16/fp8 the runs reach (the tensor cores' peak ratio is 2)
+    "fp8_speedup": [x / 10 for x in range(12, 21)],
 }
 
 
@@ -125,16 +129,19 @@ def _grid_argmin(grid: list[float], f) -> float:
     return min(grid[max(0, i - 3):i + 4], key=f)
 
 
-def fit(rows: list[dict], sweeps: int = 2) -> dict:
-    """Coordinate descent over GRIDS; GEMM efficiency per family on that family's rows."""
+def fit(rows: list[dict], sweeps: int = 2, only: tuple[str, ...] = ()) -> dict:
+    """Coordinate descent over GRIDS from the shipped values; GEMM efficiency per family on
+    that family's rows. ``only``: the parameters to move (the others keep their shipped
+    values; default: all)."""
     pinned = _pinned(rows)
     base = default_profile("H100-SXM5-80GB")
     params = {"attention_efficiency": base.attention_efficiency,
-              "hbm_efficiency": base.hbm_efficiency, "kernel_overhead_s": base.kernel_overhead_s}
+              "hbm_efficiency": base.hbm_efficiency, "kernel_overhead_s": base.kernel_overhead_s,
+              "fp8_speedup": base.fp8_speedup}
     params.update({f"gemm:{f}": default_profile(g).gemm_efficiency
                    for g, f in FAMILIES.items()})
     for _ in range(sweeps):
-        for name in list(params):
+        for name in [n for n in params if not only or n in only]:
             grid = GRIDS["gemm_efficiency" if name.startswith("gemm:") else name]
             subset = pinned
             if name.startswith("gemm:"):
@@ -145,7 +152,7 @@ def fit(rows: list[dict], sweeps: int = 2) -> dict:
     return params
 
 
-def write_profiles(params: dict, loss: float) -> None:
+def write_profiles(params: dict, loss: float, only: tuple[str, ...] = ()) -> None:
     gpus = {gpu: {"gemm_efficiency": params[f"gemm:{fam}"]} for gpu, fam in FAMILIES.items()
             if gpu == {"A100": "A100-SXM4-80GB", "H100": "H100-SXM5-80GB", "V100": "V100-SXM3-32GB",
                        "GB200": "GB200"}[fam]}
@@ -158,8 +165,9 @@ def write_profiles(params: dict, loss: float) -> None:
         "H100-NVL-94GB": "H100-SXM5-80GB", "H100-PCIe-80GB": "H100-SXM5-80GB",
         "H20-96GB": "H100-SXM5-80GB", "H100-SXM5-96GB-HBM2e-500W": "H100-SXM5-80GB",
         "V100-SXM2-32GB": "V100-SXM3-32GB", "GB300": "GB200", "B200": "GB200", "B300": "GB200"}
+    how = f" --fit-only {' '.join(only)} (the others as shipped before)" if only else ""
     data["fit"] = {"loss_mean_abs_log_error": round(loss, 5), "method": "coordinate descent, "
-                   "benchmarks/calibration.py --fit"}
+                   f"benchmarks/calibration.py --fit{how}, over every scored row"}
     PROFILES_JSON.write_text(json.dumps(data, indent=2) + "\n")
 
 
@@ -214,6 +222,9 @@ def loso(usable: list[dict]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fit", action="store_true", help="refit the default profiles first")
+    ap.add_argument("--fit-only", nargs="+", default=(), metavar="PARAM",
+                    help="with --fit: move only these parameters (e.g. fp8_speedup), the others "
+                    "keep their shipped values")
     ap.add_argument("--loso", action="store_true",
                     help="also refit in memory on all sources and without each source")
     ap.add_argument("--loso-cache", type=Path, default=None,
@@ -222,8 +233,8 @@ def main() -> None:
     rows = load_all_rows()
     usable, reasons = predictable(rows)
     if args.fit:
-        params = fit(scored_rows(usable))
-        write_profiles(params, _loss(_pinned(scored_rows(usable)), params))
+        params = fit(scored_rows(usable), only=tuple(args.fit_only))
+        write_profiles(params, _loss(_pinned(scored_rows(usable)), params), tuple(args.fit_only))
         profile_module._defaults.cache_clear()  # re-read the refitted JSON
     results = [evaluate_row(r, default_profile(r["cluster"]["gpu_key"])) for r in usable]
     loso_results = None

@@ -29,7 +29,8 @@ class Profile:
     gemm_efficiency: float = 0.75  # large bf16 GEMMs, fraction of dense peak
     gemm_half_dim: float = 96.0  # GEMM dim at which efficiency halves (tile/wave quantisation)
     attention_efficiency: float = 0.55  # fused (flash) attention, fraction of dense peak
-    fp8_speedup: float = 1.6  # GEMM time ratio bf16/fp8 actually reached (peak ratio is 2)
+    fp8_speedup: float = 1.6  # GEMM time ratio bf16/fp8 actually reached (peak ratio is 2;
+    #                           the shipped profiles fit it: cost_models/data/profiles.json)
     hbm_efficiency: float = 0.8  # memory-bound kernels, fraction of HBM bandwidth
     kernel_overhead_s: float = 4e-6  # launch gap per kernel
     link_efficiency: dict[str, float] = field(default_factory=lambda: {
