@@ -106,11 +106,17 @@ def test_schema_2_plans_load_to_the_same_pools_and_todays_bytes(name):
     written = plan_to_json(plan)
     assert json.loads(written) == upgrade(old)
     golden = GOLDEN / name.replace(".json", ".plan.json")
-    if golden.exists():  # the same document as today's, but for the cost model's prediction,
-        today, upgraded = json.loads(golden.read_text()), json.loads(written)  # which moves
+    if golden.exists():  # the same document as today's, but for the cost model's prediction
+        # and the shipped profile it was made with (both move with calibration; the profile is
+        # an input, so the inputs' hash moves with it)
+        today, upgraded = json.loads(golden.read_text()), json.loads(written)
         assert set(today) == set(upgraded)
-        assert {k: v for k, v in upgraded.items() if k != "prediction"} == \
-            {k: v for k, v in today.items() if k != "prediction"}
+        moving = ("prediction", "inputs_hash", "inputs")
+        assert {k: v for k, v in upgraded.items() if k not in moving} == \
+            {k: v for k, v in today.items() if k not in moving}
+        assert {k: v for k, v in upgraded["inputs"].items() if k != "profile"} == \
+            {k: v for k, v in today["inputs"].items() if k != "profile"}
+        assert set(upgraded["inputs"]["profile"]) == set(today["inputs"]["profile"])
         assert set(upgraded["prediction"]) == set(today["prediction"])
 
 
