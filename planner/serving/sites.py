@@ -50,8 +50,8 @@ def sites(cluster: Cluster) -> tuple[Site, ...]:
 
 def island_order(cluster: Cluster, free: list[int], sets: list[list[int]]
                  ) -> tuple[list[int], int]:
-    """Nodes for a pool's positions such that each set of ``sets`` (from
-    :func:`_position_sets`) lies on one RDMA network (``NodeGroup.rdma_network``; TCP-only
+    """Nodes for a pool's positions such that each set of ``sets`` (an instance's positions:
+    ``planner.serving.build._position_sets``) lies on one RDMA network (``NodeGroup.rdma_network``; TCP-only
     nodes form one of their own) where the free nodes allow: an engine instance's
     collectives (TP all-reduce, EP all-to-all) then stay off TCP sockets (NCCL picks one
     transport per communicator; ``topologies.cluster`` module docstring). The listing order
@@ -104,9 +104,17 @@ def instance_ranks(cluster: Cluster, gpus: int, first_rank: int) -> tuple[int, .
         return contiguous
     count = -(-gpus // site.gpus_per_node)
     order, _ = island_order(cluster, list(site.nodes), [list(range(count))])
-    first_of_node: dict[int, int] = {}
-    for rank in range(n):
-        first_of_node.setdefault(cluster.locate(rank)[1], rank)
-    ranks = [first_of_node[x] + local for x in order
+    ranks = [_first_rank(cluster, x) + local for x in order
              for local in range(cluster.node_groups[cluster.group_of_node(x)].gpus_per_node)]
     return tuple(ranks[:gpus])
+
+
+def _first_rank(cluster: Cluster, node: int) -> int:
+    """The rank of global node ``node``'s first GPU (ranks run node group by node group)."""
+    rank = start = 0
+    for g in cluster.node_groups:
+        if node < start + g.count:
+            return rank + (node - start) * g.gpus_per_node
+        rank += g.count * g.gpus_per_node
+        start += g.count
+    raise ValueError(f"node {node} outside cluster of {cluster.num_nodes} nodes")
