@@ -236,6 +236,24 @@ def test_torch_fsdp_keeps_no_low_precision_shard():
                         Profile()).memory)
 
 
+def test_layer_partition_counts_fsdp_states_as_the_stage_memory_does():
+    """The layer-to-stage partition's per-layer model states follow the same rule: 2 bytes per
+    parameter over the shard less without the low-precision shard."""
+    from cost_models.groups import stage_views
+    from cost_models.training.memory import layer_params_split
+    from cost_models.training.partition import partition_inputs
+    model = load_model("llama-3.1-8b")
+    cluster = homogeneous_cluster("H100-SXM5-80GB", 2)
+    w = Workload(4096, 64)
+    cfg = TrainingConfig(degrees=Degrees(pp=2, dp=8), zero=3)
+    views = stage_views(cluster, cfg.degrees, None)
+    zero = partition_inputs(model, cluster, w, cfg, Profile(), views)
+    torch = partition_inputs(model, cluster, w, replace(cfg, low_precision_shard=False),
+                             Profile(), views)
+    for layer, (a, b) in enumerate(zip(zero.layer_state_bytes, torch.layer_state_bytes)):
+        assert a - b == pytest.approx(2 * sum(layer_params_split(model, layer)) / 8)
+
+
 def test_fused_cross_entropy_keeps_logits_in_the_compute_dtype():
     """The last stage's logits and their gradient: fp32 (8 bytes per logit, Korthikanti et al.
     2022 sec. 4.3), or 2 + 2 bytes in bf16 with a fused loss."""

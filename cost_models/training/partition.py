@@ -17,7 +17,7 @@ from cost_models.training.config import TrainingConfig, Workload
 from cost_models.training.context import make_context
 from cost_models.training.memory import in_flight_chunks, layer_params_split, state_bytes
 from cost_models.training.stage import layer_cost
-from cost_models.training.stage_memory import activation_terms, usable_bytes
+from cost_models.training.stage_memory import activation_terms, state_bytes_per_param, usable_bytes
 from topologies.cluster import Cluster
 
 __all__ = ["PartitionInputs", "partition_inputs"]
@@ -77,7 +77,7 @@ def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg
     head = 3 * k * lm_head_forward_time(model, ctx.slice_shard, ctx.on_stage(0).rates, prof)
     # Step 2: model states per layer, and of the embedding and the LM head
     dp_shard, edp = d.dp * d.cp, d.expert_dp
-    per_param = workload.state_bytes_per_param
+    per_param = state_bytes_per_param(cfg, workload)
     states = []
     for layer in layers:
         dense, expert = layer_params_split(model, layer)

@@ -12,13 +12,15 @@ from dataclasses import dataclass
 
 from cost_models.model_spec import ModelSpec
 from cost_models.profile import Profile
+from cost_models.training.config import TrainingConfig, Workload
 from cost_models.training.context import StepContext
 from cost_models.training.layers import kind_counts, layer_tables, stage_params
 from cost_models.training.memory import (ActivationShape, MemoryBreakdown, in_flight_chunks,
                                          layer_activation_bytes, state_bytes)
 from cost_models.training.stage import fully_recomputed
 
-__all__ = ["ActivationTerms", "activation_terms", "other_bytes", "stage_memory", "usable_bytes"]
+__all__ = ["ActivationTerms", "activation_terms", "other_bytes", "stage_memory",
+           "state_bytes_per_param", "usable_bytes"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +59,18 @@ def activation_terms(ctx: StepContext) -> ActivationTerms:
         logits_bytes=per_logit * sh.tokens / k * ctx.model.vocab_size / cfg.degrees.tp, slices=k)
 
 
+def state_bytes_per_param(cfg: TrainingConfig, workload: Workload) -> tuple[int, int, int]:
+    """(weights, gradients, optimizer) bytes per parameter before sharding: the workload's
+    (``Workload.state_bytes_per_param``), without the low-precision weight copy under ZeRO-3
+    where the framework keeps none (PyTorch FSDP: the fp32 master shard, in the optimizer's
+    bytes, is the only persistent copy; the low-precision weights exist as gathered units,
+    which :func:`stage_memory` adds)."""
+    per_param = workload.state_bytes_per_param
+    if cfg.zero >= 3 and not cfg.low_precision_shard and workload.elem_bytes < 4:
+        return (0, *per_param[1:])
+    return per_param
+
+
 def other_bytes(base_bytes: float, prof: Profile) -> float:
     """Reserved workspaces plus the fragmentation allowance on ``base_bytes`` (states,
     activations, logits)."""
@@ -75,13 +89,8 @@ def stage_memory(ctx: StepContext, stage: int, layers: Sequence[int],
     cfg, model, m = ctx.cfg, ctx.model, ctx.cfg.micro_batches(ctx.workload)
     d = cfg.degrees
     dense, expert = stage_params(model, cfg, stage, layers)
-    per_param = ctx.workload.state_bytes_per_param
-    if cfg.zero >= 3 and not cfg.low_precision_shard and ctx.rates.elem_bytes < 4:
-        # PyTorch FSDP: the fp32 master shard (in the optimizer's bytes) is the only
-        # persistent copy of the weights; the low-precision ones are the gathered units below
-        per_param = (0, *per_param[1:])
     weights, grads, optim = state_bytes(dense, expert, d.dp * d.cp, d.expert_dp, cfg.zero,
-                                        per_param)
+                                        state_bytes_per_param(cfg, ctx.workload))
     params = layer_tables(model)[0]
     if cfg.zero >= 3:  # one layer gathered at a time, forward and backward prefetch
         weights += 2 * ctx.rates.elem_bytes * max((sum(params[l]) for l in layers),
