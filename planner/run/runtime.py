@@ -17,7 +17,9 @@ Order of work (each step is a function of its own):
    world size, another number of GPUs on this node, or a rank that the plan places on another
    node rank or local GPU.
 2. :func:`choose_backend` picks the torch.distributed backend: the caller's, else NCCL when
-   every process on the node has a GPU of its own, else gloo. With NCCL each process uses the GPU ``LOCAL_RANK``.
+   every process on the node has a GPU of its own, else gloo (:func:`node_backend` asks torch
+   and torchrun's environment for those counts). With NCCL each process uses the GPU
+   ``LOCAL_RANK``.
 3. :func:`build_groups` creates every process group of every kind the plan lists, kinds in
    name order and each kind's groups as listed: torch requires every rank to call
    ``new_group`` for every group in the same order, members or not.
@@ -47,7 +49,7 @@ from planner.plan.ranks import RANK_COLUMNS
 
 __all__ = ["AFD_ROLES", "BACKENDS", "AfdRole", "Runtime", "RankView", "WorldMismatch", "afd_expert_homes",
            "afd_role", "afd_world", "build_groups", "choose_backend", "degrees_of", "expert_maps",
-           "init", "local_processes", "rank_view", "replica_micro_batches"]
+           "init", "local_processes", "node_backend", "rank_view", "replica_micro_batches"]
 
 BACKENDS = ("gloo", "nccl")
 
@@ -195,6 +197,16 @@ def choose_backend(requested: str | None, cuda_available: bool, gpus: int | None
     return requested
 
 
+def node_backend(requested: str | None, env: Mapping[str, str]) -> str:
+    """:func:`choose_backend` for this process: the CUDA devices torch sees and this node's
+    processes from torchrun's ``env``."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return choose_backend(requested, cuda, torch.cuda.device_count() if cuda else 0,
+                          local_processes(env))
+
+
 def local_processes(env: Mapping[str, str]) -> int:
     """This node's process count as torchrun sets it (1 outside torchrun)."""
     try:
@@ -209,7 +221,8 @@ def init(plan: Plan | str | Path | None = None, backend: str | None = None,
 
     ``plan`` defaults to the file named by ``PLANNER_PLAN`` (set by ``planner launch`` and by
     the launch files of ``planner emit``). ``backend``: see :func:`choose_backend` (``None``:
-    NCCL with a GPU per process, gloo otherwise); with NCCL this process's GPU becomes ``LOCAL_RANK``."""
+    NCCL with a GPU per process, gloo otherwise); with NCCL this process's GPU becomes
+    ``LOCAL_RANK``."""
     import torch
     import torch.distributed as dist
 
@@ -221,9 +234,7 @@ def init(plan: Plan | str | Path | None = None, backend: str | None = None,
         plan = load_plan(Path(plan))
     view = rank_view(plan, env)
     if not dist.is_initialized():
-        cuda = torch.cuda.is_available()
-        chosen = choose_backend(backend, cuda, torch.cuda.device_count() if cuda else 0,
-                                local_processes(os.environ if env is None else env))
+        chosen = node_backend(backend, os.environ if env is None else env)
         if chosen == "nccl":
             torch.cuda.set_device(view.local_rank)
         dist.init_process_group(backend=chosen, rank=view.rank, world_size=view.world_size)

@@ -51,13 +51,13 @@ def sites(cluster: Cluster) -> tuple[Site, ...]:
 def island_order(cluster: Cluster, free: list[int], sets: list[list[int]]
                  ) -> tuple[list[int], int]:
     """Nodes for a pool's positions such that each set of ``sets`` (an instance's positions:
-    ``planner.serving.build._position_sets``) lies on one RDMA network (``NodeGroup.rdma_network``; TCP-only
-    nodes form one of their own) where the free nodes allow: an engine instance's
-    collectives (TP all-reduce, EP all-to-all) then stay off TCP sockets (NCCL picks one
-    transport per communicator; ``topologies.cluster`` module docstring). The listing order
-    ``free[:n]`` is kept when it already does that; otherwise the sets, largest first, take
-    the fullest-fitting network (fewest nodes left over, then the network listed first),
-    lowest nodes first. Returns (node per position, sets that had to span networks)."""
+    ``planner.serving.build._position_sets``) lies on one RDMA network
+    (``NodeGroup.rdma_network``; TCP-only nodes form one of their own) where the free nodes
+    allow: an engine instance's collectives (TP all-reduce, EP all-to-all) then stay off TCP
+    sockets (NCCL picks one transport per communicator; ``topologies.cluster`` module
+    docstring). The listing order ``free[:n]`` is kept when it already does that; otherwise
+    the sets, largest first, take the fullest-fitting network (fewest nodes left over, then
+    the network listed first), lowest nodes first. Returns (node per position, sets that had to span networks)."""
     n = sum(len(s) for s in sets)
     net = {x: cluster.node_groups[cluster.group_of_node(x)].rdma_network for x in free}
 

@@ -27,7 +27,7 @@ from planner.run.afd_job.model import (AttentionSide, ExpertBank, KVCache, promp
 from planner.run.afd_job.shape import AfdShape, afd_shape
 from planner.run.afd_job.timers import AfdTimers, busy_idle
 from planner.run.runtime import (AfdRole, WorldMismatch, afd_expert_homes, afd_role, afd_world,
-                                 choose_backend, local_processes)
+                                 node_backend)
 
 __all__ = ["RECORD_SCHEMA", "attention_step", "ffn_step", "job_experts", "run"]
 
@@ -145,9 +145,7 @@ def run(plan_path: str, overrides: Mapping[str, Any], out: str | None,
     shape = afd_shape(plan, overrides)  # refused here, before torch.distributed starts
     rank, world = _world(plan, os.environ)
     role = afd_role(plan, rank)
-    cuda = torch.cuda.is_available()
-    chosen = choose_backend(backend, cuda, torch.cuda.device_count() if cuda else 0,
-                            local_processes(os.environ))
+    chosen = node_backend(backend, os.environ)
     device = torch.device("cpu")
     if chosen == "nccl":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
