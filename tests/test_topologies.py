@@ -592,3 +592,21 @@ def test_topo_show_names_a_bad_inline_field(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["topo", "show", str(path)], env={"COLUMNS": "160"})
     assert result.exit_code == 2
     assert "cpu.yaml:7: node_groups.0.gpu.memory_gb: expected greater than 0" in result.stderr
+
+
+def test_node_first_rank_agrees_with_the_rank_table():
+    """Node groups of 8, 4 and 2 GPUs per node: each node's first rank is the lowest rank that
+    ``locate`` puts on it; a node past the end is refused."""
+    from topologies.spec import cluster_from_dict
+    groups = [{"name": f"g{n}", "count": c, "gpu": "H100", "gpus_per_node": n,
+               "fabric": "nvswitch", "nics": [{"count": 1, "gbps": 400, "transport": "ib"}]}
+              for n, c in ((8, 2), (4, 3), (2, 1))]
+    cluster = cluster_from_dict({"name": "mixed", "node_groups": groups,
+                                 "network": {"tiers": [{"name": "leaf", "nodes_per_switch": 8}]}})
+    first: dict[int, int] = {}
+    for rank in range(cluster.num_gpus):
+        first.setdefault(cluster.locate(rank)[1], rank)
+    assert [cluster.node_first_rank(x) for x in range(cluster.num_nodes)] == \
+        [first[x] for x in range(cluster.num_nodes)] == [0, 8, 16, 20, 24, 28]
+    with pytest.raises(ValueError, match="outside cluster"):
+        cluster.node_first_rank(cluster.num_nodes)

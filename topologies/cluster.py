@@ -332,6 +332,16 @@ class Cluster:
             start += g.count
         raise ValueError(f"node {node} outside cluster of {self.num_nodes} nodes")
 
+    def node_first_rank(self, node: int) -> int:
+        """Rank of global node ``node``'s first GPU (ranks run node group by node group)."""
+        rank = start = 0
+        for g in self.node_groups:
+            if node < start + g.count:
+                return rank + (node - start) * g.gpus_per_node
+            rank += g.count * g.gpus_per_node
+            start += g.count
+        raise ValueError(f"node {node} outside cluster of {self.num_nodes} nodes")
+
     def group_of_node(self, node: int) -> int:
         """Index of the node group holding global node ``node``."""
         start = 0

@@ -21,7 +21,7 @@ from planner.serving.estimate import Calibration, Deployment, ServingEstimate
 from planner.serving.sites import instance_ranks, island_order, sites
 from cost_models.model_spec import ModelSpec
 from cost_models.profile import profile_to_dict
-from topologies.cluster import Cluster
+from topologies.cluster import Cluster, runs_on_sockets
 
 FIRST_PORT = 30000
 ROUTER_PORT = 8000
@@ -119,8 +119,9 @@ def build_serving_plan(model: ModelSpec, cluster: Cluster, dep: Deployment,
         if spanning:
             lay = spec.layout
             priced = instance_ranks(cluster, lay.tp * lay.dp * lay.pp, site.first_rank)
-            nets = {cluster.node_groups[cluster.locate(r)[0]].rdma_network for r in priced}
-            how = ("the estimate prices them so (no network holds one)" if len(nets) > 1 else
+            on_sockets = runs_on_sockets([cluster.node_groups[cluster.locate(r)[0]]
+                                          for r in priced])
+            how = ("the estimate prices them so (no network holds one)" if on_sockets else
                    "the estimate does not price that (it prices an instance one network holds)")
             notes = [*(notes or []), f"{spec.role} pool: {spanning} engine instance(s) span RDMA "
                      f"networks (no network has enough free nodes): their collectives run on "

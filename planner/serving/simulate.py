@@ -198,16 +198,11 @@ def _afd_problem(model: ModelSpec, dep: Deployment, wl: ServingWorkload, cluster
                       **lens, **load)
 
 
-def _first_rank(cluster: Cluster, node: int) -> int:
-    """The cluster rank of ``node``'s first GPU."""
-    return sum(cluster.node_groups[cluster.group_of_node(n)].gpus_per_node for n in range(node))
-
-
 def deployment_of_plan(plan: Plan) -> Deployment:
     """The Deployment a serving plan describes (pools in the plan's order, each starting at
     the first GPU of its first node)."""
     cluster = plan.cluster()
-    first = {p.role: _first_rank(cluster, p.node_order[0]) for p in plan.pools}
+    first = {p.role: cluster.node_first_rank(p.node_order[0]) for p in plan.pools}
     pools = tuple(
         PoolSpec(p["role"], p["gpu"], PoolLayout(
             tp=p["tp"], pp=p["pp"], dp=p["dp"], ep=p["ep"], etp=p["etp"], batch=p["batch"],

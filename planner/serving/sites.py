@@ -39,8 +39,7 @@ def sites(cluster: Cluster) -> tuple[Site, ...]:
     out = []
     for name, nodes in by_type.items():
         groups = [cluster.node_groups[cluster.group_of_node(n)] for n in nodes]
-        first = sum(cluster.node_groups[cluster.group_of_node(n)].gpus_per_node
-                    for n in range(nodes[0]))
+        first = cluster.node_first_rank(nodes[0])
         prices = [g.price_per_gpu_hour for g in groups]
         price = None if None in prices else max(prices)
         out.append(Site(specs[name], tuple(nodes), sum(g.gpus_per_node for g in groups),
@@ -104,17 +103,6 @@ def instance_ranks(cluster: Cluster, gpus: int, first_rank: int) -> tuple[int, .
         return contiguous
     count = -(-gpus // site.gpus_per_node)
     order, _ = island_order(cluster, list(site.nodes), [list(range(count))])
-    ranks = [_first_rank(cluster, x) + local for x in order
+    ranks = [cluster.node_first_rank(x) + local for x in order
              for local in range(cluster.node_groups[cluster.group_of_node(x)].gpus_per_node)]
     return tuple(ranks[:gpus])
-
-
-def _first_rank(cluster: Cluster, node: int) -> int:
-    """The rank of global node ``node``'s first GPU (ranks run node group by node group)."""
-    rank = start = 0
-    for g in cluster.node_groups:
-        if node < start + g.count:
-            return rank + (node - start) * g.gpus_per_node
-        rank += g.count * g.gpus_per_node
-        start += g.count
-    raise ValueError(f"node {node} outside cluster of {cluster.num_nodes} nodes")
