@@ -210,3 +210,39 @@ def test_best_plan_does_not_depend_on_top_k_on_several_networks(tmp_path):
         assert len(one) == 1 and len(four) == 4
         assert one[0].prediction["step_time_s"] == four[0].prediction["step_time_s"]
         assert one[0].pools[0].degrees == four[0].pools[0].degrees
+
+
+def test_layer_split_sees_each_stages_pipeline_links():
+    """Two RoCE islands (2 + 1 nodes), one stage per node: the link between stages 1 and 2
+    runs on sockets. The layer-split DP times each stage exactly as the step estimate does,
+    its two pipeline links included (the socket link costs both stages beside it), and its
+    split is the best of every split by the full estimate."""
+    import itertools
+    from dataclasses import replace
+
+    from cost_models.groups import stage_views
+    from cost_models.parallel import Degrees
+    from cost_models.training.config import TrainingConfig
+    from cost_models.training.step import estimate
+    from planner.training.slicing import partition_problem, refine_partition
+    from solvers.pipeline.dp import evaluate
+
+    cluster = cluster_from_dict(holmes_spec([("roce", "a")] * 2 + [("roce", "b")]))
+    model, wl = load_model("llama-3.1-8b"), make_workload(4096, 64, "bf16")
+    prof = default_profile("H100-SXM5-80GB")
+    cfg = TrainingConfig(degrees=Degrees(tp=8, pp=3, dp=1), zero=1, recompute="selective")
+    even = estimate(model, cluster, wl, cfg, prof)
+    pp = [s.pp_comm_s for s in even.stages]
+    # stage 0: its RDMA link twice; stage 1: RDMA in, sockets out; the last stage: its one
+    # (socket) link twice
+    assert pp[0] < pp[1] < pp[2] and pp[1] - pp[0] == pytest.approx((pp[2] - pp[0]) / 2)
+    problem = partition_problem(model, cluster, wl, even, prof, stage_views(cluster, cfg.degrees))
+    for counts in [(11, 11, 10), (14, 8, 10), (6, 13, 13)]:
+        est = estimate(model, cluster, wl, replace(cfg, stage_layer_counts=counts), prof)
+        assert evaluate(problem, counts).stage_time_s == pytest.approx(
+            [s.total_s for s in est.stages], rel=1e-12)
+    split = refine_partition(model, cluster, wl, even, prof)
+    best = min(estimate(model, cluster, wl, replace(cfg, stage_layer_counts=(a, b, 32 - a - b)),
+                        prof).step_time_s
+               for a, b in itertools.product(range(1, 31), repeat=2) if a + b < 32)
+    assert split.step_time_s == pytest.approx(best, rel=1e-9)

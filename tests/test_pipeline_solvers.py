@@ -51,7 +51,8 @@ def _ref_stage_time(pr: dp.PartitionProblem, s: int, a: int, b: int) -> float:
     if s == S - 1:
         t = t + pr.last_extra_s
     slow = 1.0 if pr.stage_slowdown is None else pr.stage_slowdown[s]
-    return t * slow
+    link = 0.0 if pr.stage_link_s is None else pr.stage_link_s[s]
+    return t * slow + link
 
 
 def _ref_stage_bytes(pr: dp.PartitionProblem, s: int, a: int, b: int) -> float:
@@ -114,6 +115,9 @@ def _random_partition_problem(rng: np.random.Generator) -> dp.PartitionProblem:
     if rng.random() < 0.5:
         kw["stage_slowdown"] = ([float(x) for x in rng.choice([1.0, 1.5, 2.0], S)]
                                 if integer_times else [float(x) for x in rng.uniform(0.5, 2, S)])
+    if rng.random() < 0.4:
+        kw["stage_link_s"] = ([float(x) for x in rng.choice([0.0, 1.0], S)]
+                              if integer_times else [float(x) for x in rng.uniform(0, 1.5, S)])
     if rng.random() < 0.6:
         state = rng.uniform(1, 3, L)
         act = rng.uniform(0, 1, L)

@@ -16,7 +16,7 @@ from cost_models.profile import Profile
 from cost_models.training.config import TrainingConfig, Workload
 from cost_models.training.context import make_context
 from cost_models.training.memory import in_flight_chunks, layer_params_split, state_bytes
-from cost_models.training.stage import layer_cost
+from cost_models.training.stage import layer_cost, pp_link_s
 from cost_models.training.stage_memory import activation_terms, state_bytes_per_param, usable_bytes
 from topologies.cluster import Cluster
 
@@ -30,7 +30,8 @@ class PartitionInputs:
     ``layer_time_s[l]``: forward + backward (+ recompute, TP/CP/EP comm) of layer l for one
     micro-batch on stage 0's links and GPUs; ``stage_slowdown[s]``: how much slower the same
     layers run on stage s's links and GPUs; ``head_time_s``: LM head and loss on the last
-    stage. Memory:
+    stage; ``stage_link_s[s]``: stage s's pipeline send/recv per micro-batch on its two links
+    (``stage.pp_link_s``, the term the step estimate adds to the stage). Memory:
     ``layer_state_bytes`` (weights, grads, optimizer after sharding), ``layer_activation_bytes``
     (one micro-batch), ``in_flight[s]`` micro-batches held by stage s, the embedding's and
     head's bytes, and ``limit_bytes``: what states + activations may use on one GPU.
@@ -46,6 +47,7 @@ class PartitionInputs:
     head_bytes: float
     limit_bytes: float
     stage_limit_bytes: tuple[float, ...] = ()  # per stage, on its own GPUs (min is limit_bytes)
+    stage_link_s: tuple[float, ...] = ()  # per stage: its pipeline send/recv per micro-batch
 
 
 def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: TrainingConfig,
@@ -103,4 +105,6 @@ def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg
                            head_time_s=head, layer_state_bytes=tuple(states),
                            layer_activation_bytes=tuple(acts), in_flight=in_flight,
                            embedding_bytes=emb, head_bytes=head_states + terms.logits_bytes,
-                           limit_bytes=min(limits), stage_limit_bytes=limits)
+                           limit_bytes=min(limits), stage_limit_bytes=limits,
+                           stage_link_s=tuple(pp_link_s(ctx.on_stage(s), s)
+                                              for s in range(d.pp)))

@@ -20,7 +20,8 @@ Overlap assumptions (explicit, each a Megatron option in ``TrainingConfig``):
   (:func:`a2a_exposed_s`). Megatron allows it only without full recompute and, when
   pipelined, with the interleaved schedule (``TrainingConfig`` checks both). The micro-batches
   of the pipeline's warm-up and cool-down, which have no partner, are not told apart.
-* Pipeline send/recv is exposed.
+* Pipeline send/recv is exposed: a stage pays one transfer on each of its two links
+  (``pp_link_s``).
 
 MTP (DeepSeek-V3 report, sec. 2.2): each of ``model.mtp_layers`` modules on the last stage
 costs one more transformer layer of the last layer's kind, a 2h -> h projection and one more
@@ -44,7 +45,7 @@ from cost_models.training.config import TrainingConfig
 from cost_models.training.context import StepContext
 from cost_models.training.layers import kind_counts
 
-__all__ = ["A2A_SM_SHARE", "SELECTIVE_FLASH_ELEMENTWISE_SHARE",
+__all__ = ["A2A_SM_SHARE", "pp_link_s", "SELECTIVE_FLASH_ELEMENTWISE_SHARE",
            "SELECTIVE_UNFUSED_ELEMENTWISE_SHARE", "StageCost", "a2a_exposed_s",
            "fully_recomputed", "layer_cost", "mtp_cost", "stage_cost"]
 
@@ -231,6 +232,27 @@ def fully_recomputed(cfg: TrainingConfig, layers: Sequence[int]) -> int:
     return min(len(layers), cfg.recompute_layers * cfg.vpp)
 
 
+def pp_link_s(ctx: StepContext, stage: int) -> float:
+    """Pipeline send/recv of one micro-batch on ``stage`` (``vpp`` chunks, ``k`` slices). In
+    Megatron's 1F1B steady state a stage exchanges with its successor (activation out,
+    gradient in: one batched duplex transfer) and with its predecessor (gradient out,
+    activation in), so it pays one transfer on each of its two links (Narayanan et al. 2021
+    §2.2; ``send_forward_recv_backward`` / ``send_backward_recv_forward``); an end stage has
+    one link and pays it twice, as a uniform pipeline's stages all do (conservative: the end
+    stage's second exchange has no peer). Each TP rank sends 1/t of the boundary activation
+    (sequence parallelism, or Megatron's scatter/gather optimisation without it, SC'21 sec.
+    4.1); SlimPipe sends k slices."""
+    cfg = ctx.cfg
+    if cfg.degrees.pp == 1:
+        return 0.0
+    act_bytes = (ctx.slice_shard.tokens * ctx.model.hidden_size * ctx.rates.elem_bytes
+                 / cfg.degrees.tp)
+    out_link = ctx.views[stage].pp  # the last stage's view is its link to the stage before
+    in_link = ctx.views[stage - 1].pp if stage > 0 else out_link
+    return cfg.vpp * cfg.seq_slices * (comm.send_recv_s(in_link, act_bytes, ctx.prof)
+                                       + comm.send_recv_s(out_link, act_bytes, ctx.prof))
+
+
 def stage_cost(ctx: StepContext, stage: int, layers: Sequence[int],
                cache: dict[tuple, tuple[float, ...]]) -> StageCost:
     """Cost of ``stage`` holding ``layers`` at ``ctx.rates`` (pass ``ctx.on_stage(stage)`` for
@@ -250,11 +272,7 @@ def stage_cost(ctx: StepContext, stage: int, layers: Sequence[int],
     if stage == cfg.degrees.pp - 1:  # LM head and loss: forward + 2x backward; MTP modules
         parts[0] += 3 * k * lm_head_forward_time(m, ctx.slice_shard, ctx.rates, ctx.prof)
         parts = [a + b for a, b in zip(parts, mtp_cost(ctx, views))]
-    # each TP rank sends 1/t of the boundary activation: sequence parallelism, or Megatron's
-    # scatter/gather optimisation without it (SC'21 sec. 4.1); SlimPipe sends k slices
-    act_bytes = ctx.slice_shard.tokens * m.hidden_size * ctx.rates.elem_bytes / cfg.degrees.tp
-    pp = (2 * cfg.vpp * k * comm.send_recv_s(views.pp, act_bytes, ctx.prof) if cfg.degrees.pp > 1
-          else 0.0)
+    pp = pp_link_s(ctx, stage)
     return StageCost(stage=stage, layers=len(layers), compute_s=parts[0], recompute_s=parts[1],
                      tp_comm_s=parts[2], cp_comm_s=parts[3], ep_comm_s=parts[4], pp_comm_s=pp,
                      weight_grad_s=parts[5])

@@ -34,7 +34,7 @@ def partition_problem(model: ModelSpec, cluster: Cluster, workload: Workload, es
         layer_state_bytes=inputs.layer_state_bytes,
         layer_activation_bytes=inputs.layer_activation_bytes, in_flight=inputs.in_flight,
         first_extra_bytes=inputs.embedding_bytes, last_extra_bytes=inputs.head_bytes,
-        stage_memory_limit_bytes=inputs.stage_limit_bytes)
+        stage_memory_limit_bytes=inputs.stage_limit_bytes, stage_link_s=inputs.stage_link_s)
 
 
 def refine_partition(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,

@@ -7,6 +7,7 @@ stage ``s``. Stage ``s`` covering layers ``[a, b)`` takes::
 
     time_s(s, a, b)  = (sum(layer_time_s[a:b]) + first_extra_s [s == 0]
                                                + last_extra_s  [s == S - 1]) * slowdown[s]
+                       + stage_link_s[s]
     bytes(s, a, b)   = sum(layer_state_bytes[a:b]) + in_flight[s] * sum(layer_activation_bytes[a:b])
                        + first_extra_bytes [s == 0] + last_extra_bytes [s == S - 1]
 
@@ -18,7 +19,11 @@ solves the same min-max by dynamic programming; Megatron-LM's 1F1B keeps ``p - s
 micro-batches of activations on stage ``s``, Narayanan et al. 2021, "Efficient Large-Scale
 Language Model Training on GPU Clusters Using Megatron-LM" §2.2.1, hence the default
 ``in_flight[s] = S - s``). ``slowdown`` models heterogeneous stages (a stage on slower GPUs
-takes proportionally longer, Metis, Um et al. ATC'24). Missing byte arrays count as zero.
+takes proportionally longer, Metis, Um et al. ATC'24). ``stage_link_s[s]`` is what stage
+``s`` spends per micro-batch on its own pipeline send/recv, whatever layers it holds: in 1F1B
+steady state each stage's period is its compute plus its transfers (Narayanan et al. 2021
+§2.2), so a slow link (sockets between RDMA islands) is cheapest next to a stage with slack.
+Missing byte and link arrays count as zero.
 
 The dynamic program (:func:`partition_layers`)
 ----------------------------------------------
@@ -67,10 +72,12 @@ class PartitionProblem:
     last_extra_bytes: float = 0.0
     stage_memory_limit_bytes: tuple[float, ...] | None = None
     min_layers_per_stage: int = 1
+    stage_link_s: tuple[float, ...] | None = None  # per stage, independent of its layers
 
     def __post_init__(self) -> None:
         for name in ("layer_time_s", "stage_slowdown", "layer_state_bytes",
-                     "layer_activation_bytes", "in_flight", "stage_memory_limit_bytes"):
+                     "layer_activation_bytes", "in_flight", "stage_memory_limit_bytes",
+                     "stage_link_s"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, tuple(value))
@@ -117,7 +124,8 @@ def validate(problem: PartitionProblem) -> None:
                   (problem.first_extra_bytes, problem.last_extra_bytes))
     num_layers = len(problem.layer_time_s)
     per_layer = ("layer_state_bytes", "layer_activation_bytes")
-    per_stage_arrays = ("stage_slowdown", "in_flight", "stage_memory_limit_bytes")
+    per_stage_arrays = ("stage_slowdown", "in_flight", "stage_memory_limit_bytes",
+                        "stage_link_s")
     for name in per_layer + per_stage_arrays:
         values = getattr(problem, name)
         if values is None:
@@ -152,7 +160,10 @@ def _time_from_sum(problem: PartitionProblem, s: int, layer_sum_s):
         t = t + float(problem.first_extra_s)
     if s == problem.num_stages - 1:
         t = t + float(problem.last_extra_s)
-    return t * slowdown(problem, s)
+    t = t * slowdown(problem, s)
+    if problem.stage_link_s is not None:
+        t = t + float(problem.stage_link_s[s])
+    return t
 
 
 def _bytes_from_sums(problem: PartitionProblem, s: int, state_sum, act_sum):
