@@ -177,6 +177,23 @@ def placement(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estim
                                       round(p.estimate.step_time_s, 12)))
 
 
+def stage_orders(cluster: Cluster, stage_units) -> list[tuple[tuple[int, ...], ...]]:
+    """Orders of the mapping's stages to price: as CP-SAT lists them and reversed, and, on a
+    cluster of several RDMA networks, with each network's stages next to each other (and
+    reversed): the pipeline then crosses from one network to the next once instead of at
+    every stage (each crossing's send/recv runs on sockets, ``stage.pp_link_s``)."""
+    stages = tuple(tuple(units) for units in stage_units)
+    orders = [stages, stages[::-1]]
+    network = [cluster.node_groups[cluster.group_of_node(units[0])].rdma_network
+               for units in stages]
+    if len(set(network)) > 1:
+        first = {net: network.index(net) for net in network}
+        grouped = tuple(stages[s] for s in sorted(range(len(stages)),
+                                                  key=lambda s: (first[network[s]], s)))
+        orders += [o for o in (grouped, grouped[::-1]) if o not in orders]
+    return orders
+
+
 def _refine(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
             prof: Profile) -> Estimate:
     """``est`` with its best layer partition, then its DP batch shares (each kept only when
@@ -199,11 +216,10 @@ def _place(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate
         mapping = solve_mapping(problem)
     except (InfeasibleMapping, MappingTimeout) as err:
         return Placement(megatron, (mapping_note(problem, err, listing_used=True),))
-    order = [n for stage in mapping.stage_units for n in stage]
     candidates = [megatron]
     base = replace(est.config, stage_layer_counts=None)
-    for node_order in (tuple(order), tuple(n for stage in reversed(mapping.stage_units)
-                                           for n in stage)):
+    for stages in stage_orders(cluster, mapping.stage_units):
+        node_order = tuple(n for stage in stages for n in stage)
         placed = estimate(model, cluster, workload, base, prof, node_order)
         if placed.memory.fits:
             candidates.append(_refine(model, cluster, workload, placed, prof))
