@@ -130,6 +130,32 @@ def expert_grid(d: Degrees) -> np.ndarray:
     return rank_grid(d).reshape(d.pp, d.expert_dp, d.ep, d.expert_tp)
 
 
+def lockstep_replicas(d: Degrees) -> tuple[tuple[int, ...], ...]:
+    """The data-parallel replicas (dp coordinates) that must run the same micro-batches: those
+    joined by an expert-parallel group (each MoE layer's all-to-all takes every EP member's
+    tokens of one micro-batch at once, so its members advance micro-batch by micro-batch
+    together). Connected blocks in ascending order; one replica per block when ``ep == 1``."""
+    parent = list(range(d.dp))
+
+    def root(r: int) -> int:
+        while parent[r] != r:
+            parent[r] = parent[parent[r]]
+            r = parent[r]
+        return r
+
+    if d.ep > 1:
+        stage = expert_grid(d)[0]  # [edp, ep, etp]: every stage has the same folding
+        for edp in range(stage.shape[0]):
+            for etp in range(stage.shape[2]):
+                replicas = sorted({int(r) // (d.tp * d.cp) for r in stage[edp, :, etp]})
+                for r in replicas[1:]:
+                    parent[root(r)] = root(replicas[0])
+    blocks: dict[int, list[int]] = {}
+    for r in range(d.dp):
+        blocks.setdefault(root(r), []).append(r)
+    return tuple(tuple(b) for b in sorted(blocks.values()))
+
+
 def rank_coords(d: Degrees) -> dict[Axis, np.ndarray]:
     """Every rank's coordinate on every axis, as arrays indexed by global rank."""
     coords: dict[Axis, np.ndarray] = {}

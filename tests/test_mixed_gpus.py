@@ -253,3 +253,60 @@ def test_no_shares_when_a_replica_holds_fewer_micro_batches_than_stages() -> Non
     shared = refine_shares(model, cluster, many.workload, many, PROF)
     assert shared.config.dp_shares[0] < shared.config.dp_shares[1]
     assert shared.step_time_s < many.step_time_s
+
+
+def _blocks_from_groups(d) -> set[frozenset[int]]:
+    """Connected DP replicas, computed independently: every EP group's members' dp coordinates
+    joined until nothing changes."""
+    import numpy as np
+
+    from cost_models.groups import groups_of
+    from cost_models.parallel import Axis, rank_coords
+    dp_of = rank_coords(d)[Axis.DP]
+    blocks = [{r} for r in range(d.dp)]
+    for members in (groups_of(d, "ep") if d.ep > 1 else []):
+        joined = {int(dp_of[m]) for m in members}
+        touching = [b for b in blocks if b & joined]
+        merged = set().union(joined, *touching)
+        blocks = [b for b in blocks if not b & joined] + [merged]
+    assert sorted(np.concatenate([sorted(b) for b in blocks])) == list(range(d.dp))
+    return {frozenset(b) for b in blocks}
+
+
+@pytest.mark.parametrize("tp,dp,ep,etp", [(1, 8, 1, None), (1, 8, 4, None), (8, 4, 16, 1),
+                                          (4, 3, 6, 1), (2, 4, 2, 1), (2, 4, 4, None),
+                                          (2, 6, 4, 1), (4, 4, 8, 2)])
+def test_lockstep_replicas_are_the_replicas_ep_groups_join(tp, dp, ep, etp) -> None:
+    from cost_models.parallel import lockstep_replicas
+    d = Degrees(tp=tp, dp=dp, ep=ep, etp=etp, pp=2)
+    blocks = lockstep_replicas(d)
+    assert {frozenset(b) for b in blocks} == _blocks_from_groups(d)
+    assert [b[0] for b in blocks] == sorted(b[0] for b in blocks)
+
+
+def test_shares_with_expert_parallelism_keep_each_ep_group_in_lockstep() -> None:
+    """Qwen3-30B-A3B, tp 8 dp 4 ep 16 (etp 1) on 2 A100 + 2 H100 nodes: each EP group joins
+    two replicas. The shares give both members of a group the same count (A100 replicas
+    fewer), are the best of every such split by the full estimate, and a config that splits
+    a group unequally is refused."""
+    from cost_models.parallel import ConfigError
+    model, wl, cluster = load_model("qwen3-30b-a3b"), make_workload(4096, 32, "bf16"), _mixed(2, 2)
+    cfg = TrainingConfig(degrees=Degrees(tp=8, dp=4, ep=16, etp=1), zero=1,
+                         recompute="selective", micro_batch=1)
+    equal = estimate(model, cluster, wl, cfg, PROF)
+    shared = refine_shares(model, cluster, wl, equal, PROF)
+    shares = shared.config.dp_shares
+    assert shares is not None and shares[0] == shares[1] < shares[2] == shares[3]
+    assert shared.step_time_s < equal.step_time_s
+    best = min(estimate(model, cluster, wl, replace(cfg, dp_shares=(a, a, 16 - a, 16 - a)),
+                        PROF).step_time_s for a in range(1, 16))
+    assert shared.step_time_s == pytest.approx(best, rel=1e-12)
+    with pytest.raises(ConfigError, match="expert-parallel group"):
+        replace(cfg, dp_shares=(7, 9, 8, 8))
+    # one EP group joins the A100 replica and the H100 replica: they run in lockstep, so no
+    # shares, though their speeds differ (a per-replica split would give the H100 more)
+    one = TrainingConfig(degrees=Degrees(tp=8, dp=2, ep=16, etp=1), zero=1,
+                         recompute="selective", micro_batch=1)
+    both = estimate(model, _mixed(1, 1), wl, one, PROF)
+    assert len(set(both.replica_micro_batch_s)) == 2
+    assert refine_shares(model, _mixed(1, 1), wl, both, PROF).config.dp_shares is None

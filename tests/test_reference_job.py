@@ -127,6 +127,25 @@ def test_a_ten_percent_gradient_error_fails_the_parameter_check(tmp_path):
     assert loss_gap < 1e-3  # what a loss-only check sees of a 10% gradient error
 
 
+def test_dp_batch_shares_run_as_planned_and_match_the_reference(tmp_path):
+    """A DP2 x PP2 plan whose replicas take unequal batch shares (3 and 5 micro-batches, as
+    ``planner solve`` gives replicas on faster GPUs): each pipeline runs its own share, and
+    the losses and first-step parameters equal the single-process reference on the same
+    global batch. Shares weighted per replica instead of per global token would put the
+    parameters off by about 1e-1, far above the check's 2e-6."""
+    plan = _plan(tmp_path, 2)
+    doc = json.loads(plan.read_text())
+    assert doc["training"]["micro_batches"] == 4
+    doc["training"]["options"]["dp_shares"] = [3, 5]
+    plan.write_text(json.dumps(doc))
+    assert load_plan(plan).replica_micro_batches() == (3, 5)
+    record = _run_and_check_losses(plan, tmp_path, num_layers=32, dp=2, shares=(3, 5))
+    assert record["shape"]["replica_micro_batches"] == [3, 5]
+    assert record["shape"]["global_batch"] == 8
+    for rank in record["rank_timings"]:  # forwards each rank ran, every step
+        assert rank["micro_batches"] == [(3, 5)[rank["coords"]["dp"]]] * 3
+
+
 @pytest.mark.parametrize("stages,micro", [(1, 3), (2, 4), (4, 4), (4, 2), (3, 5)])
 def test_one_f_one_b_order(stages, micro):
     for stage in range(stages):

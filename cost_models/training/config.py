@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from cost_models.parallel import ConfigError, Degrees, check_degrees, divides
+from cost_models.parallel import (ConfigError, Degrees, check_degrees, divides,
+                                  lockstep_replicas)
 
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
@@ -177,6 +178,11 @@ class TrainingConfig:
             if self.vpp > 1:
                 raise ConfigError("dp_shares", "equal shares (none) with vpp > 1",
                                   self.dp_shares)
+            for block in lockstep_replicas(self.degrees):
+                if len({self.dp_shares[r] for r in block}) > 1:
+                    raise ConfigError("dp_shares", f"one share for replicas {list(block)}, which "
+                                      "an expert-parallel group joins (its all-to-all runs "
+                                      "micro-batch by micro-batch)", self.dp_shares)
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrainingConfig":

@@ -53,7 +53,8 @@ def compare(record: dict[str, Any], predicted: Any) -> list[Row]:
     step's ``step_s``, ``dp_comm_s``, ``dp_comm_total_s``, ``optimizer_s``, the degrees, and
     per stage ``layers``, ``compute_s``, ``recompute_s``, ``tp_comm_s``, ``ep_comm_s``)."""
     ranks = record["rank_timings"]
-    m = record["shape"]["micro_batches"]
+    shape = record["shape"]  # per-stage rows: the busiest DP replica's micro-batches
+    m = max(shape.get("replica_micro_batches") or [shape["micro_batches"]])
     rows = [Row("step", predicted.step_s, _median_steps([{"step": x} for x in record["step_times_max_s"]],
                                                 "step"))]
     by_stage: dict[int, list[dict]] = {}

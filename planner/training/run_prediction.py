@@ -75,7 +75,8 @@ def estimate_record(record: dict[str, Any], profile: Profile | None, plan=None) 
     model = job_model(shape)
     planned = plan.workload()
     workload = replace(planned, seq_len=shape["seq_len"],
-                       global_batch=shape["dp"] * shape["micro_batches"] * shape["micro_batch"],
+                       global_batch=shape.get("global_batch") or (
+                           shape["dp"] * shape["micro_batches"] * shape["micro_batch"]),
                        precision=impl.get("precision", planned.precision),
                        optimizer=impl.get("optimizer", planned.optimizer))
     cfg = plan.parallel_config()
@@ -172,7 +173,8 @@ def expert_loop_extra_s(record: dict[str, Any], est: Estimate, prof: Profile) ->
     moe = shape.get("moe_layers") or ()
     worst = max(sum(1 for i in _stage_layers(record, s) if i < len(moe) and moe[i])
                 for s in range(len(est.stages)))
-    return 3 * extra_calls * worst * shape["micro_batches"] * prof.kernel_overhead_s
+    busiest = max(shape.get("replica_micro_batches") or [shape["micro_batches"]])
+    return 3 * extra_calls * worst * busiest * prof.kernel_overhead_s
 
 
 def predict_run(record: dict[str, Any], profile: Profile | None) -> RunPrediction:

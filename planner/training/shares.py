@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cost_models.model_spec import ModelSpec
+from cost_models.parallel import lockstep_replicas
 from cost_models.profile import Profile
 from cost_models.training.config import Workload
 from cost_models.training.step import Estimate, estimate
@@ -30,13 +31,36 @@ MEGATRON_NOTE = ("Megatron-LM runs equal micro-batch counts on every data-parall
 
 
 def share_problem(est: Estimate) -> ShareProblem | None:
-    """The share problem of ``est``'s replicas (None: they are alike, or ``m < pp``)."""
+    """The share problem of ``est``'s replicas (None: they are alike, ``m < pp``, or the
+    replicas an expert-parallel group joins cannot take equal shares of the batch).
+
+    With EP the replicas joined by an EP group run in lockstep
+    (``cost_models.parallel.lockstep_replicas``): each block of ``n`` such replicas is one
+    unit of the problem at its slowest member's pace, sharing ``dp * m / n`` block
+    micro-batches (every block the same size, else no shares); :func:`expand` gives each
+    member its block's share."""
     cfg = est.config
     times = est.replica_micro_batch_s
     m = cfg.micro_batches(est.workload)
     if not times or len(set(times)) == 1 or cfg.vpp > 1 or m < cfg.degrees.pp:
         return None
-    return ShareProblem(micro_batch_s=times, total=cfg.degrees.dp * m)
+    blocks = lockstep_replicas(cfg.degrees)
+    n = len(blocks[0])
+    if any(len(b) != n for b in blocks) or (cfg.degrees.dp * m) % n:
+        return None
+    block_times = tuple(max(times[r] for r in b) for b in blocks)
+    if len(set(block_times)) == 1:
+        return None
+    return ShareProblem(micro_batch_s=block_times, total=cfg.degrees.dp * m // n)
+
+
+def expand(est: Estimate, block_shares: tuple[int, ...]) -> tuple[int, ...]:
+    """Per-replica shares from :func:`share_problem`'s per-block solution."""
+    out = [0] * est.config.degrees.dp
+    for block, k in zip(lockstep_replicas(est.config.degrees), block_shares):
+        for r in block:
+            out[r] = k
+    return tuple(out)
 
 
 def refine_shares(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
@@ -46,7 +70,7 @@ def refine_shares(model: ModelSpec, cluster: Cluster, workload: Workload, est: E
     if problem is None:
         return est
     try:
-        shares = solve_shares(problem).shares
+        shares = expand(est, solve_shares(problem).shares)
     except InfeasibleShares:
         return est
     if len(set(shares)) == 1 or shares == est.config.dp_shares:

@@ -4,7 +4,8 @@ Megatron-LM", SC'21, sec. 2.2: ``p - s - 1`` warm-up forwards on stage ``s``, th
 forward / one backward, then the remaining backwards).
 
 Stages exchange activations and gradients with point-to-point sends; DP ranks split the
-global batch. Every section is timed on the :class:`~planner.run.reference_job.timers.Timers`
+global batch (by the plan's DP batch shares when it has them: each replica's losses are
+divided by the global token count, so summing the gradients stays the global mean). Every section is timed on the :class:`~planner.run.reference_job.timers.Timers`
 handed to :func:`run_step`.
 """
 from __future__ import annotations
@@ -48,20 +49,22 @@ class StageContext:
 
 
 def run_step(ctx: StageContext, model: nn.Module, opt: torch.optim.Optimizer, step: int,
-             bucket: torch.Tensor | None) -> float:
-    """One training step of this rank (1F1B, gradient sync, optimizer); the global mean loss."""
+             bucket: torch.Tensor | None) -> tuple[float, int]:
+    """One training step of this rank (1F1B, gradient sync, optimizer); the global mean loss
+    and how many micro-batches this rank ran forward."""
     shape, timers, s, pp = ctx.shape, ctx.timers, ctx.stage, len(ctx.pp_ranks)
     d = ctx.dp_rank
     x_all, y_all = batch(shape, step)
-    per_rank = shape.micro_batches * shape.micro_batch
-    x_mine, y_mine = x_all[d * per_rank:(d + 1) * per_rank], y_all[d * per_rank:(d + 1) * per_rank]
+    mine = slice(shape.first_sequence(d), shape.first_sequence(d + 1))  # DP batch shares
+    x_mine, y_mine = x_all[mine], y_all[mine]
     total = y_all.numel()
     act_shape = (shape.micro_batch, shape.seq_len, shape.hidden)
-    saved, sends, loss_sum = {}, [], torch.zeros(())
+    saved, sends, loss_sum, forwards = {}, [], torch.zeros(()), 0
     opt.zero_grad(set_to_none=False)  # in place: dense grads stay views of the bucket
-    for kind, i in one_f_one_b(s, pp, shape.micro_batches):
+    for kind, i in one_f_one_b(s, pp, shape.replica_micro_batches(d)):
         rows = slice(i * shape.micro_batch, (i + 1) * shape.micro_batch)
         if kind == "F":
+            forwards += 1
             if s == 0:
                 inp = x_mine[rows]
             else:
@@ -104,4 +107,4 @@ def run_step(ctx: StageContext, model: nn.Module, opt: torch.optim.Optimizer, st
     holder = s == pp - 1 and ctx.tp_rank == 0  # TP ranks hold the same loss: count it once
     loss = loss_sum.reshape(1) if holder else torch.zeros(1)
     dist.all_reduce(loss)
-    return loss.item()
+    return loss.item(), forwards

@@ -9,13 +9,14 @@ from typing import Any, Mapping
 
 from planner.errors import PlannerError
 
-__all__ = ["GELU_LIKE", "IMPLEMENTATION", "JobShape", "plan_shape_fields"]
+__all__ = ["GELU_LIKE", "IMPLEMENTATION", "JobShape", "plan_shape_fields", "plan_shares"]
 
 
 @dataclass(frozen=True)
 class JobShape:
-    """The model and batch: ``micro_batches`` per DP rank of ``micro_batch`` sequences.
-    ``ffn`` / ``expert_ffn`` 0 mean ``4 * hidden`` / ``2 * hidden`` (the tiny job's widths)."""
+    """The model and batch: ``micro_batches`` per DP rank of ``micro_batch`` sequences, or
+    with ``shares`` (a plan's unequal DP batch shares) ``shares[r]`` micro-batches on replica
+    r. ``ffn`` / ``expert_ffn`` 0 mean ``4 * hidden`` / ``2 * hidden`` (the tiny job's widths)."""
 
     num_layers: int
     hidden: int = 32
@@ -33,16 +34,30 @@ class JobShape:
     moe_layers: tuple[bool, ...] = ()
     num_experts: int = 0
     top_k: int = 0
+    shares: tuple[int, ...] = ()  # micro-batches per DP replica; () = micro_batches each
 
     def __post_init__(self) -> None:
         if not self.ffn:
             object.__setattr__(self, "ffn", 4 * self.hidden)
         if not self.expert_ffn:
             object.__setattr__(self, "expert_ffn", 2 * self.hidden)
+        object.__setattr__(self, "shares", tuple(self.shares))
+        if self.shares and (len(self.shares) != self.dp or min(self.shares) < 1):
+            raise ValueError(f"shares: {self.dp} counts >= 1, one per DP replica, got "
+                             f"{self.shares}")
+
+    def replica_micro_batches(self, replica: int) -> int:
+        """Micro-batches DP replica ``replica`` runs per step."""
+        return self.shares[replica] if self.shares else self.micro_batches
+
+    def first_sequence(self, replica: int) -> int:
+        """Index in the global batch of replica ``replica``'s first sequence (replicas take
+        consecutive slices in replica order)."""
+        return sum(self.replica_micro_batches(r) for r in range(replica)) * self.micro_batch
 
     @property
     def global_batch(self) -> int:
-        return self.dp * self.micro_batches * self.micro_batch
+        return self.first_sequence(self.dp)
 
 
 # Activations the job runs as exact (erf) GELU, ``F.gelu``: the tanh approximations differ by
@@ -109,3 +124,10 @@ def plan_shape_fields(plan) -> dict[str, int]:
             "seq_len": plan.workload().seq_len, "micro_batch": plan.config["micro_batch"],
             # global_batch // (dp * micro_batch), the plan's gradient-accumulation steps
             "micro_batches": plan.micro_batches}
+
+
+def plan_shares(plan) -> tuple[int, ...]:
+    """The plan's unequal DP batch shares (``Plan.replica_micro_batches``), () when equal: the
+    job runs them whatever ``--size`` says, since they are the plan's decision."""
+    shares = plan.replica_micro_batches()
+    return tuple(shares) if len(set(shares)) > 1 else ()

@@ -20,7 +20,7 @@ from planner.run.reference_job.ep import ExpertDispatch
 from planner.run.reference_job.model import Stage
 from planner.run.reference_job.params import global_params
 from planner.run.reference_job.pipeline import StageContext, run_step
-from planner.run.reference_job.shape import IMPLEMENTATION, JobShape
+from planner.run.reference_job.shape import IMPLEMENTATION, JobShape, plan_shares
 from planner.run.reference_job.timers import Timers
 from planner.run.reference_job.tp import shard_block
 from planner.run.runtime import degrees_of, expert_maps, init
@@ -42,7 +42,7 @@ def _job_shape(rt, shape_overrides: dict) -> JobShape:
     return JobShape(num_layers=model_spec.num_layers, dp=deg["dp"],
                     moe_layers=tuple(model_spec.moe_layers) if moe else (),
                     num_experts=moe.num_experts if moe else 0, top_k=moe.top_k if moe else 0,
-                    **shape_overrides)
+                    shares=plan_shares(rt.plan), **shape_overrides)
 
 
 def train(plan_path: str, shape_overrides: dict, out: str | None,
@@ -68,10 +68,11 @@ def train(plan_path: str, shape_overrides: dict, out: str | None,
     ctx = StageContext(shape, view.stage, view.coords["dp"], view.coords["tp"],
                        tuple(next(g for g in rt.plan.groups["pp"] if view.rank in g)),
                        rt.groups.get("dp"), ep, timers)
-    losses, times = [], []
+    losses, times, forwards = [], [], []
     for step in range(shape.steps):
         start = time.perf_counter()
-        loss = run_step(ctx, model, opt, step, bucket)
+        loss, ran = run_step(ctx, model, opt, step, bucket)
+        forwards.append(ran)
         times.append(time.perf_counter() - start)
         timers.end_step(times[-1])
         losses.append(loss)
@@ -81,7 +82,8 @@ def train(plan_path: str, shape_overrides: dict, out: str | None,
     ranks = [None] * view.world_size
     dist.all_gather_object(ranks, {"rank": view.rank, "ep": view.coords["ep"], "stage": view.stage,
                                    "events": log, "coords": dict(view.coords),
-                                   "threads": torch.get_num_threads(), "steps": timers.steps})
+                                   "threads": torch.get_num_threads(), "steps": timers.steps,
+                                   "micro_batches": forwards})
     if out is not None and view.rank == 0:
         _write_record(out, rt, shape, losses, times, ranks)
     dist.barrier()
@@ -131,10 +133,14 @@ def _write_record(out: str, rt, shape: JobShape, losses: list[float], times: lis
 
     ranks = sorted(ranks, key=lambda r: r["rank"])
     events = [{k: r[k] for k in ("rank", "ep", "stage", "events")} for r in ranks]
-    timings = [{k: r[k] for k in ("rank", "stage", "coords", "threads", "steps")} for r in ranks]
+    timings = [{k: r[k] for k in ("rank", "stage", "coords", "threads", "steps", "micro_batches")}
+               for r in ranks]
     step_max = [max(r["steps"][i]["step"] for r in ranks) for i in range(len(times))]
     write_run_record(Path(out), rt.plan,
-                     {"shape": shape.__dict__, "losses": losses, "step_times_s": times,
+                     {"shape": {**shape.__dict__, "global_batch": shape.global_batch,
+                                "replica_micro_batches": [shape.replica_micro_batches(r)
+                                                          for r in range(shape.dp)]},
+                      "losses": losses, "step_times_s": times,
                       "step_times_max_s": step_max, "rank_timings": timings,
                       "expert_events": events, "implementation": dict(IMPLEMENTATION)},
                      {"torch": torch.__version__, "backend": dist.get_backend(),
