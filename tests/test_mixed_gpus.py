@@ -310,3 +310,24 @@ def test_shares_with_expert_parallelism_keep_each_ep_group_in_lockstep() -> None
     both = estimate(model, _mixed(1, 1), wl, one, PROF)
     assert len(set(both.replica_micro_batch_s)) == 2
     assert refine_shares(model, _mixed(1, 1), wl, both, PROF).config.dp_shares is None
+
+
+def test_timeline_of_a_shares_plan_says_it_shows_the_mean_count() -> None:
+    """Two stages mixing A100 and H100 nodes, replicas with unequal shares: the timeline keeps
+    the shares and its note says the picture is one pipeline at the mean count."""
+    from planner.report.timeline import timeline_note
+    from planner.training.build import build_plan
+    from planner.training.timeline import plan_timeline
+    model, cluster = load_model("llama-3.1-8b"), _mixed(2, 2)
+    wl = make_workload(4096, 64, "bf16")
+    est = estimate(model, cluster, wl, _config(8, 2, 2), PROF, (0, 2, 1, 3))
+    shared = refine_shares(model, cluster, wl, est, PROF)
+    shares = shared.config.dp_shares
+    assert shares is not None and len(set(shares)) > 1
+    timeline = plan_timeline(build_plan(model, cluster, shared, PROF))
+    assert timeline.replica_shares == shares
+    assert timeline.plan_microbatches == sum(shares) // 2
+    note = timeline_note(timeline).plain
+    assert f"DP batch shares of {min(shares)}-{max(shares)} micro-batches" in note
+    even = plan_timeline(build_plan(model, cluster, est, PROF))
+    assert even.replica_shares == () and "shares" not in timeline_note(even).plain

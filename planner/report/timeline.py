@@ -98,6 +98,11 @@ def timeline_note(timeline: Timeline) -> Text:
     peak = ", ".join(map(str, timeline.peak_in_flight))
     unit = "slices" if k > 1 else "micro-batches"
     text.append(f"; {unit} in flight per stage: {peak}", style="dim")
+    shares = timeline.replica_shares
+    if shares:
+        text.append(f"; DP batch shares of {min(shares)}-{max(shares)} micro-batches per "
+                    f"replica: one pipeline shown at the mean count, each replica runs its own "
+                    f"share at its own pace", style="dim")
     return text
 
 

@@ -48,6 +48,8 @@ class PlanTimeline:
     ``simulated_units`` micro-batches were simulated (slice units, ``m k``, for SlimPipe with
     ``seq_slices`` k > 1) of the plan's ``plan_microbatches``; ``closed_form_bubble_s`` is the
     uniform-stage closed form (None where the schedule has none); ``peak_in_flight`` per stage.
+    ``replica_shares``: the plan's unequal DP batch shares (() when equal): the simulation is
+    one pipeline at the plan's mean count ``plan_microbatches``, not each replica's own.
     """
 
     schedule: str
@@ -61,6 +63,7 @@ class PlanTimeline:
     closed_form_bubble_s: float | None
     peak_in_flight: tuple[int, ...]
     events: tuple[TimelineEvent, ...]
+    replica_shares: tuple[int, ...] = ()
 
 
 def pipeline_problem(plan: Plan, max_microbatches: int | None = None) -> PipelineProblem:
@@ -117,6 +120,7 @@ def plan_timeline(plan: Plan, max_microbatches: int | None = MAX_SIMULATED_MICRO
                   ) -> PlanTimeline:
     """Simulate ``plan``'s pipeline (:func:`simulate_plan`) and return it as plain data."""
     problem, result = simulate_plan(plan, max_microbatches)
+    shares = plan.replica_micro_batches()
     events = tuple(TimelineEvent(e.stage, e.kind, e.microbatch, e.start_s, e.end_s)
                    for e in result.events)
     return PlanTimeline(schedule=plan.schedule, num_stages=problem.num_stages,
@@ -126,4 +130,5 @@ def plan_timeline(plan: Plan, max_microbatches: int | None = MAX_SIMULATED_MICRO
                         plan_microbatches=plan.micro_batches, step_s=result.step_s,
                         bubble_s=result.bubble_s,
                         closed_form_bubble_s=_closed_form_bubble_s(problem),
-                        peak_in_flight=tuple(result.peak_in_flight), events=events)
+                        peak_in_flight=tuple(result.peak_in_flight), events=events,
+                        replica_shares=shares if len(set(shares)) > 1 else ())
