@@ -15,7 +15,9 @@ __all__ = ["copy_to_tp", "reduce_from_tp", "shard_block", "tp_index"]
 
 
 class _CopyToTP(torch.autograd.Function):
-    """Megatron's ``f``: identity forward, all-reduce of the gradient backward."""
+    """Megatron's ``f``: identity forward, all-reduce of the gradient backward, in place as
+    Megatron-LM's ``_reduce`` does (``megatron/core/tensor_parallel/mappings.py``): the
+    gradient is the column-parallel linear's fresh input gradient, used by nothing else."""
 
     @staticmethod
     def forward(ctx, x, group, timers):
@@ -24,18 +26,20 @@ class _CopyToTP(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        grad = grad.clone()
+        grad = grad.contiguous()
         with ctx.timers.timed("tp_comm"):
             dist.all_reduce(grad, group=ctx.group)
         return grad, None, None
 
 
 class _ReduceFromTP(torch.autograd.Function):
-    """Megatron's ``g``: all-reduce forward, identity backward."""
+    """Megatron's ``g``: all-reduce forward (in place on the row-parallel linear's output,
+    which that linear's backward does not need; ``mark_dirty`` tells autograd), identity
+    backward."""
 
     @staticmethod
     def forward(ctx, x, group, timers):
-        x = x.clone()
+        ctx.mark_dirty(x)
         with timers.timed("tp_comm"):
             dist.all_reduce(x, group=group)
         return x
