@@ -58,7 +58,7 @@ PLANS = {
 STEPS = 10
 LIMITS = [
     "What limits the accuracy (from `check-run` of these runs, single-process timings and "
-    "2-process probes on this box, 2026-11-26):",
+    "2-process probes on this box, 2026-11-26 and 2026-11-27):",
     "",
     "* This VM's speed drifts between minutes, and the calibration with it: the same plan "
     "measured 0.55, 0.65 and 0.93 s (TP2, micro-batch 1) and 0.49-0.59 s (EP2) in repetitions "
@@ -66,16 +66,15 @@ LIMITS = [
     "A plan within 15% in one repetition misses in the next. The idle 16-core host of the GPU "
     "session (two pinned cores; `docs/benchmarks.md`, GPU session) put all five DP/PP/TP "
     "plans of the time within 15%.",
-    "* TP2 at micro-batch 1 swings most: it makes 128 all-reduces of 128 KiB a step, each on a "
-    "freshly cloned buffer. A likely cause, not verified: 128 KiB is glibc's default threshold "
-    "for serving an allocation by mmap (fresh pages) instead of the heap, and fresh buffers "
-    "cost gloo more (a fresh 8 MiB buffer all-reduces in 19.6 ms against 11.9 ms for a reused "
-    "one here; calibrate reuses its buffers).",
-    "* EP2 was under-predicted by 30-37% in every repetition while the job summed its expert "
-    "gradients in a buffer allocated afresh each step; with a persistent buffer (as frameworks "
-    "keep theirs) it is -9%, -35% and -18%. Its all-to-alls (uneven, inside autograd) still "
-    "measure about twice their calibrated time, and the quota solve (about 22 ms a step) is "
-    "not modelled.",
+    "* TP2: until 2026-11-27 the job cloned every tensor before its TP all-reduce (128 "
+    "fresh 128 KiB buffers a step at micro-batch 1; Megatron all-reduces in place), work the "
+    "step model does not have. In place now, TP2 errors are -2%, -9%, -12% at micro-batch 1 "
+    "(were -35%, -24%, -7%) and +5%, -15%, -17% at micro-batch 4 (were -15%, -20%, -10%).",
+    "* EP2 is the worst plan in every repetition (-19%, -43%, -29%). `check-run` of the "
+    "last: compute (4 layers) 0.282 s predicted against 0.374 s measured, the all-to-alls "
+    "(uneven, inside autograd) 0.075 against 0.120 s, and the quota solve (22 ms a step) is "
+    "not modelled. The job sums its expert gradients in a persistent buffer (it was allocated "
+    "afresh each step until 2026-11-26, -30% to -37% then).",
     "* Pipeline plans: a stage computing alone runs a block's forward + backward 2-15% faster "
     "than with both processes busy, which is what calibrate measures.",
     "* Element-wise kernels (GELU, LayerNorm) are compute-bound on a CPU: the layer fit gives "
