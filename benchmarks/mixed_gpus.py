@@ -19,9 +19,11 @@ model chunk per stage (1F1B, ZB-H1), whose layers the split can move: there the 
 by speed and by each stage's memory, carries the difference between the GPU types.
 
 All numbers are predictions of the planner's step model (per stage and per replica at its own
-GPU's rates). A job has one calibration profile: the mixed cluster's is its slower GPU's
-default (what ``planner solve`` loads), and the single-GPU bounds use the same one, so that
-only the GPUs' rates and memory differ. Writes
+GPU's rates and GEMM efficiency). A job has one calibration profile: the mixed cluster's is
+its slower GPU's default (what ``planner solve`` loads), in which each other GPU type keeps
+its own GEMM efficiency relative to it (``cost_models.profile.gemm_efficiency_ratio``); the
+single-GPU bounds use the same profile with that type's GEMM efficiency, so that each type
+runs alone as it runs in the mixed cluster. Writes
 ``benchmarks/results/mixed_gpus.json`` and the ``mixed_gpus`` section of docs/benchmarks.md.
 """
 from __future__ import annotations
@@ -36,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.doc_tables import update_section  # noqa: E402
-from cost_models.profile import default_profile  # noqa: E402
+from cost_models.profile import default_profile, gemm_efficiency_ratio  # noqa: E402
 from cost_models.training.step import Estimate, estimate  # noqa: E402
 from planner.inputs.models import load_model  # noqa: E402
 from planner.training.estimation import make_workload  # noqa: E402
@@ -91,7 +93,9 @@ def case(model_name: str, gpus: tuple[str, str], pp: int | None = None) -> dict:
     alone = {}
     for gpu in gpus:
         one = cluster((gpu,))
-        alone[gpu] = solve(model, one, wl, prof, space, top_k=3).estimates[0].step_time_s
+        own = replace(prof, gemm_efficiency=prof.gemm_efficiency
+                      * gemm_efficiency_ratio(gpu, mixed.slowest_gpu.name))
+        alone[gpu] = solve(model, one, wl, own, space, top_k=3).estimates[0].step_time_s
     return {"model": model_name, "cluster": " + ".join(gpus), "pp_fixed": pp,
             "plan": describe(best), "replica_micro_batch_s": sorted(set(
                 best.replica_micro_batch_s)),
@@ -186,8 +190,9 @@ def main() -> int:
         "\"pp 4 fixed\" rows restrict every column to pp = 4 with 1F1B or ZB-H1 (one model "
         "chunk per stage, so the split can move layers). "
         "\"shares\" lists the distinct micro-batch counts per replica. Predictions only; one "
-        "calibration profile for every case of a cluster (the slower GPU's default, also for "
-        "the single-GPU bounds).", "", *lines, "",
+        "calibration profile for every case of a cluster (the slower GPU's default, each GPU "
+        "type at its own GEMM efficiency relative to it, in the mixed cluster and in the "
+        "single-GPU bounds).", "", *lines, "",
         *verdict(results), "",
         f"Run time {time.perf_counter() - t0:.0f} s on the project's 2-core box."])
     return 0

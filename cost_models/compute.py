@@ -16,7 +16,10 @@ Sources, per formula:
 * Elementwise kernels (norms, residual adds, activations, dropout, rotary) are memory bound:
   time = bytes / (HBM bandwidth * efficiency), the roofline model (Williams et al. 2009).
 * GEMM efficiency falls for thin shards: eff = gemm_efficiency * n / (n + gemm_half_dim) with n
-  the smallest GEMM dimension (tile and wave quantisation; a calibration parameter).
+  the smallest GEMM dimension (tile and wave quantisation; a calibration parameter). On a
+  cluster of several GPU types each type's GEMMs run at its own efficiency:
+  ``GpuRates.gemm_scale`` is its efficiency relative to the profile's GPU
+  (:func:`cost_models.profile.gemm_efficiency_ratio`).
 
 MoE terms (each a small function below; no MoE-only parameter):
 * Routed-expert GEMMs run as one grouped GEMM whose M is the tokens each local expert gets,
@@ -239,18 +242,20 @@ def layer_work(model: ModelSpec, layer: int, sh: Shard) -> LayerWork:
 
 @dataclass(frozen=True)
 class GpuRates:
-    """What one GPU sustains: dense peak for the precision, HBM bandwidth."""
+    """What one GPU sustains: dense peak for the precision, HBM bandwidth, and its GEMM
+    efficiency relative to the profile's GPU (1 on the profile's own GPU type)."""
 
     peak_flops: float
     hbm_bytes_per_s: float
     fp8: bool = False
     elem_bytes: int = 2  # operand bytes (4 in fp32)
+    gemm_scale: float = 1.0
 
 
 def gemm_time_s(g: Gemm, rates: GpuRates, prof: Profile) -> float:
     """Time of one GEMM at the size-dependent efficiency (see module docstring)."""
     n = min(g.m, g.n, g.k)
-    eff = prof.gemm_efficiency * n / (n + prof.gemm_half_dim)
+    eff = min(1.0, prof.gemm_efficiency * rates.gemm_scale) * n / (n + prof.gemm_half_dim)
     speed = prof.fp8_speedup if rates.fp8 else 1.0
     compute = g.flops / (rates.peak_flops * eff * speed)
     memory = rates.elem_bytes * (g.m * g.k + g.k * g.n + g.m * g.n) * g.count / (
@@ -277,7 +282,7 @@ def layer_forward_time(work: LayerWork, rates: GpuRates, prof: Profile) -> Layer
     gemm = sum(gemm_time_s(g, rates, prof) for g in work.gemms)
     if work.attn_unfused:  # batched GEMMs whose thin side is the head dim
         n = work.attn_head_dim
-        eff = prof.gemm_efficiency * n / (n + prof.gemm_half_dim)
+        eff = min(1.0, prof.gemm_efficiency * rates.gemm_scale) * n / (n + prof.gemm_half_dim)
         attn = work.attn_flops / (rates.peak_flops * eff)
     else:
         attn = work.attn_flops / (rates.peak_flops * prof.attention_efficiency)

@@ -144,6 +144,16 @@ def default_profile(gpu_name: str) -> Profile:
     return _merge(profile, data["gpus"].get(key, {})) if key else profile
 
 
+def gemm_efficiency_ratio(gpu_name: str, profile_gpu: str) -> float:
+    """GEMM efficiency of ``gpu_name`` relative to ``profile_gpu``'s, by the fitted defaults
+    (one GEMM efficiency per GPU family, ``docs/calibration.md``): on a cluster of several GPU
+    types the job's profile is its slowest GPU's (``planner`` loads it so), and the other types
+    keep their own efficiency relative to it (A100 0.79, H100 0.69: an H100 is not an A100
+    with 3.2x the peak)."""
+    return (default_profile(gpu_name).gemm_efficiency
+            / default_profile(profile_gpu).gemm_efficiency)
+
+
 def apply_overrides(profile: Profile, path: str | Path, gpu_name: str) -> Profile:
     """Apply a calibration JSON: either flat fields, or ``{"common": {...}, "gpus": {...}}``."""
     data = json.loads(Path(path).read_text())

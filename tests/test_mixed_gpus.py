@@ -55,6 +55,21 @@ def test_stage_on_faster_gpus_is_a_faster_stage() -> None:
     assert mixed.step_time_s < a100.step_time_s
 
 
+def test_each_gpu_type_runs_at_its_own_gemm_efficiency() -> None:
+    """A100 + H100 under the A100's profile (what planner loads for a mixed cluster): the H100
+    stage computes exactly as it does on an all-H100 cluster under the H100's own defaults
+    (GEMM efficiency 0.69, not the A100's 0.79), and the A100 stage as on an all-A100 one."""
+    model, wl = load_model("llama-3.1-8b"), make_workload(4096, 64, "bf16")
+    cfg = _config(8, 2, 2, stage_layer_counts=(16, 16))
+    mixed = estimate(model, _mixed(2, 2), wl, cfg, PROF)
+    h100 = estimate(model, _mixed(2, 2, gpu_a="H100-SXM5-80GB"), wl, cfg,
+                    default_profile("H100-SXM5-80GB"))
+    a100 = estimate(model, _mixed(2, 2, gpu_b="A100-SXM4-80GB"), wl, cfg, PROF)
+    assert default_profile("H100-SXM5-80GB").gemm_efficiency < PROF.gemm_efficiency
+    assert mixed.stages[1].compute_s == pytest.approx(h100.stages[1].compute_s, rel=1e-12)
+    assert mixed.stages[0].compute_s == pytest.approx(a100.stages[0].compute_s, rel=1e-12)
+
+
 def test_speed_proportional_split_beats_even_and_equals_brute_force() -> None:
     """The DP's split gives the A100 stage fewer layers, beats the even split, and is the best
     of every two-stage split by the full estimate."""

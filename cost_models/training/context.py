@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from cost_models.compute import GpuRates, Shard
 from cost_models.groups import GroupViews, replica_node_groups
 from cost_models.model_spec import ModelSpec
-from cost_models.profile import Profile
+from cost_models.profile import Profile, gemm_efficiency_ratio
 from cost_models.training.config import TrainingConfig, Workload
 from topologies.catalog import GpuSpec
 from topologies.cluster import Cluster
@@ -45,7 +45,8 @@ class StepContext:
         """The rates of ``stage``'s slowest replica (the cluster's slowest GPU without views)."""
         if not self.replica_rates:
             return self.rates
-        return min(self.replica_rates[stage], key=lambda r: (r.peak_flops, r.hbm_bytes_per_s))
+        return min(self.replica_rates[stage],
+                   key=lambda r: (r.peak_flops * r.gemm_scale, r.hbm_bytes_per_s))
 
     def on_stage(self, stage: int, replica: int | None = None) -> "StepContext":
         """This context with the rates of ``stage``'s slowest replica (or of ``replica``)."""
@@ -56,12 +57,17 @@ class StepContext:
         return self if rates == self.rates else replace(self, rates=rates)
 
 
-def gpu_rates(gpu: GpuSpec, workload: Workload) -> GpuRates:
+def gpu_rates(gpu: GpuSpec, workload: Workload, profile_gpu: GpuSpec | None = None) -> GpuRates:
     """``gpu``'s rates at the workload's precision (fp32 peak for fp32, else the bf16 peak;
-    fp8 speeds GEMMs up in ``compute``)."""
+    fp8 speeds GEMMs up in ``compute``); ``profile_gpu``: the GPU the profile is for, when it
+    is another type (its GEMM efficiency relative to it:
+    :func:`cost_models.profile.gemm_efficiency_ratio`)."""
     peak = gpu.peak_flops_for("fp32" if workload.precision == "fp32" else "bf16")
+    scale = (1.0 if profile_gpu is None or profile_gpu.name == gpu.name
+             else gemm_efficiency_ratio(gpu.name, profile_gpu.name))
     return GpuRates(peak_flops=peak, hbm_bytes_per_s=gpu.hbm_bw_bytes_per_s,
-                    fp8=workload.precision == "fp8", elem_bytes=workload.elem_bytes)
+                    fp8=workload.precision == "fp8", elem_bytes=workload.elem_bytes,
+                    gemm_scale=scale)
 
 
 def make_context(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: TrainingConfig,
@@ -74,7 +80,7 @@ def make_context(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: Tr
     hbm: tuple[float, ...] = ()
     if views and len({g.gpu.name for g in cluster.node_groups}) > 1:
         groups = replica_node_groups(cluster, cfg.degrees, node_order)
-        by_group = [gpu_rates(g.gpu, workload) for g in cluster.node_groups]
+        by_group = [gpu_rates(g.gpu, workload, cluster.slowest_gpu) for g in cluster.node_groups]
         replica_rates = tuple(tuple(by_group[g] for g in row) for row in groups)
         hbm = tuple(min(cluster.node_groups[g].gpu.hbm_bytes for g in row) for row in groups)
     d = cfg.degrees

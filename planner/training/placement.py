@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from cost_models.model_spec import ModelSpec
 from cost_models.training.config import Workload
-from cost_models.profile import Profile
+from cost_models.profile import Profile, gemm_efficiency_ratio
 from cost_models.training.partition import partition_inputs
 from cost_models.training.step import Estimate, estimate
 from cost_models.groups import stage_views
@@ -81,6 +81,10 @@ def _group_speed(model: ModelSpec, cluster: Cluster, group_index: int, workload:
     if cfg.degrees.num_gpus != nodes * group["gpus_per_node"]:
         return 0.0
     one = cluster_from_dict(spec)
+    gpu = cluster.node_groups[group_index].gpu.name  # its own GEMM efficiency, as in the estimate
+    if gpu != cluster.slowest_gpu.name:
+        prof = replace(prof, gemm_efficiency=prof.gemm_efficiency
+                       * gemm_efficiency_ratio(gpu, cluster.slowest_gpu.name))
     if with_sync:
         return 1.0 / estimate(model, one, workload, cfg, prof).step_time_s
     inputs = partition_inputs(model, one, workload, cfg, prof, stage_views(one, cfg.degrees))
