@@ -5,8 +5,9 @@ forward / one backward, then the remaining backwards).
 
 Stages exchange activations and gradients with point-to-point sends; DP ranks split the
 global batch (by the plan's DP batch shares when it has them: each replica's losses are
-divided by the global token count, so summing the gradients stays the global mean). Every section is timed on the :class:`~planner.run.reference_job.timers.Timers`
-handed to :func:`run_step`.
+divided by the global token count, so summing the gradients stays the global mean). Every
+section is timed on the :class:`~planner.run.reference_job.timers.Timers` handed to
+:func:`run_step`.
 """
 from __future__ import annotations
 
