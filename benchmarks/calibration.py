@@ -236,6 +236,7 @@ def main() -> None:
         params = fit(scored_rows(usable), only=tuple(args.fit_only))
         write_profiles(params, _loss(_pinned(scored_rows(usable)), params), tuple(args.fit_only))
         profile_module._defaults.cache_clear()  # re-read the refitted JSON
+        profile_module.gemm_efficiency_ratio.cache_clear()  # and the ratios read from it
     results = [evaluate_row(r, default_profile(r["cluster"]["gpu_key"])) for r in usable]
     loso_results = None
     if args.loso and args.loso_cache and args.loso_cache.exists():

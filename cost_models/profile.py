@@ -144,7 +144,7 @@ def default_profile(gpu_name: str) -> Profile:
     return _merge(profile, data["gpus"].get(key, {})) if key else profile
 
 
-@lru_cache(maxsize=64)  # on the estimate's path for every mixed cluster; the defaults are fixed
+@lru_cache(maxsize=64)  # on every mixed-cluster estimate's path; cleared with _defaults
 def gemm_efficiency_ratio(gpu_name: str, profile_gpu: str) -> float:
     """GEMM efficiency of ``gpu_name`` relative to ``profile_gpu``'s, by the fitted defaults
     (one GEMM efficiency per GPU family, ``docs/calibration.md``): on a cluster of several GPU
