@@ -133,6 +133,60 @@ def all_to_all_s(view: GroupView, send_bytes: float, prof: Profile) -> float:
     return max(t_intra, t_inter)
 
 
+def distinct_groups_hit(num_experts: int, top_k: int, groups: int) -> float:
+    """Expected number of ``groups`` (equal slices of ``num_experts`` experts: GPUs, or the
+    nodes of an EP group) that one token's ``top_k`` distinct experts fall in, routing uniform
+    (the force-balanced load the published MoE runs use): ``groups * (1 - C(E - E/g, k) /
+    C(E, k))``, the hypergeometric chance that a slice holds none of the k experts."""
+    e, k, g = num_experts, top_k, max(1, groups)
+    per = e / g
+    if k <= 0 or e <= 0:
+        return 0.0
+    miss = 1.0
+    for i in range(k):  # C(E - per, k) / C(E, k) as a product
+        miss *= max(0.0, (e - per - i) / (e - i))
+    return g * (1.0 - miss)
+
+
+def dedup_dispatch_s(view: GroupView, tokens: float, top_k: int, num_experts: int,
+                     bytes_per_token: float, prof: Profile) -> float:
+    """One dispatch (or combine) of a flex token dispatcher (Megatron-Core
+    ``--moe-token-dispatcher-type flex`` with the DeepEP or HybridEP backend) for ``tokens``
+    tokens per rank, each ``bytes_per_token`` wide, top-``top_k`` of ``num_experts`` experts
+    spread evenly over the group.
+
+    A token travels once to each distinct GPU holding one of its experts, not once per expert
+    (Megatron-Core ``MoEFlexTokenDispatcher``: a routing map of tokens to ranks), and across the
+    scale-out network once per distinct destination node, then over NVLink to that node's GPUs
+    (DeepEP README, normal kernels: "asymmetric-domain bandwidth forwarding, such as from NVLink
+    domain to RDMA domain"; DeepSeek-V3 report, sec. 3.2.2: "sent through IB to the GPUs with
+    the same in-node index on their target nodes" and forwarded through NVLink). The network and
+    NVLink parts run at once; the slower decides, as in :func:`all_to_all_s`. With every member
+    in one domain only the per-GPU deduplication applies."""
+    n = view.size
+    if n <= 1 or tokens <= 0:
+        return 0.0
+    to_gpus = distinct_groups_hit(num_experts, top_k, n)  # destination GPUs per token
+    if view.inter is None:
+        table = measured_s(view, "all_to_all", tokens * to_gpus * bytes_per_token, prof)
+        if table is not None:
+            return table
+    k = view.members_per_domain
+    domains = max(1, math.ceil(n / k))
+    lat_f, bw_f = prof.op_factors("all_to_all")
+    t_intra = t_inter = 0.0
+    if view.intra is not None:  # each GPU copy but the one already on the receiving GPU
+        forwarded = tokens * to_gpus * (k - 1) / k * bytes_per_token
+        t_intra = forwarded / (bw_f * view.intra.bw_bytes_per_s * prof.link_eff(
+            view.intra.name)) + lat_f * view.intra.latency_s
+    if view.inter is not None:  # once per distinct remote node
+        to_nodes = distinct_groups_hit(num_experts, top_k, domains)
+        remote = tokens * to_nodes * (domains - 1) / domains * bytes_per_token
+        t_inter = remote / (bw_f * view.inter.bw_bytes_per_s * prof.link_eff(
+            view.inter.name)) + lat_f * view.inter.latency_s
+    return max(t_intra, t_inter)
+
+
 def send_recv_s(view: GroupView, size_bytes: float, prof: Profile) -> float:
     """Point-to-point transfer between two group members (pipeline neighbours)."""
     if view.size <= 1 or size_bytes <= 0:

@@ -676,3 +676,17 @@ def test_emit_is_deterministic(fmt, name):
     assert emit(fmt, p, HOSTILE_OPTIONS) == first
     assert emit(fmt, plan_from_json(plan_to_json(p)), HOSTILE_OPTIONS) == first
     assert list(first) == list(emission(fmt, p, HOSTILE_OPTIONS).as_dict())
+
+
+def test_megatron_flex_dispatcher_flags_follow_the_plan():
+    """A plan priced with the flex (DeepEP) dispatcher launches with it; the default plan
+    keeps the all-to-all dispatcher (both estimates differ, so the flag must match)."""
+    flex = _build(model="mixtral-8x7b", nodes=4, tp=2, pp=2, dp=8, ep=4,
+                  sequence_parallel=True, moe_dispatcher="flex")
+    assert flex.config["moe_dispatcher"] == "flex"
+    args = megatron_dict(json.loads(emit("megatron", flex)["megatron_args.json"]))
+    assert args["--moe-token-dispatcher-type"] == ["flex"]
+    assert args["--moe-flex-dispatcher-backend"] == ["deepep"]
+    plain, _ = _megatron("mixtral")
+    assert "--moe-flex-dispatcher-backend" not in plain
+    assert "moe_dispatcher" not in plan("mixtral").config  # default left out of the plan

@@ -16,6 +16,7 @@ RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 OPTIMIZERS = ("adam", "sgd")
 ATTENTION = ("flash", "unfused")
+MOE_DISPATCHERS = ("alltoall", "flex")
 DEGREE_KEYS = tuple(f.name for f in fields(Degrees))  # the keys of a flat (schema-1) config
 
 
@@ -135,6 +136,11 @@ class TrainingConfig:
     # (flash-attn's fused cross-entropy, llm-foundry's default ``loss_fn: fused_crossentropy``):
     # 2 x 2 bytes per logit instead of the fp32 logits and their gradient (8)
     fused_cross_entropy: bool = False
+    # Megatron's MoE token dispatcher: "alltoall" sends every (token, expert) pair
+    # (``MoEAlltoAllTokenDispatcher``); "flex" (DeepEP or HybridEP) sends a token once per
+    # destination GPU and, across nodes, once per destination node
+    # (:func:`cost_models.communication.dedup_dispatch_s`)
+    moe_dispatcher: str = "alltoall"
 
     def __post_init__(self) -> None:
         for name in ("vpp", "micro_batch"):
@@ -146,6 +152,8 @@ class TrainingConfig:
             raise ConfigError("zero", "0, 1, 2 or 3", self.zero)
         if self.attention not in ATTENTION:
             raise ConfigError("attention", f"one of {ATTENTION}", self.attention)
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
+            raise ConfigError("moe_dispatcher", f"one of {MOE_DISPATCHERS}", self.moe_dispatcher)
         if self.moe_imbalance < 1.0:
             raise ConfigError("moe_imbalance", ">= 1 (busiest/average)", self.moe_imbalance)
         pp = self.degrees.pp
@@ -200,11 +208,12 @@ class TrainingConfig:
 
     def options_dict(self) -> dict:
         """The training options as plain data (every field but ``degrees``; ``moe_a2a_overlap``,
-        ``dp_shares``, ``low_precision_shard`` and ``fused_cross_entropy`` only when not their
-        defaults, so that plans written before them read and hash alike)."""
+        ``dp_shares``, ``low_precision_shard``, ``fused_cross_entropy`` and ``moe_dispatcher``
+        only when not their defaults, so that plans written before them read and hash alike)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "degrees"}
-        for name, default in (("low_precision_shard", True), ("fused_cross_entropy", False)):
-            if out[name] is default:
+        for name, default in (("low_precision_shard", True), ("fused_cross_entropy", False),
+                              ("moe_dispatcher", "alltoall")):
+            if out[name] == default:
                 del out[name]
         if out["stage_layer_counts"] is not None:
             out["stage_layer_counts"] = list(out["stage_layer_counts"])

@@ -109,9 +109,14 @@ def _layer_comm_fwd_shard(ctx: StepContext, views: GroupViews, layer: int,
         cp = comm.all_gather_s(views.cp, sh.tokens * kv_width * elem * cfg.degrees.cp, prof)
     ep = 0.0
     if moe_layer and cfg.degrees.ep > 1:
-        send = sh.tokens / cfg.degrees.tp * m.moe.top_k * cfg.moe_imbalance * m.hidden_size * elem
-        ep = 2 * (comm.all_to_all_s(views.ep, send, prof)  # dispatch + combine
-                  + prof.collective_switch_s)
+        tokens = sh.tokens / cfg.degrees.tp
+        if cfg.moe_dispatcher == "flex":  # once per destination GPU / node, not per expert
+            one = comm.dedup_dispatch_s(views.ep, tokens * cfg.moe_imbalance, m.moe.top_k,
+                                        m.moe.num_experts, m.hidden_size * elem, prof)
+        else:
+            send = tokens * m.moe.top_k * cfg.moe_imbalance * m.hidden_size * elem
+            one = comm.all_to_all_s(views.ep, send, prof)
+        ep = 2 * (one + prof.collective_switch_s)  # dispatch + combine
     return tp, cp, ep
 
 

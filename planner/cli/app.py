@@ -231,6 +231,16 @@ def topo_list() -> None:
     print_report(render_presets(cluster_presets()))
 
 
+class MoeDispatcher(str, Enum):
+    alltoall = "alltoall"
+    flex = "flex"
+
+
+MOE_DISPATCHER_HELP = ("MoE token dispatcher (Megatron --moe-token-dispatcher-type): alltoall "
+                       "sends every (token, expert) pair; flex (DeepEP) sends a token once per "
+                       "destination GPU and, across nodes, once per node.")
+
+
 @app.command()
 def estimate(
     model: Annotated[str, typer.Option(
@@ -265,6 +275,8 @@ def estimate(
         "--zero-bubble/--no-zero-bubble", help="ZB-H1 pipeline schedule (needs --vpp 1).")] = False,
     seq_slices: Annotated[int, typer.Option(
         min=1, help="SlimPipe: sequence slices per micro-batch (1F1B, pp > 1).")] = 1,
+    moe_dispatcher: Annotated[MoeDispatcher, typer.Option(
+        help=MOE_DISPATCHER_HELP)] = MoeDispatcher.alltoall,
     precision: Annotated[Precision, typer.Option(
         help="bf16/fp8: mixed precision; fp16: mixed precision with loss scaling (V100); "
              "fp32: plain fp32 (CPU jobs).")] = Precision.bf16,
@@ -287,7 +299,8 @@ def estimate(
                             vpp=vpp, micro_batch=parse_auto_int(micro_batch, "--micro-batch"),
                             recompute=recompute.value, recompute_layers=recompute_layers,
                             sequence_parallel=sequence_parallel, zero=zero,
-                            zero_bubble=zero_bubble, seq_slices=seq_slices)
+                            zero_bubble=zero_bubble, seq_slices=seq_slices,
+                            moe_dispatcher=moe_dispatcher.value)
     profile = load_profile(hardware.slowest_gpu.name, calibration)
     result = auto_estimate(spec, hardware, workload, choice, profile)
     data = estimate_to_dict(result.estimate, result.chosen)
@@ -334,6 +347,8 @@ def solve(
     micro_batch: Annotated[Optional[int], typer.Option(min=1, help="Fix the micro-batch.")] = None,
     schedule: Annotated[Optional[list[Schedule]], typer.Option(
         help="Allowed pipeline schedules (repeat the option); default all.")] = None,
+    moe_dispatcher: Annotated[MoeDispatcher, typer.Option(
+        help=MOE_DISPATCHER_HELP)] = MoeDispatcher.alltoall,
     calibration: Annotated[Optional[Path], typer.Option(
         help="JSON overriding calibration parameters (see docs/calibration.md).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Write the best plan to this JSON file.")] = None,
@@ -367,7 +382,7 @@ def solve(
     profile = load_profile(hardware.slowest_gpu.name, calibration)
     space = SearchSpace(tp=tp, pp=pp, cp=cp, ep=ep, micro_batch=micro_batch,
                         schedules=tuple(s.value for s in schedule) if schedule else
-                        SearchSpace().schedules)
+                        SearchSpace().schedules, moe_dispatcher=moe_dispatcher.value)
     loads = None
     if expert_loads is not None:
         from planner.inputs.expert_loads import load_expert_loads

@@ -30,7 +30,9 @@ Flag names and constraints follow ``megatron/training/arguments.py`` (NVIDIA/Meg
   uniform|block``, ``--recompute-num-layers``, ``--recompute-modules``;
 * MoE: ``--num-experts``, ``--moe-router-topk``, ``--moe-ffn-hidden-size``,
   ``--moe-shared-expert-intermediate-size``, ``--moe-layer-freq``, ``--moe-grouped-gemm``
-  (bf16 only), ``--moe-token-dispatcher-type alltoall``;
+  (bf16 only), ``--moe-token-dispatcher-type alltoall``, or with the plan's flex dispatcher
+  ``--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep`` (Megatron-Core
+  MoE guide: "Enable DeepEP token dispatcher");
 * precision: ``--bf16`` / ``--fp16``, ``--fp8-format hybrid``;
 * overlap: ``--overlap-grad-reduce``, ``--overlap-param-gather`` (needs the distributed
   optimizer or Megatron-FSDP), ``--tp-comm-overlap`` (needs ``--sequence-parallel``).
@@ -160,8 +162,11 @@ def _moe_args(f: Facts) -> list[str]:
         return []
     moe = m.moe
     args = ["--num-experts", str(moe.num_experts), "--moe-router-topk", str(moe.top_k),
-            "--moe-ffn-hidden-size", str(moe.expert_ffn_hidden),
-            "--moe-token-dispatcher-type", "alltoall"]
+            "--moe-ffn-hidden-size", str(moe.expert_ffn_hidden)]
+    if f.cfg.moe_dispatcher == "flex":
+        args += ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"]
+    else:
+        args += ["--moe-token-dispatcher-type", "alltoall"]
     if moe.num_shared_experts:
         width = moe.num_shared_experts * (moe.shared_ffn_hidden or moe.expert_ffn_hidden)
         args += ["--moe-shared-expert-intermediate-size", str(width)]

@@ -75,9 +75,14 @@ def build_plan(model: ModelSpec, cluster: Cluster, est: Estimate, prof: Profile,
                 "micro_batches": cfg.micro_batches(workload),
                 "stages": _stage_table(model, cfg)}
     pool = make_pool("train", "train", cluster, cfg.degrees, node_order)
+    notes = list(notes or [])
+    if cfg.moe_dispatcher == "flex" and cfg.degrees.ep > 1 and model.moe is not None:
+        notes.append("dispatcher: flex (DeepEP): a token crosses once to each GPU, and across "
+                     "nodes once to each node, holding its experts; launch with Megatron "
+                     "--moe-token-dispatcher-type flex")
     if est.node_order is not None:  # a placement other than the listing order
         prediction["listing_order"] = listing_order(model, cluster, est, prof, pool)
     return Plan(schema_version=SCHEMA_VERSION, kind="training", planner_version=__version__,
                 inputs_hash=inputs_hash(inputs), inputs=inputs, pools=[pool],
-                prediction=prediction, training=training, notes=list(notes or []),
+                prediction=prediction, training=training, notes=notes,
                 fabric=fabric_section(cluster, pool))

@@ -58,6 +58,7 @@ class ParallelChoice:
     zero: int = 1
     zero_bubble: bool = False
     seq_slices: int = 1
+    moe_dispatcher: str = "alltoall"
 
     @property
     def auto_fields(self) -> tuple[str, ...]:
@@ -113,7 +114,8 @@ def make_config(choice: ParallelChoice, num_gpus: int) -> TrainingConfig:
             degrees=degrees, vpp=choice.vpp, micro_batch=choice.micro_batch,
             recompute=choice.recompute, recompute_layers=choice.recompute_layers,
             sequence_parallel=sequence_parallel, zero=choice.zero,
-            zero_bubble=choice.zero_bubble, seq_slices=choice.seq_slices)
+            zero_bubble=choice.zero_bubble, seq_slices=choice.seq_slices,
+            moe_dispatcher=choice.moe_dispatcher)
     except ValueError as err:
         raise _options_error(err) from None
 

@@ -66,6 +66,7 @@ class SearchSpace:
     ep: int | None = None
     micro_batch: int | None = None
     schedules: tuple[str, ...] = ("1f1b", "interleaved-1f1b", "zb-h1", "slimpipe")
+    moe_dispatcher: str = "alltoall"  # the MoE token dispatcher every option uses
 
     def admits(self, d: Degrees) -> bool:
         return all(want is None or want == got for want, got in
@@ -100,12 +101,14 @@ def space_limits(model: ModelSpec, cluster: Cluster, workload: Workload) -> Spac
         max_tp=min(domain, MAX_TP_GPUS), mla=model.mla is not None)
 
 
-def base_config(d: Degrees, micro_batch: int = 1, seq_len: int | None = None) -> TrainingConfig:
+def base_config(d: Degrees, micro_batch: int = 1, seq_len: int | None = None,
+                moe_dispatcher: str = "alltoall") -> TrainingConfig:
     """The planner's defaults for a degree tuple: sequence parallelism with TP (when each CP
     rank's tokens split evenly over the TP ranks), the distributed optimizer, overlapped
-    gradient reduce and parameter gather, flash attention."""
+    gradient reduce and parameter gather, flash attention, and ``moe_dispatcher``."""
     sp = d.tp > 1 and (seq_len is None or (seq_len // d.cp) % d.tp == 0)
-    return TrainingConfig(degrees=d, micro_batch=micro_batch, sequence_parallel=sp, zero=1)
+    return TrainingConfig(degrees=d, micro_batch=micro_batch, sequence_parallel=sp, zero=1,
+                          moe_dispatcher=moe_dispatcher)
 
 
 def _recompute_option(cfg: TrainingConfig, layers_per_chunk: int, i: int) -> TrainingConfig:
@@ -340,8 +343,8 @@ def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, pro
         if space.micro_batch is not None and mb != space.micro_batch:
             continue
         memo: dict[TrainingConfig, list[TrainingConfig]] = {}
-        for variant in _schedule_variants(model, base_config(d, mb, workload.seq_len), workload,
-                                          space):
+        base = base_config(d, mb, workload.seq_len, space.moe_dispatcher)
+        for variant in _schedule_variants(model, base, workload, space):
             plain = replace(variant, zero_bubble=False)  # ZB-H1 holds 1F1B's activations
             if plain not in memo:
                 memo[plain], tried = _fitting_options(model, cluster, workload, plain, prof)
