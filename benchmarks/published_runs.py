@@ -13,6 +13,11 @@ compare with. What a row does not state is filled by a documented rule, never pe
 * TP communication overlap only where the row's command lists ``--tp-comm-overlap``;
 * unknown interleaving: none (v = 1);
 * unknown expert TP in MoE rows: 1 (the MoE model zoo's recommended setting);
+* MoE token dispatcher, expert all-to-all overlap and recompute of a Megatron-Bridge row: what
+  Megatron-Bridge's performance config of that release set for the row's layout
+  (``megatron_bridge_moe_settings.json``, each value with its tag:path:line); a row no config
+  matches keeps the rules above (all-to-all dispatcher, no overlap, fastest recompute that
+  fits). Rows that name their dispatcher (the MoE model zoo: DeepEP or A2A) use it;
 * a job on NVL72 racks (GB200/GB300) whose GPU count is a multiple of 64 but not of 72 runs on
   16 of each rack's 18 trays (64 GPUs per NVLink domain), so power-of-two groups align with
   racks.
@@ -42,6 +47,7 @@ from topologies.standard import homogeneous_cluster
 
 DATA = Path(__file__).parent / "data" / "published_runs_calibration.json"
 EXTRA = Path(__file__).parent / "data" / "published_runs_extra.json"
+MB_SETTINGS = Path(__file__).parent / "data" / "megatron_bridge_moe_settings.json"
 MICRO_BATCHES = (1, 2, 4, 8)
 
 # Short source names (leave-one-source-out holds out one of these at a time), by id prefix.
@@ -60,6 +66,37 @@ def load_rows(path: Path = DATA) -> list[dict]:
 def load_all_rows() -> list[dict]:
     """The reference set plus ``published_runs_extra.json`` (when present)."""
     return load_rows(DATA) + (load_rows(EXTRA) if EXTRA.exists() else [])
+
+
+def _load_mb_settings() -> dict[str, dict]:
+    """Row id -> the settings Megatron-Bridge's config of the row's release gave it (exact
+    matches only; see ``megatron_bridge_moe_settings.json``)."""
+    if not MB_SETTINGS.exists():
+        return {}
+    rows = json.loads(MB_SETTINGS.read_text())["rows"]
+    return {r["id"]: r for r in rows if r["match"] == "exact"}
+
+
+MB_MOE_SETTINGS = _load_mb_settings()
+
+
+def _dispatcher(row: dict) -> str:
+    """The MoE token dispatcher the row ran (TrainingConfig.moe_dispatcher)."""
+    known = MB_MOE_SETTINGS.get(row["id"])
+    if known is not None:
+        return "flex" if known["dispatcher"] == "flex" else "alltoall"
+    named = str(row["config"].get("dispatcher") or "").lower()
+    return "flex" if named in ("deepep", "hybridep", "flex") else "alltoall"
+
+
+def _published_recompute(row: dict) -> str | None:
+    """Recompute of a Megatron-Bridge row from its release's config: selective when it names
+    modules to recompute, none when it names none (or an empty list); None when unknown."""
+    known = MB_MOE_SETTINGS.get(row["id"])
+    if known is None:
+        return None
+    return "selective" if (known["recompute_granularity"] == "selective"
+                           and known["recompute_modules"]) else "none"
 
 
 def source_name(row: dict) -> str:
@@ -162,12 +199,16 @@ def row_config(row: dict, micro_batch: int = 1) -> TrainingConfig:
     c, old = row["config"], era(row) == "2021"
     tp = c.get("tp") or 1
     sp = bool(c.get("seq_parallel")) if old or c.get("seq_parallel") is not None else tp > 1
-    return TrainingConfig(degrees=Degrees(tp=tp, pp=c.get("pp") or 1, dp=c.get("dp") or 1, cp=c.get("cp") or 1, ep=c.get("ep") or 1, etp=c.get("expert_tp") or (1 if c.get("ep") else None)), vpp=c.get("vpp") or 1, micro_batch=c.get("micro_batch") or micro_batch, recompute=_recompute(row), sequence_parallel=sp, zero=_zero(row), attention="unfused" if old else "flash", dropout=old, overlap_grad_reduce=not old, overlap_param_gather=not old, tp_comm_overlap="tp-comm-overlap" in str(c.get("overlap", "")), moe_a2a_overlap=_a2a_overlap(row), low_precision_shard=not row["source"].startswith(TORCH_FSDP_SOURCES), fused_cross_entropy=row["source"].startswith(FUSED_CROSS_ENTROPY_SOURCES))
+    return TrainingConfig(degrees=Degrees(tp=tp, pp=c.get("pp") or 1, dp=c.get("dp") or 1, cp=c.get("cp") or 1, ep=c.get("ep") or 1, etp=c.get("expert_tp") or (1 if c.get("ep") else None)), vpp=c.get("vpp") or 1, micro_batch=c.get("micro_batch") or micro_batch, recompute=_recompute(row), sequence_parallel=sp, zero=_zero(row), attention="unfused" if old else "flash", dropout=old, overlap_grad_reduce=not old, overlap_param_gather=not old, tp_comm_overlap="tp-comm-overlap" in str(c.get("overlap", "")), moe_a2a_overlap=_a2a_overlap(row), moe_dispatcher=_dispatcher(row), low_precision_shard=not row["source"].startswith(TORCH_FSDP_SOURCES), fused_cross_entropy=row["source"].startswith(FUSED_CROSS_ENTROPY_SOURCES))
 
 
 def _a2a_overlap(row: dict) -> bool:
     """Expert all-to-all overlapped with the other micro-batch's compute (Megatron's
-    ``--overlap-moe-expert-parallel-comm``) only where the row says it ran so."""
+    ``--overlap-moe-expert-parallel-comm``) only where the row, or its release's
+    Megatron-Bridge config, says it ran so."""
+    known = MB_MOE_SETTINGS.get(row["id"])
+    if known is not None:
+        return bool(known["a2a_overlap"])
     text = f"{row['config'].get('overlap', '')} {row.get('notes', '')}".lower()
     return "a2a overlap" in text
 
@@ -240,10 +281,13 @@ def candidate_configs(row: dict, num_gpus: int):
     mbs = [c["micro_batch"]] if c.get("micro_batch") else MICRO_BATCHES
     recomputes = [_recompute(row)]
     if not c.get("recompute") and era(row) != "2021":
-        recomputes = ["none", "selective", "full"]
+        published = _published_recompute(row)
+        recomputes = [published] if published else ["none", "selective", "full"]
     if c.get("pp") and c.get("dp"):
         for mb, rc in ((mb, rc) for mb in mbs for rc in recomputes):
-            yield replace(row_config(row, mb), recompute=rc)
+            cfg = _valid(lambda: replace(row_config(row, mb), recompute=rc))
+            if cfg is not None:
+                yield cfg
         return
     tp, cp = c.get("tp") or 1, c.get("cp") or 1
     for pp in (1, 2, 4, 8, 16):
@@ -254,8 +298,18 @@ def candidate_configs(row: dict, num_gpus: int):
             for rc in recomputes:
                 cfg = row_config(row, 1)
                 degrees = replace(cfg.degrees, pp=pp, dp=dp, ep=ep, etp=1)
-                base = replace(cfg, degrees=degrees, recompute=rc)
-                yield from (replace(base, micro_batch=mb) for mb in mbs)
+                base = _valid(lambda: replace(cfg, degrees=degrees, recompute=rc))
+                if base is not None:
+                    yield from (replace(base, micro_batch=mb) for mb in mbs)
+
+
+def _valid(build) -> TrainingConfig | None:
+    """``build()``, or None for a combination TrainingConfig refuses (e.g. the expert
+    all-to-all overlap a row ran with beside full recompute, which Megatron does not allow)."""
+    try:
+        return build()
+    except ValueError:
+        return None
 
 
 def best_estimate(row: dict, prof: Profile) -> Estimate:
