@@ -18,6 +18,14 @@ compare with. What a row does not state is filled by a documented rule, never pe
   (``megatron_bridge_moe_settings.json``, each value with its tag:path:line); a row no config
   matches keeps the rules above (all-to-all dispatcher, no overlap, fastest recompute that
   fits). Rows that name their dispatcher (the MoE model zoo: DeepEP or A2A) use it;
+* every Megatron-Bridge row (its performance configs, all families, every release) reduces
+  gradients in bf16 and fuses the cross-entropy on bf16 logits: ``grad_reduce_in_fp32 = False``
+  in each family's perf config (e.g. ``scripts/performance/configs/llama/llama3_llm_pretrain.py``
+  and ``qwen/qwen3_llm_pretrain.py`` at v0.3.0-v0.5.1, ``utils/helpers.py`` at v0.2.0,
+  ``perf_recipes/_common.py:71-72`` at v0.6.0) and ``cross_entropy_fusion_impl = "te"`` in
+  ``_set_common_perf_overrides`` (``set_common_perf_overrides`` at v0.2.0, ``_benchmark_common``
+  at v0.6.0); the DeepSeek-V3 rows also keep Adam's moments in bf16 (precision-aware
+  optimizer; ``megatron_bridge_moe_settings.json``);
 * a job on NVL72 racks (GB200/GB300) whose GPU count is a multiple of 64 but not of 72 runs on
   16 of each rack's 18 trays (64 GPUs per NVLink domain), so power-of-two groups align with
   racks.
@@ -78,6 +86,16 @@ def _load_mb_settings() -> dict[str, dict]:
 
 
 MB_MOE_SETTINGS = _load_mb_settings()
+
+
+MEGATRON_BRIDGE_SOURCE = "github:NVIDIA-NeMo/Megatron-Bridge"
+
+
+def _moment_bytes(row: dict) -> int:
+    """Bytes of each Adam moment the row's framework kept (2 where its Megatron-Bridge config
+    stored them in bf16)."""
+    known = MB_MOE_SETTINGS.get(row["id"])
+    return 2 if known is not None and known.get("adam_moment_dtype") == "bf16" else 4
 
 
 def _dispatcher(row: dict) -> str:
@@ -190,16 +208,17 @@ def _recompute(row: dict) -> str:
 # low-precision weight shard ("outside forward and backward, the sharded parameters are kept
 # in full precision", torch.distributed.fsdp.MixedPrecision); llm-foundry's MPT computes its
 # loss with flash-attn's fused cross-entropy (ComposerMPTCausalLM: ``loss_fn`` defaults to
-# ``fused_crossentropy``), which keeps the logits and their gradient in bf16.
+# ``fused_crossentropy``), which keeps the logits and their gradient in bf16, and so does
+# Megatron-Bridge's TE cross-entropy (``cross_entropy_fusion_impl = "te"``, module docstring).
 TORCH_FSDP_SOURCES = ("github:mosaicml/llm-foundry", "github:pytorch/torchtitan")
-FUSED_CROSS_ENTROPY_SOURCES = ("github:mosaicml/llm-foundry",)
+FUSED_CROSS_ENTROPY_SOURCES = ("github:mosaicml/llm-foundry", "github:NVIDIA-NeMo/Megatron-Bridge")
 
 
 def row_config(row: dict, micro_batch: int = 1) -> TrainingConfig:
     c, old = row["config"], era(row) == "2021"
     tp = c.get("tp") or 1
     sp = bool(c.get("seq_parallel")) if old or c.get("seq_parallel") is not None else tp > 1
-    return TrainingConfig(degrees=Degrees(tp=tp, pp=c.get("pp") or 1, dp=c.get("dp") or 1, cp=c.get("cp") or 1, ep=c.get("ep") or 1, etp=c.get("expert_tp") or (1 if c.get("ep") else None)), vpp=c.get("vpp") or 1, micro_batch=c.get("micro_batch") or micro_batch, recompute=_recompute(row), sequence_parallel=sp, zero=_zero(row), attention="unfused" if old else "flash", dropout=old, overlap_grad_reduce=not old, overlap_param_gather=not old, tp_comm_overlap="tp-comm-overlap" in str(c.get("overlap", "")), moe_a2a_overlap=_a2a_overlap(row), moe_dispatcher=_dispatcher(row), low_precision_shard=not row["source"].startswith(TORCH_FSDP_SOURCES), fused_cross_entropy=row["source"].startswith(FUSED_CROSS_ENTROPY_SOURCES))
+    return TrainingConfig(degrees=Degrees(tp=tp, pp=c.get("pp") or 1, dp=c.get("dp") or 1, cp=c.get("cp") or 1, ep=c.get("ep") or 1, etp=c.get("expert_tp") or (1 if c.get("ep") else None)), vpp=c.get("vpp") or 1, micro_batch=c.get("micro_batch") or micro_batch, recompute=_recompute(row), sequence_parallel=sp, zero=_zero(row), attention="unfused" if old else "flash", dropout=old, overlap_grad_reduce=not old, overlap_param_gather=not old, tp_comm_overlap="tp-comm-overlap" in str(c.get("overlap", "")), moe_a2a_overlap=_a2a_overlap(row), moe_dispatcher=_dispatcher(row), low_precision_shard=not row["source"].startswith(TORCH_FSDP_SOURCES), fused_cross_entropy=row["source"].startswith(FUSED_CROSS_ENTROPY_SOURCES), grad_reduce_in_fp32=not row["source"].startswith(MEGATRON_BRIDGE_SOURCE), optimizer_moment_bytes=_moment_bytes(row))
 
 
 def _a2a_overlap(row: dict) -> bool:

@@ -690,3 +690,12 @@ def test_megatron_flex_dispatcher_flags_follow_the_plan():
     plain, _ = _megatron("mixtral")
     assert "--moe-flex-dispatcher-backend" not in plain
     assert "moe_dispatcher" not in plan("mixtral").config  # default left out of the plan
+
+
+def test_megatron_gradient_and_moment_widths_follow_the_plan():
+    narrow = _build(tp=2, pp=2, dp=4, grad_reduce_in_fp32=False, optimizer_moment_bytes=2)
+    args = megatron_dict(json.loads(emit("megatron", narrow)["megatron_args.json"]))
+    assert "--grad-reduce-in-bf16" in args and "--use-precision-aware-optimizer" in args
+    assert args["--exp-avg-dtype"] == ["bf16"] and args["--exp-avg-sq-dtype"] == ["bf16"]
+    plain, _ = _megatron("vpp")
+    assert "--grad-reduce-in-bf16" not in plain and "--use-precision-aware-optimizer" not in plain

@@ -141,6 +141,15 @@ class TrainingConfig:
     # destination GPU and, across nodes, once per destination node
     # (:func:`cost_models.communication.dedup_dispatch_s`)
     moe_dispatcher: str = "alltoall"
+    # Megatron keeps and reduce-scatters the main gradients in fp32 (True, its default with
+    # bf16); False: in the compute dtype (``--grad-reduce-in-bf16``; Megatron-Bridge's
+    # performance configs set ``grad_reduce_in_fp32 = False``): half the bytes in memory and on
+    # the wire
+    grad_reduce_in_fp32: bool = True
+    # bytes of each of Adam's two moments: 4 (fp32), or 2 with TransformerEngine's
+    # precision-aware optimizer storing them in bf16 (``--use-precision-aware-optimizer
+    # --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``); the fp32 master weights stay
+    optimizer_moment_bytes: int = 4
 
     def __post_init__(self) -> None:
         for name in ("vpp", "micro_batch"):
@@ -152,6 +161,9 @@ class TrainingConfig:
             raise ConfigError("zero", "0, 1, 2 or 3", self.zero)
         if self.attention not in ATTENTION:
             raise ConfigError("attention", f"one of {ATTENTION}", self.attention)
+        if self.optimizer_moment_bytes not in (2, 4):
+            raise ConfigError("optimizer_moment_bytes", "4 (fp32) or 2 (bf16)",
+                              self.optimizer_moment_bytes)
         if self.moe_dispatcher not in MOE_DISPATCHERS:
             raise ConfigError("moe_dispatcher", f"one of {MOE_DISPATCHERS}", self.moe_dispatcher)
         if self.moe_imbalance < 1.0:
@@ -208,11 +220,12 @@ class TrainingConfig:
 
     def options_dict(self) -> dict:
         """The training options as plain data (every field but ``degrees``; ``moe_a2a_overlap``,
-        ``dp_shares``, ``low_precision_shard``, ``fused_cross_entropy`` and ``moe_dispatcher``
-        only when not their defaults, so that plans written before them read and hash alike)."""
+        ``dp_shares``, ``low_precision_shard``, ``fused_cross_entropy``, ``moe_dispatcher``,
+        ``grad_reduce_in_fp32`` and ``optimizer_moment_bytes`` only when not their defaults, so that plans written before them read and hash alike)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "degrees"}
         for name, default in (("low_precision_shard", True), ("fused_cross_entropy", False),
-                              ("moe_dispatcher", "alltoall")):
+                              ("moe_dispatcher", "alltoall"), ("grad_reduce_in_fp32", True),
+                              ("optimizer_moment_bytes", 4)):
             if out[name] == default:
                 del out[name]
         if out["stage_layer_counts"] is not None:

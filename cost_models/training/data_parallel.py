@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cost_models import communication as comm
+from cost_models.training.config import TrainingConfig, Workload
 from cost_models.training.context import StepContext
 from cost_models.training.layers import stage_params
 from cost_models.training.stage import StageCost
@@ -51,18 +52,32 @@ def backward_window_s(compute_s: float) -> float:
 
 
 def _dp_comm(ctx: StepContext, stage: int, dense: float, expert: float) -> tuple[float, float]:
-    """(gradient reduction, parameter gather) seconds for one stage's parameters: fp32
-    gradients, parameters in the workload's element size."""
+    """(gradient reduction, parameter gather) seconds for one stage's parameters: gradients
+    in fp32 (or the compute dtype, ``TrainingConfig.grad_reduce_in_fp32``), parameters in the
+    workload's element size."""
     cfg, views, prof = ctx.cfg, ctx.views[stage], ctx.prof
-    if cfg.zero == 0:
-        return (comm.all_reduce_s(views.dp_cp, 4 * dense, prof)
-                + comm.all_reduce_s(views.edp, 4 * expert, prof)), 0.0
-    grads = (comm.reduce_scatter_s(views.dp_cp, 4 * dense, prof)
-             + comm.reduce_scatter_s(views.edp, 4 * expert, prof))
     elem = ctx.rates.elem_bytes
+    g = 4 if cfg.grad_reduce_in_fp32 else elem
+    if cfg.zero == 0:
+        return (comm.all_reduce_s(views.dp_cp, g * dense, prof)
+                + comm.all_reduce_s(views.edp, g * expert, prof)), 0.0
+    grads = (comm.reduce_scatter_s(views.dp_cp, g * dense, prof)
+             + comm.reduce_scatter_s(views.edp, g * expert, prof))
     params = (comm.all_gather_s(views.dp_cp, elem * dense, prof)
               + comm.all_gather_s(views.edp, elem * expert, prof))
     return grads, params
+
+
+def optimizer_bytes_per_param(cfg: TrainingConfig, workload: Workload) -> int:
+    """HBM bytes the optimizer step moves per parameter (``Workload.optimizer_bytes_per_param``)
+    with the config's widths: the gradient read at its width (``grad_reduce_in_fp32``), Adam's
+    two moments read and written at ``optimizer_moment_bytes``."""
+    moved = workload.optimizer_bytes_per_param
+    if not cfg.grad_reduce_in_fp32:
+        moved -= 4 - workload.elem_bytes
+    if workload.optimizer == "adam":
+        moved -= 2 * 2 * (4 - cfg.optimizer_moment_bytes)
+    return moved
 
 
 def stage_sync(ctx: StepContext, stage: int, layers: Sequence[int], cost: StageCost,
@@ -79,6 +94,6 @@ def stage_sync(ctx: StepContext, stage: int, layers: Sequence[int], cost: StageC
         exposed = m * (max(0.0, params - fwd_c) + max(0.0, params + grads - bwd_c))
         grads, params = m * grads, 2 * m * params
     shard = (dense / (d.dp * d.cp) + expert / d.expert_dp) if cfg.zero else dense + expert
-    optimizer = shard * ctx.workload.optimizer_bytes_per_param / (
+    optimizer = shard * optimizer_bytes_per_param(cfg, ctx.workload) / (
         ctx.rates.hbm_bytes_per_s * ctx.prof.hbm_efficiency)
     return StageSync(exposed_s=exposed, total_s=grads + params, optimizer_s=optimizer)

@@ -61,14 +61,20 @@ def activation_terms(ctx: StepContext) -> ActivationTerms:
 
 def state_bytes_per_param(cfg: TrainingConfig, workload: Workload) -> tuple[int, int, int]:
     """(weights, gradients, optimizer) bytes per parameter before sharding: the workload's
-    (``Workload.state_bytes_per_param``), without the low-precision weight copy under ZeRO-3
+    (``Workload.state_bytes_per_param``) with the config's gradient and Adam-moment widths
+    (``TrainingConfig.grad_reduce_in_fp32``, ``optimizer_moment_bytes``), without the
+    low-precision weight copy under ZeRO-3
     where the framework keeps none (PyTorch FSDP: the fp32 master shard, in the optimizer's
     bytes, is the only persistent copy; the low-precision weights exist as gathered units,
     which :func:`stage_memory` adds)."""
-    per_param = workload.state_bytes_per_param
+    weights, grads, optimizer = workload.state_bytes_per_param
+    if not cfg.grad_reduce_in_fp32:  # main gradients in the compute dtype
+        grads = workload.elem_bytes
+    if workload.optimizer == "adam":  # two moments of optimizer_moment_bytes each
+        optimizer -= 2 * (4 - cfg.optimizer_moment_bytes)
     if cfg.zero >= 3 and not cfg.low_precision_shard and workload.elem_bytes < 4:
-        return (0, *per_param[1:])
-    return per_param
+        weights = 0
+    return weights, grads, optimizer
 
 
 def other_bytes(base_bytes: float, prof: Profile) -> float:

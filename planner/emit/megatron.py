@@ -33,7 +33,9 @@ Flag names and constraints follow ``megatron/training/arguments.py`` (NVIDIA/Meg
   (bf16 only), ``--moe-token-dispatcher-type alltoall``, or with the plan's flex dispatcher
   ``--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep`` (Megatron-Core
   MoE guide: "Enable DeepEP token dispatcher");
-* precision: ``--bf16`` / ``--fp16``, ``--fp8-format hybrid``;
+* precision: ``--bf16`` / ``--fp16``, ``--fp8-format hybrid``; gradients reduced in bf16
+  (``--grad-reduce-in-bf16``) and Adam's moments in bf16 (``--use-precision-aware-optimizer
+  --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``) where the plan's config says so;
 * overlap: ``--overlap-grad-reduce``, ``--overlap-param-gather`` (needs the distributed
   optimizer or Megatron-FSDP), ``--tp-comm-overlap`` (needs ``--sequence-parallel``).
 
@@ -210,6 +212,11 @@ def _memory_args(f: Facts) -> tuple[list[str], list[str]]:
         args += ["--recompute-granularity", "selective", "--recompute-modules", *modules]
     if cfg.attention == "unfused":
         args += ["--attention-backend", "unfused"]
+    if not cfg.grad_reduce_in_fp32 and f.workload.precision != "fp32":
+        args.append("--grad-reduce-in-bf16")
+    if cfg.optimizer_moment_bytes == 2:
+        args += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16",
+                 "--exp-avg-sq-dtype", "bf16"]
     return args, notes
 
 
