@@ -37,6 +37,7 @@ MoE terms (each a small function below; no MoE-only parameter):
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -172,6 +173,33 @@ def moe_permute_elems_per_token(routed_per_token: float, hidden: int) -> float:
     return routed_per_token * 4 * hidden
 
 
+def expert_eager_elems_per_copy(model: ModelSpec) -> tuple[float, int, int]:
+    """(elements moved per routed token copy, kernels per local expert, kernels per layer) of the
+    eager PyTorch passes Megatron-Core's ``TEGroupedMLP`` runs around its grouped GEMMs (its
+    path without TransformerEngine's op fuser, the one Megatron-Bridge's GPT-OSS benchmarks
+    take on every system but GB200/GB300 with MXFP8 from 26.06):
+
+    * a clamped GLU (``ModelSpec.glu_clamp``): ``weighted_bias_quick_geglu_impl``
+      (``megatron/core/fusions/fused_bias_geglu.py``) clamps the two halves of the FC1 output
+      with two eager ``clamp`` calls (each reads f, writes f) and joins them with ``torch.cat``
+      (reads 2f, writes 2f) before the compiled activation kernel: 8f per copy, 3 kernels;
+    * expert biases (``MoESpec.expert_bias``): FC2 is built with ``skip_bias_add`` and
+      ``_apply_bias`` (``megatron/core/transformer/moe/experts.py``) adds bias x router
+      probability per local expert in a Python loop (``b * p`` writes h, the add reads 2h and
+      writes h) and concatenates the results (reads h, writes h): 6h per copy, 2 kernels per
+      local expert and the ``torch.cat``.
+    """
+    moe = model.moe
+    elems, per_expert, per_layer = 0.0, 0, 0
+    if model.glu_clamp is not None and model.glu:
+        elems += 8 * moe.expert_ffn_hidden
+        per_layer += 3
+    if moe.expert_bias:
+        elems += 6 * model.hidden_size
+        per_expert, per_layer = per_expert + 2, per_layer + 1
+    return elems, per_expert, per_layer
+
+
 def router_bytes_per_token(num_experts: int) -> float:
     """HBM bytes per token of the router's memory-bound kernels: the E logits in fp32 written
     by the router GEMM epilogue, read by the score function (softmax or sigmoid) which writes E
@@ -214,6 +242,7 @@ def _elementwise_bytes(model: ModelSpec, layer: int, sh: Shard) -> float:
         ffn += moe.num_shared_experts * (3 if model.glu else 2) * (
             moe.shared_ffn_hidden or moe.expert_ffn_hidden) / t
         ffn += moe_permute_elems_per_token(routed, h)
+        ffn += routed * expert_eager_elems_per_copy(model)[0] / sh.etp
         router = router_bytes_per_token(moe.num_experts) / t  # router sees tokens/tp
     else:
         ffn = (3 if model.glu else 2) * model.ffn_hidden_size / t
@@ -235,6 +264,9 @@ def layer_work(model: ModelSpec, layer: int, sh: Shard) -> LayerWork:
         gemms += mlp_gemms(model.hidden_size, model.ffn_hidden_size, model.glu, sh.tokens, sh.tp)
     attn, head_dim = attention_core_flops(model, layer, sh)
     kernels = 14 + (6 if sh.unfused_attention else 0) + (8 if model.is_moe_layer(layer) else 0)
+    if model.is_moe_layer(layer):
+        _, per_expert, per_layer = expert_eager_elems_per_copy(model)
+        kernels += per_layer + per_expert * math.ceil(model.moe.num_experts / sh.ep)
     return LayerWork(gemms=gemms, attn_flops=attn, attn_head_dim=head_dim,
                      attn_unfused=sh.unfused_attention,
                      elementwise_bytes=_elementwise_bytes(model, layer, sh), kernels=kernels)

@@ -149,6 +149,9 @@ class ModelSpec:
     mla: MLASpec | None = None
     sliding_window: int | None = None
     sliding_layers: tuple[bool, ...] = ()
+    # GLU whose two halves are clamped at +-glu_clamp before the activation (GPT-OSS: HF
+    # ``swiglu_limit`` 7.0); None: a plain GLU
+    glu_clamp: float | None = None
     mtp_layers: int = 0  # DeepSeek multi-token-prediction modules, counted apart from the total
     # Output-gated attention (Qwen3-Next, Qwen3.5): q_proj also emits a sigmoid gate per head
     # and channel, so it is twice as wide.

@@ -108,6 +108,15 @@ def test_gpt_oss_sliding_layers_and_biases() -> None:
     assert model.window(0) == 128 and model.window(1) is None
     assert model.qkv_bias and model.attn_out_bias
     assert model.moe.expert_bias and model.moe.router_bias and model.moe.top_k == 4
+    assert model.glu_clamp == 7.0  # HF swiglu_limit
+    assert load_model("qwen3-30b-a3b").glu_clamp is None
+
+
+def test_gpt_oss_swiglu_limit_must_be_a_positive_number() -> None:
+    data = json.loads((FIXTURES / "gpt-oss-20b.json").read_text())
+    for bad in ("7", 0, -1.0, True):
+        with pytest.raises(SpecError, match="swiglu_limit"):
+            model_from_hf_config({**data, "swiglu_limit": bad}, "gpt-oss.json")
 
 
 def test_preset_lookup_is_case_insensitive() -> None:

@@ -199,3 +199,18 @@ def test_mtp_memory_on_the_last_stage_matches_its_parameter_count():
     assert mtp.stage_memory[1].logits_bytes == pytest.approx(
         2 * plain.stage_memory[1].logits_bytes)
     assert mtp.stage_memory[1].activations_bytes > plain.stage_memory[1].activations_bytes
+
+
+def test_gpt_oss_eager_expert_passes_are_priced_exactly():
+    """GPT-OSS's clamped GLU (two eager clamps and a cat over the FC1 output, 8f per routed
+    copy) and its FC2 expert bias (b * p, the add and the cat, 6h per routed copy, two kernels
+    per local expert and one cat) are the only difference to the same model without them."""
+    oss = load_model("gpt-oss-120b")
+    plain = replace(oss, glu_clamp=None, moe=replace(oss.moe, expert_bias=False))
+    sh = _shard(tokens=4096, ep=8)
+    a, b = layer_work(oss, 0, sh), layer_work(plain, 0, sh)
+    routed = oss.moe.top_k * sh.tokens
+    extra = routed * (8 * oss.moe.expert_ffn_hidden + 6 * oss.hidden_size) * ACT_BYTES
+    assert a.elementwise_bytes - b.elementwise_bytes == pytest.approx(extra)
+    assert a.kernels - b.kernels == 3 + 2 * (oss.moe.num_experts // 8) + 1
+    assert a.gemms == b.gemms

@@ -91,6 +91,13 @@ class _Config:
             raise self.error(key, limit.expected(), value)
         return value
 
+    def positive(self, key: str) -> float:
+        """The positive number at ``key``."""
+        value = self.data.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise self.error(key, "a number > 0", value)
+        return float(value)
+
     def flag(self, key: str, default: bool) -> bool:
         value = self.data.get(key)
         if value is None:
@@ -305,7 +312,10 @@ def _deepseek_v32(c: _Config) -> dict[str, Any]:
 def _gpt_oss(c: _Config) -> dict[str, Any]:
     """modeling_gpt_oss.py: every layer MoE with biased experts and router; alternating
     sliding/full attention from ``layer_types``."""
-    return _llama(c) | dict(moe=_moe(c, "intermediate_size", expert_bias=True, router_bias=True))
+    kw = _llama(c) | dict(moe=_moe(c, "intermediate_size", expert_bias=True, router_bias=True))
+    if c.has("swiglu_limit"):
+        kw["glu_clamp"] = c.positive("swiglu_limit")
+    return kw
 
 
 def _gpt2(c: _Config) -> dict[str, Any]:

@@ -114,6 +114,9 @@ class ModelFile(BaseModel):
                                           "tokens (null: full causal attention).")
     sliding_layers: list[bool] | None = Field(None, description="Per layer: uses the "
                                                  "sliding window (default: every layer).")
+    glu_clamp: float | None = Field(None, gt=0, description="The GLU's halves are clamped at "
+                                    "+-this value before the activation (GPT-OSS: 7.0; null: "
+                                    "none).")
     mtp_layers: int = Field(0, ge=0, description="DeepSeek multi-token-prediction modules.")
     attn_gate: bool = Field(False, description="Output-gated attention (q_proj twice as wide: "
                             "Qwen3-Next, Qwen3.5).")
