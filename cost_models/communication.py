@@ -171,8 +171,7 @@ def dedup_dispatch_s(view: GroupView, tokens: float, top_k: int, num_experts: in
         table = measured_s(view, "all_to_all", tokens * to_gpus * bytes_per_token, prof)
         if table is not None:
             return table
-    k = view.members_per_domain
-    domains = max(1, math.ceil(n / k))
+    k, domains = view.members_per_domain, view.num_domains
     lat_f, bw_f = prof.op_factors("all_to_all")
     t_intra = t_inter = 0.0
     if view.intra is not None:  # each GPU copy but the one already on the receiving GPU

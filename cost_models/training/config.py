@@ -221,7 +221,8 @@ class TrainingConfig:
     def options_dict(self) -> dict:
         """The training options as plain data (every field but ``degrees``; ``moe_a2a_overlap``,
         ``dp_shares``, ``low_precision_shard``, ``fused_cross_entropy``, ``moe_dispatcher``,
-        ``grad_reduce_in_fp32`` and ``optimizer_moment_bytes`` only when not their defaults, so that plans written before them read and hash alike)."""
+        ``grad_reduce_in_fp32`` and ``optimizer_moment_bytes`` only when not their defaults,
+        so that plans written before them read and hash alike)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "degrees"}
         for name, default in (("low_precision_shard", True), ("fused_cross_entropy", False),
                               ("moe_dispatcher", "alltoall"), ("grad_reduce_in_fp32", True),
