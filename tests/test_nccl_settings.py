@@ -141,7 +141,7 @@ def test_new_fields_round_trip_through_the_plan_inputs():
 def test_presets_write_no_new_keys(name):
     """Specs without the new fields give the same plan inputs as before (byte-identical)."""
     text = json.dumps(cluster_to_plain(load_cluster_preset(name)))
-    for key in ("gid_index", "ifname", "rdma_island"):
+    for key in ("gid_index", "ifname", "rdma_island", "nccl_topo_file"):
         assert key not in text
 
 
@@ -569,3 +569,94 @@ def test_nccl_settings_are_deterministic_and_notes_name_the_socket_groups():
         assert any("NVIDIA/nccl#878" in n for n in first.notes)
         assert any(n.startswith("  node_rank 4 (roce): ") and "NCCL_IB_GID_INDEX=3" in n
                    for n in first.notes)
+
+
+# --- an NCCL topology XML on the nodes (NCCL_TOPO_FILE) --------------------------------------
+
+TOPO_FILE = "/opt/microsoft/ndv5-topo.xml"
+
+
+def topo_spec() -> dict:
+    """The example with an NCCL topology XML on the RoCE nodes only (as VMs would have)."""
+    spec = example_spec()
+    spec["node_groups"][2]["nccl_topo_file"] = TOPO_FILE
+    return spec
+
+
+@lru_cache(maxsize=None)
+def topo_plan() -> Plan:
+    return _plan(cluster_from_dict(topo_spec()), tp=8, dp=8)
+
+
+def _topo_env(want: dict) -> dict[str, str]:
+    return dict(expected_env(want), **({"NCCL_TOPO_FILE": TOPO_FILE}
+                                       if want["host"].startswith("roce") else {}))
+
+
+@pytest.mark.parametrize("path", [*HOSTILE_NAMES, "relative/topo.xml", "/a b.xml", "/x;y",
+                                  "/" + "a" * 255])
+def test_hostile_nccl_topo_files_are_refused_by_the_spec(path):
+    spec = topo_spec()
+    spec["node_groups"][2]["nccl_topo_file"] = path
+    with pytest.raises(ValidationError) as raised:
+        cluster_from_dict(spec)
+    assert raised.value.errors()[0]["loc"][-1] == "nccl_topo_file"
+
+
+def test_nccl_topo_file_reaches_only_its_groups_nodes_in_every_launcher(sandbox, tmp_path):
+    p = topo_plan()
+    assert [e.get("topo_file") for e in p.fabric["nodes"]] == [None] * 4 + [TOPO_FILE] * 2 + [
+        None] * 2
+    assert cluster_to_plain(p.cluster())["node_groups"][2]["nccl_topo_file"] == TOPO_FILE
+    # the rest of the section is the example's, key for key
+    assert [{k: v for k, v in e.items() if k != "topo_file"} for e in p.fabric["nodes"]] == \
+        example_plan().fabric["nodes"]
+    nodes = _expected_nodes()
+    files = emit("torchrun", p)
+    script = tmp_path / "launch_torchrun.sh"
+    script.write_text(files["launch_torchrun.sh"])
+    for node_rank, want in enumerate(nodes):
+        proc, rec = sandbox(["bash", str(script), str(node_rank)])
+        assert proc.returncode == 0, proc.stderr
+        assert _nccl(rec["env"]) == _topo_env(want)
+    sbatch = tmp_path / "planner.sbatch"
+    sbatch.write_text(emit("slurm", p)["planner.sbatch"])
+    for want in nodes:
+        proc, rec = sandbox(["bash", str(sbatch)], SLURMD_NODENAME=want["host"])
+        assert proc.returncode == 0, proc.stderr
+        assert _nccl(rec["env"]) == _topo_env(want)
+    args = [k8s_unescape(a) for a in _container(_k8s(p), "Worker")["args"]]
+    at = args.index("--no-python")
+    for want in nodes[1:]:
+        proc, rec = sandbox(["bash", "-c", args[at + 3], "x", "train.py"], LOCAL_RANK="0",
+                            PLANNER_K8S_NODE=want["host"])
+        assert proc.returncode == 0, proc.stderr
+        assert rec["env"].get("NCCL_TOPO_FILE") == _topo_env(want).get("NCCL_TOPO_FILE")
+
+
+@pytest.mark.parametrize("edit", [
+    lambda f: f["nodes"][4].__setitem__("topo_file", "/opt/$(id).xml"),   # hostile
+    lambda f: f["nodes"][4].__setitem__("topo_file", "/opt/other.xml"),   # not the spec's
+    lambda f: f["nodes"][0].__setitem__("topo_file", TOPO_FILE),          # a node without one
+    lambda f: f["nodes"][4].pop("topo_file")])                            # dropped
+def test_hand_edited_topo_files_are_refused(edit):
+    p = _edited(topo_plan(), edit)
+    with pytest.raises(InvalidPlanError):
+        validate_plan(p)
+    with pytest.raises(ValueError, match="fabric"):
+        emit("torchrun", p)
+
+
+def test_a_topo_file_alone_gives_a_fabric_section():
+    spec = {"name": "vm", "node_groups": [{
+        "name": "nd", "count": 2, "gpu": "H100", "gpus_per_node": 8, "fabric": "nvswitch",
+        "nccl_topo_file": TOPO_FILE, "nics": [{"count": 8, "gbps": 400, "transport": "ib"}]}],
+        "network": {"tiers": [{"name": "leaf", "nodes_per_switch": 2}]}}
+    p = _plan(cluster_from_dict(spec), tp=8, dp=2, gb=16)
+    assert [nccl_env_of(e) for e in p.fabric["nodes"]] == [
+        {"NCCL_NET": "IB", "NCCL_TOPO_FILE": TOPO_FILE}] * 2
+
+
+def nccl_env_of(entry: dict) -> dict[str, str]:
+    from planner.plan.fabric import nccl_env
+    return dict(nccl_env(entry))

@@ -319,6 +319,34 @@ def test_oversized_input_is_refused(tmp_path):
     assert "at most 16 MiB" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+def test_nccl_topo_file_goes_to_every_group_and_an_xml_without_it_gets_a_note(tmp_path):
+    bare = import_topology(NDV5)
+    assert "nccl_topo_file" not in bare.spec["node_groups"][0]
+    assert any("--nccl-topo-file" in n and "NCCL_TOPO_FILE" in n for n in bare.notes)
+    assert not any("--nccl-topo-file" in n for n in import_topology(H100).notes)
+    path = "/opt/microsoft/ndv5-topo.xml"
+    out = tmp_path / "spec.yaml"
+    result = invoke("topo", "import", str(NDV5), "--nodes", "2", "--nccl-topo-file", path,
+                    "--out", str(out))
+    assert result.exit_code == 0, result.stderr
+    assert "--nccl-topo-file" not in result.stderr  # given: no note
+    assert [g.nccl_topo_file for g in load_cluster(str(out)).node_groups] == [path]
+    slurm = import_topology(SLURM, options=ImportOptions(nccl_topo_file=path))
+    groups = slurm.spec["node_groups"]
+    assert groups and all(g["nccl_topo_file"] == path for g in groups)
+
+
+@pytest.mark.parametrize("path", ["relative/topo.xml", "/opt/a b.xml", "/opt/$(id).xml",
+                                  "/opt/x;y.xml", "/" + "a" * 255, "/opt/'q'.xml", "/"])
+def test_hostile_nccl_topo_file_option_exits_2(tmp_path, path):
+    out = tmp_path / "spec.yaml"
+    result = invoke("topo", "import", str(NDV5), "--nccl-topo-file", path, "--out", str(out))
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--nccl-topo-file" in lines[0] and "absolute path" in lines[0]
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("args, field", [
     (["--gpu", "NOPE"], "--gpu"), (["--nic-gbps", "0"], "--nic-gbps"),
     (["--format", "slurm", "--nodes", "9"], None), (["--transport", "carrier-pigeon"], None)])

@@ -44,6 +44,9 @@ FABRICS = ("nvswitch", "nvlink", "pcie", "xgmi", "host")
 DEVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 IFNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,14}")
 ISLAND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+# An NCCL topology XML on the nodes (NCCL_TOPO_FILE): an absolute path of letters, digits and
+# _ . - / only (no spaces, quotes, ``$`` or other shell characters), at most 255 characters.
+TOPO_FILE = re.compile(r"/[A-Za-z0-9_./-]{1,254}")
 
 # NCCL_IB_GID_INDEX written for RoCE NICs whose spec gives none. NCCL's own default is -1
 # (pick a RoCE v2 GID by itself) since 2.21 and 0 (a RoCE v1 link-local GID) before (NCCL
@@ -123,8 +126,12 @@ class NodeGroup:
     hosts: tuple[str, ...] = ()  # host names, one per node; () = "<name>-<index>"
     price_per_gpu_hour: float | None = None  # what one GPU costs per hour (None: not given)
     rdma_island: str | None = None  # RDMA network of the nodes (None: their class's default)
+    nccl_topo_file: str | None = None  # NCCL topology XML on every node (NCCL_TOPO_FILE)
 
     def __post_init__(self) -> None:
+        if self.nccl_topo_file is not None and not TOPO_FILE.fullmatch(self.nccl_topo_file):
+            raise ValueError(f"node group '{self.name}': nccl_topo_file {self.nccl_topo_file!r}: "
+                             f"an absolute path of letters, digits and _ . - / only")
         if self.rdma_island is not None and not ISLAND_NAME.fullmatch(self.rdma_island):
             raise ValueError(f"node group '{self.name}': rdma_island {self.rdma_island!r}: "
                              f"letters, digits and _ . - only")

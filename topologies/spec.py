@@ -23,8 +23,8 @@ from typing import Any, Literal, Mapping, Sequence, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from topologies.catalog import GB, INLINE_CONFIDENCE, GpuSpec, UnknownGpuError, get_gpu
-from topologies.cluster import (DEVICE_NAME, IFNAME, ISLAND_NAME, RDMA_TRANSPORTS, Cluster,
-                                NetworkTier, Nic, NodeGroup)
+from topologies.cluster import (DEVICE_NAME, IFNAME, ISLAND_NAME, RDMA_TRANSPORTS, TOPO_FILE,
+                                Cluster, NetworkTier, Nic, NodeGroup)
 from topologies.devices import DeviceSpec, gpu_spec_of
 from topologies.limits import (CLUSTER_GPUS, CLUSTER_NODES, GPUS_PER_NODE, NICS_PER_NODE,
                                PROCESSES_PER_HOST, Limit)
@@ -160,6 +160,11 @@ class NodeGroupSpec(_Strict):
         "no RDMA path between them (their communicators fall back to TCP sockets); default: "
         "one island per transport (every ib group reaches every other ib group, every roce "
         "group every roce group).")
+    nccl_topo_file: str | None = Field(
+        default=None, description="Path, on every node of the group, of an NCCL topology XML "
+        "that NCCL must load (NCCL_TOPO_FILE): for virtual machines whose PCI topology NCCL "
+        "cannot see, e.g. Azure ND H100 v5's /opt/microsoft/ndv5-topo.xml. An absolute path "
+        "of letters, digits and _ . - / only.")
 
     @field_validator("count", "nvlink_domain_nodes")
     @classmethod
@@ -180,6 +185,14 @@ class NodeGroupSpec(_Strict):
             raise ValueError(f"an island name of letters, digits and _ . - (at most 64): "
                              f"got {island!r}")
         return island
+
+    @field_validator("nccl_topo_file")
+    @classmethod
+    def _safe_topo_file(cls, path: str | None) -> str | None:
+        if path is not None and not TOPO_FILE.fullmatch(path):
+            raise ValueError(f"an absolute path of letters, digits and _ . - / (at most 255, "
+                             f"no spaces or shell characters): got {path!r}")
+        return path
 
     @model_validator(mode="after")
     def _fabric_names_fit(self) -> NodeGroupSpec:
@@ -286,7 +299,7 @@ class NodeGroupSpec(_Strict):
                          self.fabric, self.intra_bw_bytes_per_s(), latency_us * 1e-6,
                          tuple(n.to_nic() for n in self.nics), self.nvlink_domain_nodes,
                          tuple(self.hosts or ()), self.price_per_gpu_hour,
-                         rdma_island=self.rdma_island)
+                         rdma_island=self.rdma_island, nccl_topo_file=self.nccl_topo_file)
 
 
 class NetworkTierSpec(_Strict):

@@ -210,11 +210,15 @@ def topo_import(
         help="Line rate of one NIC, Gbit/s, when the file does not say (default 400).")] = None,
     transport: Annotated[Optional[Transport], typer.Option(
         help="NIC transport when the file does not say (default ib).")] = None,
+    nccl_topo_file: Annotated[Optional[str], typer.Option(
+        help="Path of an NCCL topology XML on every node: launch files then set "
+        "NCCL_TOPO_FILE to it (virtual machines).")] = None,
     out: Annotated[Optional[Path], typer.Option(
         help="Write the cluster YAML here (default: print it).")] = None,
 ) -> None:
     """Turn a topology file into a cluster YAML; what was assumed goes to stderr."""
-    options = ImportOptions(gpu, nodes, nic_gbps, transport.value if transport else None)
+    options = ImportOptions(gpu, nodes, nic_gbps, transport.value if transport else None,
+                            nccl_topo_file=nccl_topo_file)
     imported = import_topology(file, input_format.value, options)
     for note in imported.notes:
         typer.echo(f"note: {note}", err=True)

@@ -39,6 +39,7 @@ from planner.inputs.documents import (MAX_NESTING, bad_value_error, check_docume
                                       check_yaml_text, parse_yaml, yaml_loader_for)
 from planner.inputs.limits import CLUSTER_NODES, TOPOLOGY_FILE_BYTES, check
 from topologies.catalog import UnknownGpuError, get_gpu
+from topologies.cluster import TOPO_FILE
 from topologies.spec import cluster_from_dict
 from topologies.standard import LEAF_GPUS, node_type_for
 
@@ -80,6 +81,7 @@ class ImportOptions:
     nic_gbps: float | None = None
     transport: str | None = None
     name: str | None = None
+    nccl_topo_file: str | None = None  # where the nodes keep an NCCL topology XML
 
 
 @dataclass
@@ -118,8 +120,22 @@ def import_topology(path: str | Path, fmt: str = "auto",
     imported = parser(text, source, options)
     imported.format, imported.source = fmt, source
     imported.spec = {"name": options.name or _name_from(source), **imported.spec}
+    _topo_file(imported, options)
     _validate(imported.spec, source)
     return imported
+
+
+def _topo_file(imported: Imported, options: ImportOptions) -> None:
+    """Every node group gets ``--nccl-topo-file``; an NCCL XML without it gets a note (NCCL
+    reads the XML only where NCCL_TOPO_FILE names it, and only the user knows that path)."""
+    if options.nccl_topo_file is not None:
+        for group in imported.spec["node_groups"]:
+            group["nccl_topo_file"] = options.nccl_topo_file
+    elif imported.format == "nccl-xml":
+        imported.notes.append("NCCL loads a topology XML only where NCCL_TOPO_FILE names it "
+                              "(virtual machines whose PCI tree hides the GPU-NIC layout need "
+                              "it): pass --nccl-topo-file /path/on/the/nodes so the launch "
+                              "files set it")
 
 
 def read_topology_text(path: str | Path) -> str:
@@ -866,6 +882,9 @@ def _check_options(options: ImportOptions) -> None:
     if options.transport is not None and options.transport not in TRANSPORTS:
         raise SpecError(OPTIONS_SOURCE, "--transport", f"one of {', '.join(TRANSPORTS)}",
                         got=options.transport)
+    if options.nccl_topo_file is not None and not TOPO_FILE.fullmatch(options.nccl_topo_file):
+        raise SpecError(OPTIONS_SOURCE, "--nccl-topo-file", "an absolute path of letters, "
+                        "digits and _ . - / only (at most 255)", got=options.nccl_topo_file)
 
 
 def _catalog_name(gpu: str) -> str:

@@ -289,6 +289,8 @@ def cluster_to_plain(cluster: Cluster) -> dict[str, Any]:
             groups[-1]["price_per_gpu_hour"] = g.price_per_gpu_hour
         if g.rdma_island is not None:
             groups[-1]["rdma_island"] = g.rdma_island
+        if g.nccl_topo_file is not None:
+            groups[-1]["nccl_topo_file"] = g.nccl_topo_file
     tiers = [{"name": t.name, "nodes_per_switch": t.nodes_per_switch,
               "oversubscription": t.oversubscription, "latency_us": t.latency_s * 1e6}
              for t in cluster.tiers]

@@ -19,6 +19,9 @@ and each node entry::
      "rank_hcas":      per LOCAL_RANK the devices of its rail, or null when the node's ranks
                        all use the same devices}
 
+plus ``"topo_file"`` (the node group's ``nccl_topo_file``: an NCCL topology XML on the node)
+only when the spec gives one, so plans without it keep their bytes.
+
 NCCL reads its NIC list once per process (``NCCL_IB_HCA``), so per-rank rails need a wrapper
 that sets it from ``LOCAL_RANK`` before the training process starts; the network (IB or
 Socket) is chosen per communicator (``topologies.cluster`` module docstring: the transport
@@ -31,7 +34,12 @@ rule). :func:`nccl_env` and :func:`rank_env` turn an entry into environment vari
   gives none);
 * ``NCCL_SOCKET_IFNAME``, also with ``=`` (exact interface names);
 * ``NCCL_NET``: ``IB`` on RDMA nodes (NCCL fails instead of silently running on sockets when
-  the HCAs cannot be opened), ``Socket`` and ``NCCL_IB_DISABLE=1`` on TCP-only nodes.
+  the HCAs cannot be opened), ``Socket`` and ``NCCL_IB_DISABLE=1`` on TCP-only nodes;
+* ``NCCL_TOPO_FILE``: an XML NCCL loads before detecting the topology, where the node group
+  names one. Virtual machines need it: their PCI tree hides which NIC sits by which GPU (Azure
+  ND H100 v5 ships ``/opt/microsoft/ndv5-topo.xml`` for this). planner points to the file the
+  nodes have rather than writing one: NCCL matches the XML's GPUs and NICs by PCI bus id,
+  which a cluster spec does not carry.
 
 Every name passed the spec's name rules (``topologies.cluster.DEVICE_NAME`` / ``IFNAME``); the
 checks here repeat them for plan files edited by hand, and the emitters quote every value.
@@ -43,16 +51,17 @@ from typing import Any
 import numpy as np
 
 from topologies.cluster import (DEFAULT_ROCE_GID_INDEX, DEVICE_NAME, IFNAME, ISLAND_NAME,
-                                Cluster, NodeGroup, runs_on_sockets)
+                                TOPO_FILE, Cluster, NodeGroup, runs_on_sockets)
 
 NODE_KEYS = ("gid_index", "hcas", "host", "node_group", "node_rank", "rank_hcas",
              "rdma_island", "socket_ifnames", "transport")
+OPTIONAL_KEYS = ("topo_file",)  # present only when set
 TRANSPORTS = ("ib", "roce", "tcp", "none")
 
 
 def describes_fabric(cluster: Cluster) -> bool:
     """Whether the cluster spec names any of its fabric (then plans carry the section)."""
-    return any(g.rdma_island is not None or any(
+    return any(g.rdma_island is not None or g.nccl_topo_file is not None or any(
         n.devices or n.ifname is not None or n.gid_index is not None for n in g.nics)
         for g in cluster.node_groups)
 
@@ -94,9 +103,12 @@ def _node_entry(cluster: Cluster, node: dict[str, Any], locals_: list[int]) -> d
     if transport == "roce":
         gid = next((n.gid_index for n in rdma if n.gid_index is not None),
                    DEFAULT_ROCE_GID_INDEX)
-    return {"node_rank": node["node_rank"], "host": node["host"], "node_group": group.name,
-            "transport": transport, "rdma_island": group.rdma_island, "hcas": ports,
-            "gid_index": gid, "socket_ifnames": socket_ifnames(group), "rank_hcas": rank_hcas}
+    entry = {"node_rank": node["node_rank"], "host": node["host"], "node_group": group.name,
+             "transport": transport, "rdma_island": group.rdma_island, "hcas": ports,
+             "gid_index": gid, "socket_ifnames": socket_ifnames(group), "rank_hcas": rank_hcas}
+    if group.nccl_topo_file is not None:
+        entry["topo_file"] = group.nccl_topo_file
+    return entry
 
 
 def fabric_section(cluster: Cluster, pool: Any) -> dict[str, Any] | None:
@@ -173,6 +185,8 @@ def nccl_env(entry: dict[str, Any]) -> list[tuple[str, str]]:
         env += [("NCCL_NET", "Socket"), ("NCCL_IB_DISABLE", "1")]
     if entry["socket_ifnames"] and transport != "none":
         env.append(("NCCL_SOCKET_IFNAME", exact_list(entry["socket_ifnames"])))
+    if entry.get("topo_file") is not None:
+        env.append(("NCCL_TOPO_FILE", entry["topo_file"]))
     return env
 
 
@@ -214,9 +228,14 @@ def _name_problems(where: str, names: Any, pattern, what: str) -> list[str]:
 def entry_problems(i: int, entry: Any, gpus: int | None = None) -> list[str]:
     """Shape and name checks of ``nodes[i]`` of a fabric section (no cluster needed)."""
     where = f"fabric.nodes[{i}]"
-    if not isinstance(entry, dict) or sorted(entry) != sorted(NODE_KEYS):
-        return [f"{where}: an object with keys {list(NODE_KEYS)}"]
+    if not isinstance(entry, dict) or sorted(set(entry) - set(OPTIONAL_KEYS)) != sorted(NODE_KEYS):
+        return [f"{where}: an object with keys {list(NODE_KEYS)} (and {list(OPTIONAL_KEYS)} "
+                f"where set)"]
     problems: list[str] = []
+    topo = entry.get("topo_file", "")
+    if "topo_file" in entry and not (isinstance(topo, str) and TOPO_FILE.fullmatch(topo)):
+        problems.append(f"{where}.topo_file: an absolute path of letters, digits and _ . - / "
+                        f"only")
     if entry["transport"] not in TRANSPORTS:
         problems.append(f"{where}.transport: one of {TRANSPORTS}, got {entry['transport']!r}")
     island = entry["rdma_island"]
@@ -255,8 +274,8 @@ def fabric_problems(section: Any, cluster: Cluster, pool: Any) -> list[str]:
         return problems
     expected = fabric_section(cluster, pool)
     if expected is None:
-        return ["fabric: the plan's cluster names no NIC devices, interfaces, GID indices or "
-                "RDMA islands, so the plan has no fabric section"]
+        return ["fabric: the plan's cluster names no NIC devices, interfaces, GID indices, "
+                "RDMA islands or NCCL topology files, so the plan has no fabric section"]
     mismatch = _node_mismatch("fabric.nodes", nodes, expected["nodes"])
     if mismatch:
         return mismatch
@@ -286,8 +305,8 @@ def serving_fabric_problems(section: Any, cluster: Cluster, pools: list[Any],
         return problems
     expected = serving_fabric_section(cluster, pools, instances)
     if expected is None:
-        return ["fabric: the plan's cluster names no NIC devices, interfaces, GID indices or "
-                "RDMA islands, so the plan has no fabric section"]
+        return ["fabric: the plan's cluster names no NIC devices, interfaces, GID indices, "
+                "RDMA islands or NCCL topology files, so the plan has no fabric section"]
     for k, (got, want) in enumerate(zip(section["pools"], expected["pools"])):
         for key in ("role", "socket_instances"):
             if got[key] != want[key]:
@@ -302,8 +321,8 @@ def serving_fabric_problems(section: Any, cluster: Cluster, pools: list[Any],
 def _node_mismatch(where: str, got: list[dict], want: list[dict]) -> list[str]:
     """The first node entry field of ``got`` that differs from ``want``'s ([] when none)."""
     for i, (e, w) in enumerate(zip(got, want)):
-        for key in NODE_KEYS:
-            if e[key] != w[key]:
-                return [f"{where}[{i}].{key} is {e[key]!r} but the plan's cluster and pool "
-                        f"give {w[key]!r}"]
+        for key in (*NODE_KEYS, *OPTIONAL_KEYS):
+            if e.get(key) != w.get(key):
+                return [f"{where}[{i}].{key} is {e.get(key)!r} but the plan's cluster and pool "
+                        f"give {w.get(key)!r}"]
     return []
