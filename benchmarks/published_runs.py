@@ -211,14 +211,28 @@ def _recompute(row: dict) -> str:
 # ``fused_crossentropy``), which keeps the logits and their gradient in bf16, and so does
 # Megatron-Bridge's TE cross-entropy (``cross_entropy_fusion_impl = "te"``, module docstring).
 TORCH_FSDP_SOURCES = ("github:mosaicml/llm-foundry", "github:pytorch/torchtitan")
+# The same two frameworks ran FlashAttention-2-generation attention kernels (``flash2``), which
+# are slower on Hopper than the cuDNN fused attention Megatron's Transformer Engine runs
+# (``cost_models.compute.FA2_ON_SM90_PLUS``): llm-foundry's MPT (2023) runs flash-attn 2.x or
+# its Triton flash kernel (``attn_impl``); torchtitan's Llama calls PyTorch SDPA, whose default
+# on H100 was the FLASH (FA2) backend: the cuDNN backend became opt-in again after 2.5
+# (pytorch/pytorch#138522, #138649), and torchtitan switched to cuDNN attention only in March
+# 2025 (pytorch/torchtitan#1000), after its paper's tables (arXiv 2410.06511, December 2024).
+FA2_SOURCES = TORCH_FSDP_SOURCES
 FUSED_CROSS_ENTROPY_SOURCES = ("github:mosaicml/llm-foundry", "github:NVIDIA-NeMo/Megatron-Bridge")
+
+
+def _attention(row: dict) -> str:
+    if era(row) == "2021":
+        return "unfused"
+    return "flash2" if row["source"].startswith(FA2_SOURCES) else "flash"
 
 
 def row_config(row: dict, micro_batch: int = 1) -> TrainingConfig:
     c, old = row["config"], era(row) == "2021"
     tp = c.get("tp") or 1
     sp = bool(c.get("seq_parallel")) if old or c.get("seq_parallel") is not None else tp > 1
-    return TrainingConfig(degrees=Degrees(tp=tp, pp=c.get("pp") or 1, dp=c.get("dp") or 1, cp=c.get("cp") or 1, ep=c.get("ep") or 1, etp=c.get("expert_tp") or (1 if c.get("ep") else None)), vpp=c.get("vpp") or 1, micro_batch=c.get("micro_batch") or micro_batch, recompute=_recompute(row), sequence_parallel=sp, zero=_zero(row), attention="unfused" if old else "flash", dropout=old, overlap_grad_reduce=not old, overlap_param_gather=not old, tp_comm_overlap="tp-comm-overlap" in str(c.get("overlap", "")), moe_a2a_overlap=_a2a_overlap(row), moe_dispatcher=_dispatcher(row), low_precision_shard=not row["source"].startswith(TORCH_FSDP_SOURCES), fused_cross_entropy=row["source"].startswith(FUSED_CROSS_ENTROPY_SOURCES), grad_reduce_in_fp32=not row["source"].startswith(MEGATRON_BRIDGE_SOURCE), optimizer_moment_bytes=_moment_bytes(row))
+    return TrainingConfig(degrees=Degrees(tp=tp, pp=c.get("pp") or 1, dp=c.get("dp") or 1, cp=c.get("cp") or 1, ep=c.get("ep") or 1, etp=c.get("expert_tp") or (1 if c.get("ep") else None)), vpp=c.get("vpp") or 1, micro_batch=c.get("micro_batch") or micro_batch, recompute=_recompute(row), sequence_parallel=sp, zero=_zero(row), attention=_attention(row), dropout=old, overlap_grad_reduce=not old, overlap_param_gather=not old, tp_comm_overlap="tp-comm-overlap" in str(c.get("overlap", "")), moe_a2a_overlap=_a2a_overlap(row), moe_dispatcher=_dispatcher(row), low_precision_shard=not row["source"].startswith(TORCH_FSDP_SOURCES), fused_cross_entropy=row["source"].startswith(FUSED_CROSS_ENTROPY_SOURCES), grad_reduce_in_fp32=not row["source"].startswith(MEGATRON_BRIDGE_SOURCE), optimizer_moment_bytes=_moment_bytes(row))
 
 
 def _a2a_overlap(row: dict) -> bool:

@@ -45,6 +45,15 @@ from cost_models.model_spec import ModelSpec
 from cost_models.profile import Profile
 
 ACT_BYTES = 2  # bf16/fp16 activations (Shard.elem_bytes scales everything for fp32)
+# FlashAttention-2-generation kernels (flash-attn 2.x, PyTorch SDPA's FLASH backend) on Hopper
+# and later GPUs, as a fraction of the speed of the kernels written for them (FlashAttention-3,
+# cuDNN fused attention, which Transformer Engine runs): FA2 uses neither TMA nor warpgroup MMA
+# and reaches about 35% of the H100 peak against FA3's 75% (Shah et al. 2024, FlashAttention-3,
+# abstract: FA3 is 1.5-2.0x FA2). The factor is one measurement, not a fit: PyTorch SDPA's
+# default (FA2) backend at 329 TFLOP/s against cuDNN's 631 and FA3's 632, causal forward, batch
+# 1, 24 heads, 4,608 tokens, head dim 128 on one H100 (pytorch/pytorch#142132, 2024-12-05).
+# On Ampere and older FA2 is the native kernel (factor 1).
+FA2_ON_SM90_PLUS = 329.483 / 631.338
 BWD_GEMM, BWD_ATTN, BWD_ELEM = 2.0, 2.5, 2.0  # backward / forward work (module docstring)
 
 
@@ -282,6 +291,15 @@ class GpuRates:
     fp8: bool = False
     elem_bytes: int = 2  # operand bytes (4 in fp32)
     gemm_scale: float = 1.0
+    attention_scale: float = 1.0  # fused attention speed relative to the GPU's native kernel
+
+
+def attention_kernel_scale(arch: str, attention: str) -> float:
+    """Speed of the ``attention`` kernels (``flash``: the GPU's native fused kernel; ``flash2``:
+    FlashAttention-2 generation) relative to the native one on a GPU of ``arch``."""
+    if attention == "flash2" and arch.startswith(("Hopper", "Blackwell")):
+        return FA2_ON_SM90_PLUS
+    return 1.0
 
 
 def gemm_time_s(g: Gemm, rates: GpuRates, prof: Profile) -> float:
@@ -317,7 +335,8 @@ def layer_forward_time(work: LayerWork, rates: GpuRates, prof: Profile) -> Layer
         eff = min(1.0, prof.gemm_efficiency * rates.gemm_scale) * n / (n + prof.gemm_half_dim)
         attn = work.attn_flops / (rates.peak_flops * eff)
     else:
-        attn = work.attn_flops / (rates.peak_flops * prof.attention_efficiency)
+        attn = work.attn_flops / (rates.peak_flops * prof.attention_efficiency
+                                  * rates.attention_scale)
     elem = work.elementwise_bytes / (rates.hbm_bytes_per_s * prof.hbm_efficiency)
     return LayerTime(gemm_s=gemm, attention_s=attn, elementwise_s=elem,
                      overhead_s=work.kernels * prof.kernel_overhead_s)

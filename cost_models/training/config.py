@@ -15,7 +15,7 @@ from cost_models.parallel import (ConfigError, Degrees, check_degrees, divides,
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 OPTIMIZERS = ("adam", "sgd")
-ATTENTION = ("flash", "unfused")
+ATTENTION = ("flash", "flash2", "unfused")
 MOE_DISPATCHERS = ("alltoall", "flex")
 DEGREE_KEYS = tuple(f.name for f in fields(Degrees))  # the keys of a flat (schema-1) config
 
@@ -98,8 +98,12 @@ class TrainingConfig:
     """One way to train: the parallel degrees plus the options only training has.
 
     ``zero``: 0 = plain data parallel, 1 = distributed optimizer (optimizer states sharded),
-    2 = also gradients, 3 = also weights (FSDP). ``attention``: ``flash`` (fused, no s^2
-    activations) or ``unfused`` (Megatron's 2021 softmax kernels, Korthikanti et al. 2022).
+    2 = also gradients, 3 = also weights (FSDP). ``attention``: ``flash`` (the GPU's native
+    fused kernel, no s^2 activations: FlashAttention-2 on Ampere, cuDNN/FlashAttention-3 on
+    Hopper and later), ``flash2`` (FlashAttention-2-generation kernels on any GPU, as flash-attn
+    2.x and PyTorch SDPA's default backend run on Hopper: slower there,
+    :data:`cost_models.compute.FA2_ON_SM90_PLUS`) or ``unfused`` (Megatron's 2021 softmax
+    kernels, Korthikanti et al. 2022).
     The overlap flags are the Megatron options of the same names. ``recompute="selective"``
     recomputes what is cheap and large: with unfused attention the attention core (Korthikanti
     et al. 2022, sec. 5); with flash attention, which keeps no s^2 tensors, the norms and

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from cost_models.compute import GpuRates, Shard
+from cost_models.compute import GpuRates, Shard, attention_kernel_scale
 from cost_models.groups import GroupViews, replica_node_groups
 from cost_models.model_spec import ModelSpec
 from cost_models.profile import Profile, gemm_efficiency_ratio
@@ -57,17 +57,19 @@ class StepContext:
         return self if rates == self.rates else replace(self, rates=rates)
 
 
-def gpu_rates(gpu: GpuSpec, workload: Workload, profile_gpu: GpuSpec | None = None) -> GpuRates:
+def gpu_rates(gpu: GpuSpec, workload: Workload, profile_gpu: GpuSpec | None = None,
+              attention: str = "flash") -> GpuRates:
     """``gpu``'s rates at the workload's precision (fp32 peak for fp32, else the bf16 peak;
     fp8 speeds GEMMs up in ``compute``); ``profile_gpu``: the GPU the profile is for, when it
     is another type (its GEMM efficiency relative to it:
-    :func:`cost_models.profile.gemm_efficiency_ratio`)."""
+    :func:`cost_models.profile.gemm_efficiency_ratio`); ``attention``: the configuration's
+    attention kernels (:func:`cost_models.compute.attention_kernel_scale`)."""
     peak = gpu.peak_flops_for("fp32" if workload.precision == "fp32" else "bf16")
     scale = (1.0 if profile_gpu is None or profile_gpu.name == gpu.name
              else gemm_efficiency_ratio(gpu.name, profile_gpu.name))
     return GpuRates(peak_flops=peak, hbm_bytes_per_s=gpu.hbm_bw_bytes_per_s,
                     fp8=workload.precision == "fp8", elem_bytes=workload.elem_bytes,
-                    gemm_scale=scale)
+                    gemm_scale=scale, attention_scale=attention_kernel_scale(gpu.arch, attention))
 
 
 def make_context(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: TrainingConfig,
@@ -75,12 +77,13 @@ def make_context(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: Tr
                  node_order: tuple[int, ...] | None = None) -> StepContext:
     """The context of ``cfg`` on ``cluster``: rates of its slowest GPU (:func:`gpu_rates`);
     with ``views`` (ranks placed by ``node_order``) also each stage's and replica's own."""
-    rates = gpu_rates(cluster.slowest_gpu, workload)
+    rates = gpu_rates(cluster.slowest_gpu, workload, attention=cfg.attention)
     replica_rates: tuple[tuple[GpuRates, ...], ...] = ()
     hbm: tuple[float, ...] = ()
     if views and len({g.gpu.name for g in cluster.node_groups}) > 1:
         groups = replica_node_groups(cluster, cfg.degrees, node_order)
-        by_group = [gpu_rates(g.gpu, workload, cluster.slowest_gpu) for g in cluster.node_groups]
+        by_group = [gpu_rates(g.gpu, workload, cluster.slowest_gpu, cfg.attention)
+                    for g in cluster.node_groups]
         replica_rates = tuple(tuple(by_group[g] for g in row) for row in groups)
         hbm = tuple(min(cluster.node_groups[g].gpu.hbm_bytes for g in row) for row in groups)
     d = cfg.degrees

@@ -240,6 +240,17 @@ class MoeDispatcher(str, Enum):
     flex = "flex"
 
 
+class Attention(str, Enum):
+    flash = "flash"
+    flash2 = "flash2"
+    unfused = "unfused"
+
+
+ATTENTION_HELP = ("Attention kernels: flash, the GPU's native fused kernel (Megatron/Transformer "
+                  "Engine: cuDNN on Hopper and later); flash2, FlashAttention-2 generation "
+                  "(flash-attn 2, PyTorch SDPA's default backend: torchtitan, FSDP trainers), "
+                  "about half as fast on Hopper and Blackwell; unfused softmax (2021 Megatron).")
+
 MOE_DISPATCHER_HELP = ("MoE token dispatcher (Megatron --moe-token-dispatcher-type): alltoall "
                        "sends every (token, expert) pair; flex (DeepEP) sends a token once per "
                        "destination GPU and, across nodes, once per node.")
@@ -281,6 +292,7 @@ def estimate(
         min=1, help="SlimPipe: sequence slices per micro-batch (1F1B, pp > 1).")] = 1,
     moe_dispatcher: Annotated[MoeDispatcher, typer.Option(
         help=MOE_DISPATCHER_HELP)] = MoeDispatcher.alltoall,
+    attention: Annotated[Attention, typer.Option(help=ATTENTION_HELP)] = Attention.flash,
     precision: Annotated[Precision, typer.Option(
         help="bf16/fp8: mixed precision; fp16: mixed precision with loss scaling (V100); "
              "fp32: plain fp32 (CPU jobs).")] = Precision.bf16,
@@ -304,7 +316,7 @@ def estimate(
                             recompute=recompute.value, recompute_layers=recompute_layers,
                             sequence_parallel=sequence_parallel, zero=zero,
                             zero_bubble=zero_bubble, seq_slices=seq_slices,
-                            moe_dispatcher=moe_dispatcher.value)
+                            moe_dispatcher=moe_dispatcher.value, attention=attention.value)
     profile = load_profile(hardware.slowest_gpu.name, calibration)
     result = auto_estimate(spec, hardware, workload, choice, profile)
     data = estimate_to_dict(result.estimate, result.chosen)
@@ -353,6 +365,7 @@ def solve(
         help="Allowed pipeline schedules (repeat the option); default all.")] = None,
     moe_dispatcher: Annotated[MoeDispatcher, typer.Option(
         help=MOE_DISPATCHER_HELP)] = MoeDispatcher.alltoall,
+    attention: Annotated[Attention, typer.Option(help=ATTENTION_HELP)] = Attention.flash,
     calibration: Annotated[Optional[Path], typer.Option(
         help="JSON overriding calibration parameters (see docs/calibration.md).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Write the best plan to this JSON file.")] = None,
@@ -386,7 +399,8 @@ def solve(
     profile = load_profile(hardware.slowest_gpu.name, calibration)
     space = SearchSpace(tp=tp, pp=pp, cp=cp, ep=ep, micro_batch=micro_batch,
                         schedules=tuple(s.value for s in schedule) if schedule else
-                        SearchSpace().schedules, moe_dispatcher=moe_dispatcher.value)
+                        SearchSpace().schedules, moe_dispatcher=moe_dispatcher.value,
+                        attention=attention.value)
     loads = None
     if expert_loads is not None:
         from planner.inputs.expert_loads import load_expert_loads

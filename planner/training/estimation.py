@@ -59,6 +59,7 @@ class ParallelChoice:
     zero_bubble: bool = False
     seq_slices: int = 1
     moe_dispatcher: str = "alltoall"
+    attention: str = "flash"
 
     @property
     def auto_fields(self) -> tuple[str, ...]:
@@ -115,7 +116,7 @@ def make_config(choice: ParallelChoice, num_gpus: int) -> TrainingConfig:
             recompute=choice.recompute, recompute_layers=choice.recompute_layers,
             sequence_parallel=sequence_parallel, zero=choice.zero,
             zero_bubble=choice.zero_bubble, seq_slices=choice.seq_slices,
-            moe_dispatcher=choice.moe_dispatcher)
+            moe_dispatcher=choice.moe_dispatcher, attention=choice.attention)
     except ValueError as err:
         raise _options_error(err) from None
 
