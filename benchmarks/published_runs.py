@@ -232,7 +232,20 @@ def row_config(row: dict, micro_batch: int = 1) -> TrainingConfig:
     c, old = row["config"], era(row) == "2021"
     tp = c.get("tp") or 1
     sp = bool(c.get("seq_parallel")) if old or c.get("seq_parallel") is not None else tp > 1
-    return TrainingConfig(degrees=Degrees(tp=tp, pp=c.get("pp") or 1, dp=c.get("dp") or 1, cp=c.get("cp") or 1, ep=c.get("ep") or 1, etp=c.get("expert_tp") or (1 if c.get("ep") else None)), vpp=c.get("vpp") or 1, micro_batch=c.get("micro_batch") or micro_batch, recompute=_recompute(row), sequence_parallel=sp, zero=_zero(row), attention=_attention(row), dropout=old, overlap_grad_reduce=not old, overlap_param_gather=not old, tp_comm_overlap="tp-comm-overlap" in str(c.get("overlap", "")), moe_a2a_overlap=_a2a_overlap(row), moe_dispatcher=_dispatcher(row), low_precision_shard=not row["source"].startswith(TORCH_FSDP_SOURCES), fused_cross_entropy=row["source"].startswith(FUSED_CROSS_ENTROPY_SOURCES), grad_reduce_in_fp32=not row["source"].startswith(MEGATRON_BRIDGE_SOURCE), optimizer_moment_bytes=_moment_bytes(row))
+    degrees = Degrees(tp=tp, pp=c.get("pp") or 1, dp=c.get("dp") or 1, cp=c.get("cp") or 1,
+                      ep=c.get("ep") or 1,
+                      etp=c.get("expert_tp") or (1 if c.get("ep") else None))
+    return TrainingConfig(
+        degrees=degrees, vpp=c.get("vpp") or 1, micro_batch=c.get("micro_batch") or micro_batch,
+        recompute=_recompute(row), sequence_parallel=sp, zero=_zero(row),
+        attention=_attention(row), dropout=old, overlap_grad_reduce=not old,
+        overlap_param_gather=not old,
+        tp_comm_overlap="tp-comm-overlap" in str(c.get("overlap", "")),
+        moe_a2a_overlap=_a2a_overlap(row), moe_dispatcher=_dispatcher(row),
+        low_precision_shard=not row["source"].startswith(TORCH_FSDP_SOURCES),
+        fused_cross_entropy=row["source"].startswith(FUSED_CROSS_ENTROPY_SOURCES),
+        grad_reduce_in_fp32=not row["source"].startswith(MEGATRON_BRIDGE_SOURCE),
+        optimizer_moment_bytes=_moment_bytes(row))
 
 
 def _a2a_overlap(row: dict) -> bool:
