@@ -22,15 +22,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterator
-
-import networkx as nx
+from typing import TYPE_CHECKING, Iterator
 
 from topologies.catalog import GB
 from topologies.cluster import Cluster, LinkTier, Nic, NodeGroup
 
 INTRA_TIER = {"nvswitch": "nvlink", "nvlink": "nvlink", "xgmi": "xgmi", "pcie": "pcie", "host": "host"}
 TRANSPORT_LABELS = {"ib": "IB", "roce": "RoCE", "tcp": "TCP"}
+
+if TYPE_CHECKING:  # networkx is imported where a graph is built (it costs 0.25 s at start-up)
+    import networkx as nx
 
 SwitchId = tuple[str, int, int, int]
 
@@ -146,6 +147,8 @@ def build_graph(cluster: Cluster, max_nodes: int | None = None) -> nx.Graph:
     ``max_nodes`` keeps only the first that many nodes (in rank order) for a quick look at a
     large cluster; a 2,048-node (16,384-GPU) cluster builds whole in a few seconds.
     """
+    import networkx as nx
+
     graph = nx.Graph(name=cluster.name)
     uplinks: dict = defaultdict(lambda: [0.0, 0])
     for node in _nodes(cluster, max_nodes):
@@ -161,6 +164,8 @@ def path_tier(graph: nx.Graph, rank_a: int, rank_b: int) -> LinkTier:
     Bandwidth: the smallest per-GPU share (``bw_bytes_per_s / gpus_sharing``) on the path;
     latency: the sum of edge latencies; name: the tier of the bottleneck edge.
     """
+    import networkx as nx
+
     path = nx.shortest_path(graph, ("gpu", rank_a), ("gpu", rank_b), weight="latency_s")
     edges = [graph.edges[u, v] for u, v in zip(path, path[1:])]
     neck = min(edges, key=lambda e: e["bw_bytes_per_s"] / e["gpus_sharing"])

@@ -36,8 +36,6 @@ from planner.training.estimation import (AUTO, DEFAULT_GPU, ClusterChoice, Paral
 from planner.inputs.clusters import OPTIONS_SOURCE
 from planner.inputs.limits import CLUSTER_NODES
 from planner.inputs.models import load_model, model_presets
-from planner.inputs.topo_import import ImportOptions, import_topology
-from planner.report.presets import render_gpu_catalog, render_model_presets
 from planner.report.estimate import render_estimate
 from planner.report.topo import render_presets, render_topology
 from topologies.catalog import gpu_catalog
@@ -162,6 +160,7 @@ NodesOpt = nodes_option("default 8")
 def presets(kind: Annotated[Optional[PresetKind], typer.Argument(
         help="Which registry to list; all three when left out.")] = None) -> None:
     """List the model presets, cluster presets and GPU types planner knows."""
+    from planner.report.presets import render_gpu_catalog, render_model_presets
     tables = {PresetKind.models: lambda: render_model_presets(model_presets()),
               PresetKind.clusters: lambda: render_presets(cluster_presets()),
               PresetKind.gpus: lambda: render_gpu_catalog(gpu_catalog())}
@@ -217,6 +216,7 @@ def topo_import(
         help="Write the cluster YAML here (default: print it).")] = None,
 ) -> None:
     """Turn a topology file into a cluster YAML; what was assumed goes to stderr."""
+    from planner.inputs.topo_import import ImportOptions, import_topology
     options = ImportOptions(gpu, nodes, nic_gbps, transport.value if transport else None,
                             nccl_topo_file=nccl_topo_file)
     imported = import_topology(file, input_format.value, options)

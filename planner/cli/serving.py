@@ -6,13 +6,11 @@ import json
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from cost_models.parallel import ConfigError
-from cost_models.serving.config import ServingWorkload, parse_pool
-from cost_models.serving.profile import serving_overrides
 from planner.cli.common import (ClusterOpt, GpuOpt, GpusPerNodeOpt, OutputFormat, nodes_option,
                                  print_report, up_to, within)
 from planner.errors import SpecError
@@ -20,14 +18,11 @@ from planner.files import write_atomic
 from planner.inputs.clusters import OPTIONS_SOURCE
 from planner.inputs.limits import SEQUENCE_TOKENS
 from planner.inputs.models import load_model
-from planner.inputs.request_lengths import load_request_lengths
-from planner.report.serving import render_serve, render_serve_estimate
-from planner.serving.afd import sensitivity
-from planner.serving.build import build_serving_plan
-from planner.serving.estimate import Calibration, Deployment, PoolSpec, estimate
-from planner.serving.search import cost_per_hour, search
-from planner.serving.why import afd_verdict, why
 from planner.training.estimation import ClusterChoice, load_profile, resolve_cluster
+
+if TYPE_CHECKING:  # the serving modules load when a serve command runs, not at start-up
+    from cost_models.serving.config import ServingWorkload
+    from planner.serving.estimate import Calibration
 
 DEFAULT_SERVE_GPU = "H100-SXM5-80GB"
 
@@ -93,6 +88,7 @@ serve_app = typer.Typer(help="Plan LLM serving deployments: colocated or prefill
 def _workload(isl, osl, rate, concurrency, ttft_ms, tpot_ms, precision, kv_dtype, prefix_hit,
               mtp, acceptance, ttft_percentile: float = 90.0, lengths=None,
               moe_imbalance: float = 1.0) -> ServingWorkload:
+    from cost_models.serving.config import ServingWorkload
     scv = {}
     if lengths is not None:
         (isl_mean, isl_scv), (osl_mean, osl_scv) = lengths.input_mean_scv, lengths.output_mean_scv
@@ -115,6 +111,8 @@ def _workload(isl, osl, rate, concurrency, ttft_ms, tpot_ms, precision, kv_dtype
 
 def _calibration(gpu_names: tuple[str, ...], path: Path | None) -> Calibration:
     """Default profiles of every GPU type, with the ``--calibration`` file applied to each."""
+    from cost_models.serving.profile import serving_overrides
+    from planner.serving.estimate import Calibration
     cal = Calibration.defaults(gpu_names)
     if path is None:
         return cal
@@ -159,6 +157,7 @@ def _hardware(cluster, gpu, nodes, gpus_per_node, spec=None, precision: str = "b
 
 
 def _plan_summary(c, wl: ServingWorkload, cluster) -> dict:
+    from planner.serving.search import cost_per_hour
     d = c.estimate.as_dict(wl)
     d["pools"] = [{**p.as_dict(), "gpu": p.gpu} for p in c.estimate.pools]
     cost = cost_per_hour(c.deployment, cluster)
@@ -202,6 +201,12 @@ def serve(
     --gpu (default H100) whose memory holds the weights twice over."""
     if ctx.invoked_subcommand is not None:
         return
+    from planner.inputs.request_lengths import load_request_lengths
+    from planner.report.serving import render_serve
+    from planner.serving.afd import sensitivity
+    from planner.serving.build import build_serving_plan
+    from planner.serving.search import search
+    from planner.serving.why import afd_verdict, why
     spec = load_model(model)
     hw, types = _hardware(cluster, gpu, nodes, gpus_per_node, spec, precision.value)
     sample = load_request_lengths(lengths) if lengths is not None else None
@@ -279,6 +284,7 @@ def _check_objective(objective: Objective, rate, types: tuple[str, ...], hw, clu
 
 def _ranked(result, objective: Objective, hw) -> list:
     """Every candidate of both modes, those meeting the targets first, best objective first."""
+    from planner.serving.search import cost_per_hour
     def value(c) -> float:
         if objective is Objective.per_dollar:
             return c.estimate.output_tokens_per_s / cost_per_hour(c.deployment, hw)
@@ -324,6 +330,8 @@ def _unmet_targets(best, wl: ServingWorkload, pareto, ttft_percentile: float, tt
 
 
 def _pool(text: str | None, option: str, role: str, gpu: str):
+    from cost_models.serving.config import parse_pool
+    from planner.serving.estimate import PoolSpec
     if text is None:
         return None
     try:
@@ -356,6 +364,9 @@ def serve_estimate(
     """Predict TTFT, TPOT, throughput and memory of one deployment. POOL is
     tp=..,pp=..,dp=..,ep=..,etp=..,batch=..,workers=.. (dp: attention-DP ranks per instance,
     batch: requests per attention rank)."""
+    from planner.inputs.request_lengths import load_request_lengths
+    from planner.report.serving import render_serve_estimate
+    from planner.serving.estimate import Deployment, estimate
     spec = load_model(model)
     hw, types = _hardware(cluster, gpu, nodes, gpus_per_node, one_type=True)
     g = hw.node_groups[0].gpu
