@@ -102,3 +102,16 @@ def test_estimate_and_solve_take_the_attention_kernels():
     plans = _cli_json("solve", "--gpu", "H100", "--attention", "flash2", "--top-k", "2",
                       *common)
     assert plans and all(p["training"]["options"]["attention"] == "flash2" for p in plans)
+
+
+def test_estimate_table_names_non_default_attention_kernels():
+    from typer.testing import CliRunner
+
+    from planner.cli.app import app
+    args = ["estimate", "--model", "llama-3.1-8b", "--gpu", "H100", "--nodes", "1", "--tp", "1"]
+    runner = CliRunner()
+    plain = runner.invoke(app, args, env={"COLUMNS": "80"})
+    fa2 = runner.invoke(app, [*args, "--attention", "flash2"], env={"COLUMNS": "80"})
+    assert plain.exit_code == fa2.exit_code == 0
+    assert "attention" not in plain.stdout.split("Step time")[0]
+    assert "· attention flash2" in fa2.stdout

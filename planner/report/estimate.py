@@ -59,6 +59,8 @@ def _header(est: Mapping[str, Any], cluster: Cluster, num_layers: int) -> Text:
                  f"{cfg['micro_batches']:,} micro-batches of {cfg['micro_batch']}\n")
     title.append(f"{work['precision']} · recompute {cfg['recompute']} · ZeRO-{cfg['zero']} · "
                  f"sequence parallel {'on' if cfg['sequence_parallel'] else 'off'}")
+    if cfg.get("attention", "flash") != "flash":  # the default kernels go unnamed
+        title.append(f" · attention {cfg['attention']}")
     chosen = est.get("chosen")
     if chosen:
         picked = ", ".join(f"{_CHOSEN_NAMES.get(k, k)} {v}" for k, v in chosen.items())
