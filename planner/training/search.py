@@ -8,8 +8,8 @@ is slower than the k-th best found is skipped unseen: it cannot enter the top k.
 that is visited:
 
 1. *Memory lower bound.* The tuple with its most frugal options (micro-batch 1, full
-   recompute, ZeRO-3) is checked first; if even that does not fit, every option of the tuple is
-   pruned unseen.
+   recompute, ZeRO-3, and SlimPipe's most slices where it is searched) is checked first; if
+   even that does not fit, every option of the tuple is pruned unseen.
 2. *Views.* The group views per stage (``cost_models.groups.stage_views``) are computed once
    and shared by all options of the tuple.
 3. *Options.* For each micro-batch size, interleaving depth and schedule (1F1B, interleaved,
@@ -254,8 +254,13 @@ def seq_slice_counts(cfg: TrainingConfig, workload: Workload) -> list[int]:
     return [k for k in SEQ_SLICES if workload.seq_len % (per_rank * k) == 0]
 
 
-def _frugal(d: Degrees) -> TrainingConfig:
-    return replace(base_config(d), recompute="full", zero=3)
+def _frugal(d: Degrees, workload: Workload, space: SearchSpace) -> TrainingConfig:
+    """The least memory any option of ``d`` needs: micro-batch 1, full recompute, ZeRO-3 and,
+    where SlimPipe is searched, its most slices (activations in flight fall with the slices)."""
+    cfg = replace(base_config(d), recompute="full", zero=3)
+    if d.pp > 1 and "slimpipe" in space.schedules:
+        cfg = replace(cfg, seq_slices=max(seq_slice_counts(cfg, workload), default=1))
+    return cfg
 
 
 def search(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
@@ -306,7 +311,7 @@ def search(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile
             f"parallelism, slimpipe also sequences of at least {SLIMPIPE_MIN_SEQ:,} tokens; "
             f"1f1b covers pp = 1)")
     if not ranked:
-        raise InfeasibleError(infeasible_reason(model, cluster, workload, prof, tuples))
+        raise InfeasibleError(infeasible_reason(model, cluster, workload, prof, tuples, space))
     return SearchResult(ranked, stats)
 
 
@@ -333,7 +338,7 @@ def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, pro
     when ``batch_shares`` and they are predicted faster), with the counts of options estimated
     and pruned by memory; None when the tuple's memory lower bound already does not fit (even
     with :func:`memory_split`'s layer split)."""
-    frugal = _frugal(d)
+    frugal = _frugal(d, workload, space)
     if (not memory_fits(model, cluster, workload, frugal, prof)
             and memory_split(model, cluster, workload, frugal, prof) is None):
         return None
@@ -417,7 +422,7 @@ def _nearest_consistent(model: ModelSpec, cluster: Cluster, workload: Workload) 
 
 
 def infeasible_reason(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
-                      tuples: list[Degrees]) -> str:
+                      tuples: list[Degrees], space: SearchSpace = SearchSpace()) -> str:
     """Which constraint binds when nothing fits: the least memory any configuration needs."""
     gib = 2**30
     if not tuples:
@@ -425,12 +430,16 @@ def infeasible_reason(model: ModelSpec, cluster: Cluster, workload: Workload, pr
                 f"GPUs with global batch {workload.global_batch:,} and sequence "
                 f"{workload.seq_len:,}: the data-parallel degree must divide the batch and TP "
                 f"the {model.num_heads} heads{_nearest_consistent(model, cluster, workload)}")
-    mem, d = min(((estimate_memory(model, cluster, workload, _frugal(d), prof), d) for d in tuples),
-                 key=lambda pair: pair[0].peak_bytes)
+    frugal = [_frugal(d, workload, space) for d in tuples]
+    mem, cfg = min(((estimate_memory(model, cluster, workload, f, prof), f) for f in frugal),
+                   key=lambda pair: pair[0].peak_bytes)
+    d = cfg.degrees
+    slices = f", {cfg.seq_slices} SlimPipe slices" if cfg.seq_slices > 1 else ""
     total_states = (mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes) * cluster.num_gpus
     return (f"{model.name} does not fit on {cluster.num_gpus} x {cluster.slowest_gpu.name}: the "
             f"most frugal configuration (tp={d.tp}, pp={d.pp}, cp={d.cp}, ep={d.ep}, full "
-            f"recompute, ZeRO-3, micro-batch 1) needs {mem.peak_bytes / gib:.1f} GiB per GPU, "
+            f"recompute, ZeRO-3, micro-batch 1{slices}) needs {mem.peak_bytes / gib:.1f} GiB "
+            "per GPU, "
             f"a GPU has {mem.capacity_bytes / gib:.1f} GiB (model states alone "
             f"{total_states / 2**40:.2f} TiB over the cluster's "
             f"{cluster.num_gpus * mem.capacity_bytes / 2**40:.2f} TiB)")
