@@ -92,11 +92,17 @@ def layout(row: dict) -> str:
     return " ".join(parts)
 
 
+# Shipped profile fields that are measured on GPU kernels, not fitted here: every refit keeps
+# their shipped values (cost_models/data/profiles.json; docs/calibration.md).
+MEASURED = ("attention_half_keys", "attention_half_tiles")
+
+
 def _profiles(params: dict) -> dict[str, Profile]:
     common = {k: v for k, v in params.items() if not k.startswith("gemm:")}
+    measured = {k: getattr(default_profile("H100-SXM5-80GB"), k) for k in MEASURED}
     out = {}
     for gpu, fam in FAMILIES.items():
-        out[gpu] = replace(Profile(), **common, gemm_efficiency=params[f"gemm:{fam}"])
+        out[gpu] = replace(Profile(), **measured, **common, gemm_efficiency=params[f"gemm:{fam}"])
     return out
 
 
@@ -157,7 +163,8 @@ def write_profiles(params: dict, loss: float, only: tuple[str, ...] = ()) -> Non
             if gpu == {"A100": "A100-SXM4-80GB", "H100": "H100-SXM5-80GB", "V100": "V100-SXM3-32GB",
                        "GB200": "GB200"}[fam]}
     data = json.loads(PROFILES_JSON.read_text())
-    data["common"] = {k: v for k, v in params.items() if not k.startswith("gemm:")}
+    fitted = {k: v for k, v in params.items() if not k.startswith("gemm:")}
+    data["common"] = {**fitted, **{k: data["common"][k] for k in MEASURED if k in data["common"]}}
     data["gpus"] = gpus
     data["arch_fallback"] = {
         "A100-SXM4-40GB": "A100-SXM4-80GB", "A100-PCIe-80GB": "A100-SXM4-80GB",

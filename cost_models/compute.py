@@ -48,12 +48,14 @@ ACT_BYTES = 2  # bf16/fp16 activations (Shard.elem_bytes scales everything for f
 # FlashAttention-2-generation kernels (flash-attn 2.x, PyTorch SDPA's FLASH backend) on Hopper
 # and later GPUs, as a fraction of the speed of the kernels written for them (FlashAttention-3,
 # cuDNN fused attention, which Transformer Engine runs): FA2 uses neither TMA nor warpgroup MMA
-# and reaches about 35% of the H100 peak against FA3's 75% (Shah et al. 2024, FlashAttention-3,
-# abstract: FA3 is 1.5-2.0x FA2). The factor is one measurement, not a fit: PyTorch SDPA's
-# default (FA2) backend at 329 TFLOP/s against cuDNN's 631 and FA3's 632, causal forward, batch
-# 1, 24 heads, 4,608 tokens, head dim 128 on one H100 (pytorch/pytorch#142132, 2024-12-05).
-# On Ampere and older FA2 is the native kernel (factor 1).
-FA2_ON_SM90_PLUS = 329.483 / 631.338
+# (Shah et al. 2024, FlashAttention-3, abstract: FA3 is 1.5-2.0x FA2). Measured, not fitted:
+# SDPA's FLASH backend against its CUDNN backend, causal forward + backward, bf16, 32 heads of
+# 128, 1k-32k tokens on an H200 (benchmarks/device/kernel_probe.py; time ratios 0.538, 0.557,
+# 0.575, 0.584, 0.587, 0.589 by length, benchmarks/results/device-h200-kernels/kernels.json):
+# the median. PyTorch's own report has 0.52 for the forward at 4,608 tokens on an H100
+# (pytorch/pytorch#142132). On Ampere and older FA2 is the native kernel (factor 1).
+FA2_ON_SM90_PLUS = 0.579
+ATTN_TILE_QUERIES = 128  # queries per tile of FlashAttention-2/3 and cuDNN at head dim 128
 BWD_GEMM, BWD_ATTN, BWD_ELEM = 2.0, 2.5, 2.0  # backward / forward work (module docstring)
 
 
@@ -78,6 +80,9 @@ class LayerWork:
     ``gemms``: weight GEMMs (sharded). ``attn_flops``: attention-core FLOPs actually computed.
     ``attn_unfused``: the core runs as batched GEMMs with s^2 scores in HBM.
     ``elementwise_bytes``: HBM traffic of memory-bound kernels. ``kernels``: launches.
+    ``attn_keys``: keys each query attends to in one fused-kernel call, on average, and
+    ``attn_tiles``: that call's 128-query tiles (the fused kernel's efficiency curve,
+    :func:`fused_attention_efficiency`; 0: not known, no curve).
     """
 
     gemms: tuple[Gemm, ...]
@@ -86,6 +91,8 @@ class LayerWork:
     attn_unfused: bool
     elementwise_bytes: float
     kernels: int
+    attn_keys: float = 0.0
+    attn_tiles: float = 0.0
 
     @property
     def gemm_flops(self) -> float:
@@ -276,9 +283,14 @@ def layer_work(model: ModelSpec, layer: int, sh: Shard) -> LayerWork:
     if model.is_moe_layer(layer):
         _, per_expert, per_layer = expert_eager_elems_per_copy(model)
         kernels += per_layer + per_expert * math.ceil(model.moe.num_experts / sh.ep)
+    # one fused-kernel call sees the keys of one context-parallel chunk (ring attention steps)
+    # and the queries of its micro-batch, local heads and chunk, in tiles of ATTN_TILE_QUERIES
+    keys = _attention_keys(model, layer, sh.seq_len, causal_skip=True) / sh.cp
+    tiles = sh.batch * model.num_heads / sh.tp * math.ceil(sh.seq_len / sh.cp / ATTN_TILE_QUERIES)
     return LayerWork(gemms=gemms, attn_flops=attn, attn_head_dim=head_dim,
                      attn_unfused=sh.unfused_attention,
-                     elementwise_bytes=_elementwise_bytes(model, layer, sh), kernels=kernels)
+                     elementwise_bytes=_elementwise_bytes(model, layer, sh), kernels=kernels,
+                     attn_keys=keys, attn_tiles=tiles)
 
 
 @dataclass(frozen=True)
@@ -300,6 +312,29 @@ def attention_kernel_scale(arch: str, attention: str) -> float:
     if attention == "flash2" and arch.startswith(("Hopper", "Blackwell")):
         return FA2_ON_SM90_PLUS
     return 1.0
+
+
+def fused_attention_efficiency(prof: Profile, keys: float, tiles: float = 0.0) -> float:
+    """Fraction of peak a fused attention kernel reaches when each query attends to ``keys``
+    keys on average and the call has ``tiles`` 128-query tiles:
+    ``attention_efficiency * keys / (keys + attention_half_keys) * tiles / (tiles +
+    attention_half_tiles)``.
+
+    Source: FlashAttention-2 and cuDNN fused attention (PyTorch SDPA), causal, bf16, forward +
+    backward, timed on an H200 (``benchmarks/device/kernel_probe.py``;
+    ``benchmarks/results/device-h200-kernels/``, 17 shapes per kernel: 1k-32k tokens, 128 to
+    8,192 tiles): both follow this curve within 3% (rms), with knees at 280 keys and 140 tiles
+    (cuDNN) and 340 keys and 148 tiles (FA2). The fixed work per query tile (loading Q, the
+    masked diagonal tile, the softmax statistics, writing O and, backward, dQ) does not shrink
+    with the keys that the tile streams; and a call of fewer tiles than about one per SM (the
+    H200 has 132) leaves SMs idle, as TP-sharded heads at micro-batch 1 make. A knee of 0 (or
+    ``keys``/``tiles`` unknown) leaves that factor out."""
+    eff = prof.attention_efficiency
+    if prof.attention_half_keys > 0 and keys > 0:
+        eff *= keys / (keys + prof.attention_half_keys)
+    if prof.attention_half_tiles > 0 and tiles > 0:
+        eff *= tiles / (tiles + prof.attention_half_tiles)
+    return eff
 
 
 def gemm_time_s(g: Gemm, rates: GpuRates, prof: Profile) -> float:
@@ -335,8 +370,8 @@ def layer_forward_time(work: LayerWork, rates: GpuRates, prof: Profile) -> Layer
         eff = min(1.0, prof.gemm_efficiency * rates.gemm_scale) * n / (n + prof.gemm_half_dim)
         attn = work.attn_flops / (rates.peak_flops * eff)
     else:
-        attn = work.attn_flops / (rates.peak_flops * prof.attention_efficiency
-                                  * rates.attention_scale)
+        attn = work.attn_flops / (rates.peak_flops * rates.attention_scale * (
+            fused_attention_efficiency(prof, work.attn_keys, work.attn_tiles)))
     elem = work.elementwise_bytes / (rates.hbm_bytes_per_s * prof.hbm_efficiency)
     return LayerTime(gemm_s=gemm, attention_s=attn, elementwise_s=elem,
                      overhead_s=work.kernels * prof.kernel_overhead_s)

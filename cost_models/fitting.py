@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from cost_models import communication as comm
-from cost_models.compute import Gemm, GpuRates, Shard, layer_forward_time, layer_work
+from cost_models.compute import (Gemm, GpuRates, Shard, fused_attention_efficiency,
+                                  layer_forward_time, layer_work)
 from cost_models.model_spec import ModelSpec
 from cost_models.profile import Profile
 from cost_models.compute import BWD_ATTN  # the step model's attention backward / forward
@@ -100,12 +101,26 @@ def attention_flops(batch: int, heads: int, seq: int, head_dim: int) -> float:
     return 2.0 * batch * seq * (seq / 2.0) * heads * 2 * head_dim
 
 
-def fit_attention(cases: Sequence[dict], peak_flops: float) -> float:
-    """Attention efficiency (fraction of ``peak_flops``) from causal forward + backward cases."""
-    rows = [(1 + BWD_ATTN) * attention_flops(c["batch"], c["heads"], c["seq"], c["head_dim"])
-            / (peak_flops * c["time_s"]) for c in cases]
-    inv_a = sum(rows) / sum(r * r for r in rows)  # least squares of rows * x = 1
-    return min(1.0, 1.0 / inv_a)
+# Knees tried for the attention curve (keys per query): none, then 8 to ~8k by factors of 1.25.
+ATTENTION_HALF_KEYS_GRID = (0.0, *(round(8 * 1.25 ** i, 1) for i in range(32)))
+
+
+def fit_attention(cases: Sequence[dict], peak_flops: float) -> tuple[float, float]:
+    """(``attention_efficiency``, ``attention_half_keys``) from causal forward + backward cases:
+    the curve of :func:`cost_models.compute.fused_attention_efficiency` (keys per query = s/2)
+    with the least squared relative residual; for each knee of
+    :data:`ATTENTION_HALF_KEYS_GRID` the efficiency is the least-squares one (capped at 1).
+    A knee of 0 (a constant efficiency) is on the grid, so the curve never fits worse."""
+    best = None
+    for half in ATTENTION_HALF_KEYS_GRID:
+        rows = [(1 + BWD_ATTN) * attention_flops(c["batch"], c["heads"], c["seq"], c["head_dim"])
+                * (c["seq"] / 2 + half) / (c["seq"] / 2) / (peak_flops * c["time_s"])
+                for c in cases]
+        inv_a = max(1.0, sum(rows) / sum(r * r for r in rows))  # rows * x = 1, x = 1/eff
+        sse = sum((r * inv_a - 1) ** 2 for r in rows)
+        if best is None or sse < best[0] - 1e-12:
+            best = (sse, 1.0 / inv_a, half)
+    return best[1], best[2]
 
 
 STREAM_MIN_BYTES = 48 * 2**20  # copies this large stream from memory on any CPU or GPU cache
@@ -330,10 +345,11 @@ def fit_all(raw: dict, tier: str = "host", elem_bytes: int = 4) -> CalibrationFi
     layer_cases = median_cases([r["layer"] for r in compute])
     copy_cases = median_cases([r["copy"] for r in compute])
     g = fit_gemm(gemm_cases)
-    attn_eff = fit_attention(attn_cases, g.peak_flops)
+    attn_eff, attn_half = fit_attention(attn_cases, g.peak_flops)
     bw = fit_bandwidth(copy_cases)
     prof = Profile(gemm_efficiency=g.efficiency, gemm_half_dim=g.half_dim,
-                   attention_efficiency=attn_eff, hbm_efficiency=1.0, kernel_overhead_s=0.0,
+                   attention_efficiency=attn_eff, attention_half_keys=attn_half,
+                   hbm_efficiency=1.0, kernel_overhead_s=0.0,
                    link_efficiency={tier: 1.0})
     rates = GpuRates(g.peak_flops, bw, False, elem_bytes)
     hbm_eff, overhead = fit_layer_overheads(layer_cases, rates, prof)
@@ -368,7 +384,7 @@ def _residuals(gemm_cases, attn_cases, layer_cases, copy_cases, comm_cases, g: G
         out.append(Residual("gemm", f"{c['m']}x{c['n']}x{c['k']}", c["time_s"], pred))
     for c in attn_cases:
         pred = (1 + BWD_ATTN) * attention_flops(c["batch"], c["heads"], c["seq"], c["head_dim"]) / (
-            g.peak_flops * prof.attention_efficiency)
+            g.peak_flops * fused_attention_efficiency(prof, c["seq"] / 2))
         out.append(Residual("attention", f"b{c['batch']} a{c['heads']} s{c['seq']} "
                                          f"d{c['head_dim']}", c["time_s"], pred))
     for c in layer_cases:

@@ -29,6 +29,16 @@ class Profile:
     gemm_efficiency: float = 0.75  # large bf16 GEMMs, fraction of dense peak
     gemm_half_dim: float = 96.0  # GEMM dim at which efficiency halves (tile/wave quantisation)
     attention_efficiency: float = 0.55  # fused (flash) attention, fraction of dense peak
+    #                                     (its asymptote at long sequences when the next is set)
+    # Fused attention's two knees (cost_models.compute.fused_attention_efficiency):
+    # eff = attention_efficiency * L / (L + attention_half_keys) * T / (T + attention_half_tiles)
+    # with L the keys a query attends to on average (s/2 causal) and T the 128-query tiles of
+    # one kernel call (micro-batch x local heads x s/128): the fixed work per tile against work
+    # that grows with L, and a GPU's SMs left idle by too few tiles. 0: that knee is off. The
+    # shipped values are measured on GPU kernels, not fitted (docs/benchmarks.md
+    # "device_kernels"); ``planner calibrate`` fits the keys' knee on its own machine.
+    attention_half_keys: float = 0.0
+    attention_half_tiles: float = 0.0
     fp8_speedup: float = 1.6  # GEMM time ratio bf16/fp8 actually reached (peak ratio is 2;
     #                           the shipped profiles fit it: cost_models/data/profiles.json)
     hbm_efficiency: float = 0.8  # memory-bound kernels, fraction of HBM bandwidth

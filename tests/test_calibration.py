@@ -22,15 +22,19 @@ from planner.inputs.clusters import load_cluster
 RUNNER = CliRunner()
 
 
-@pytest.mark.parametrize("efficiency", [0.2, 0.65])
-def test_attention_fit_recovers_the_efficiency_the_step_model_times_with(efficiency):
+@pytest.mark.parametrize("efficiency,half_keys", [(0.2, 0.0), (0.65, 0.0),
+                                                   (0.2, fitting.ATTENTION_HALF_KEYS_GRID[12]),
+                                                   (0.65, fitting.ATTENTION_HALF_KEYS_GRID[20])])
+def test_attention_fit_recovers_the_efficiency_the_step_model_times_with(efficiency, half_keys):
     """Timings made by the cost model itself - a layer's attention forward from ``compute``
-    (its attention FLOPs at ``attention_efficiency``) plus its backward as the step model adds
-    it (``forward + compute.backward_time_s``) - must give that efficiency back: the fit counts
-    attention FLOPs and the backward as the models it calibrates do (a fit with another
-    backward ratio or FLOP count recovers another number)."""
+    (its attention FLOPs at ``attention_efficiency`` on the curve of ``attention_half_keys``)
+    plus its backward as the step model adds it (``forward + compute.backward_time_s``) - must
+    give that efficiency and knee back: the fit counts attention FLOPs, keys per query and the
+    backward as the models it calibrates do (a fit with another backward ratio, FLOP count or
+    key count recovers other numbers)."""
     peak = 50e9
-    rates, prof = GpuRates(peak, 1e12, False, 4), Profile(attention_efficiency=efficiency)
+    rates = GpuRates(peak, 1e12, False, 4)
+    prof = Profile(attention_efficiency=efficiency, attention_half_keys=half_keys)
     cases = []
     for b, heads, s, d in ((1, 4, 64, 16), (2, 8, 256, 32), (4, 2, 512, 64)):
         model = ModelSpec(name="attn", num_layers=1, hidden_size=heads * d, num_heads=heads,
@@ -43,7 +47,7 @@ def test_attention_fit_recovers_the_efficiency_the_step_model_times_with(efficie
                               overhead_s=0.0)
         cases.append({"batch": b, "heads": heads, "seq": s, "head_dim": d,
                       "time_s": attention.total_s + backward_time_s(attention)})
-    assert fitting.fit_attention(cases, peak) == pytest.approx(efficiency, rel=1e-9)
+    assert fitting.fit_attention(cases, peak) == pytest.approx((efficiency, half_keys), rel=1e-9)
 
 
 @pytest.mark.parametrize("seed", range(20))

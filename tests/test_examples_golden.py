@@ -3,7 +3,8 @@ output that a person checked, and plan files of the previous schemas that still 
 
 ``examples/mixed-fabric.yaml`` (examples/README.md): four H100 nodes listed fast, slow, fast,
 slow. Checked by hand (2026-11-23) in the stored plan: with tp 8 and pp 2 the fast NVSwitch
-nodes 0 and 2 form stage 0 (node order [0, 2, 1, 3]) and take 27 of the 32 layers, where
+nodes 0 and 2 form stage 0 (node order [0, 2, 1, 3]) and take 26 of the 32 layers (27 until
+the attention curve of 2026-11-27 made attention dearer at this micro-batch), where
 Megatron's order would put a PCIe node in each stage. To change the expectation deliberately,
 regenerate and review the diff:
 
@@ -55,7 +56,7 @@ def test_mixed_fabric_plan_and_report_match_the_checked_output(tmp_path):
     # The decisions the example is about, stated here so that a regenerated file cannot hide them.
     pool = plan["pools"][0]
     assert pool["node_order"] == [0, 2, 1, 3]
-    assert [len(s["layers"]) for s in plan["training"]["stages"]] == [27, 5]
+    assert [len(s["layers"]) for s in plan["training"]["stages"]] == [26, 6]
     _check("mixed-fabric-tp8-pp2.plan.json", out.read_text())
     _check("mixed-fabric-tp8-pp2.solve.txt", _without_timing(result.output))
 
@@ -109,14 +110,26 @@ def test_schema_2_plans_load_to_the_same_pools_and_todays_bytes(name):
     if golden.exists():  # the same document as today's, but for the cost model's prediction
         # and the shipped profile it was made with (both move with calibration; the profile is
         # an input, so the inputs' hash moves with it)
+        # (and the layers per stage, which the cost model's per-layer times decide: the
+        # attention curve of 2026-11-27 moved one layer, [27, 5] -> [26, 6])
         today, upgraded = json.loads(golden.read_text()), json.loads(written)
         assert set(today) == set(upgraded)
         moving = ("prediction", "inputs_hash", "inputs")
+        totals = []
+        for doc in (today, upgraded):
+            training = doc.get("training", {})
+            training.get("options", {}).pop("stage_layer_counts", None)
+            totals.append(sum(len(stage.pop("layers")) for stage in training.get("stages", [])))
+            for stage in training.get("stages", []):
+                stage.pop("chunks")
+        assert totals[0] == totals[1]
         assert {k: v for k, v in upgraded.items() if k not in moving} == \
             {k: v for k, v in today.items() if k not in moving}
         assert {k: v for k, v in upgraded["inputs"].items() if k != "profile"} == \
             {k: v for k, v in today["inputs"].items() if k != "profile"}
-        assert set(upgraded["inputs"]["profile"]) == set(today["inputs"]["profile"])
+        # today's profile may carry fields added since (attention_half_keys, ...): a file
+        # written before lacks them and is priced as it was (Profile's 0 defaults)
+        assert set(upgraded["inputs"]["profile"]) <= set(today["inputs"]["profile"])
         assert set(upgraded["prediction"]) == set(today["prediction"])
 
 
