@@ -49,12 +49,13 @@ ACT_BYTES = 2  # bf16/fp16 activations (Shard.elem_bytes scales everything for f
 # and later GPUs, as a fraction of the speed of the kernels written for them (FlashAttention-3,
 # cuDNN fused attention, which Transformer Engine runs): FA2 uses neither TMA nor warpgroup MMA
 # (Shah et al. 2024, FlashAttention-3, abstract: FA3 is 1.5-2.0x FA2). Measured, not fitted:
-# SDPA's FLASH backend against its CUDNN backend, causal forward + backward, bf16, 32 heads of
-# 128, 1k-32k tokens on an H200 (benchmarks/device/kernel_probe.py; time ratios 0.538, 0.557,
-# 0.575, 0.584, 0.587, 0.589 by length, benchmarks/results/device-h200-kernels/kernels.json):
-# the median. PyTorch's own report has 0.52 for the forward at 4,608 tokens on an H100
-# (pytorch/pytorch#142132). On Ampere and older FA2 is the native kernel (factor 1).
-FA2_ON_SM90_PLUS = 0.579
+# SDPA's FLASH backend against its CUDNN backend, causal forward + backward, bf16, head dim 128,
+# 51 shapes each (1k-32k tokens, 64-8,192 query tiles) on a lent H200 and H100: the ratio of
+# the two kernels' levels in one fit of fused_attention_efficiency's curve with shared knees
+# (benchmarks/device/kernel_report.py; benchmarks/results/device-h*-kernels/). PyTorch's own
+# report has 0.52 for the forward at 4,608 tokens on an H100 (pytorch/pytorch#142132). On
+# Ampere and older FA2 is the native kernel (factor 1).
+FA2_ON_SM90_PLUS = 0.568
 ATTN_TILE_QUERIES = 128  # queries per tile of FlashAttention-2/3 and cuDNN at head dim 128
 BWD_GEMM, BWD_ATTN, BWD_ELEM = 2.0, 2.5, 2.0  # backward / forward work (module docstring)
 
@@ -321,13 +322,14 @@ def fused_attention_efficiency(prof: Profile, keys: float, tiles: float = 0.0) -
     attention_half_tiles)``.
 
     Source: FlashAttention-2 and cuDNN fused attention (PyTorch SDPA), causal, bf16, forward +
-    backward, timed on an H200 (``benchmarks/device/kernel_probe.py``;
-    ``benchmarks/results/device-h200-kernels/``, 17 shapes per kernel: 1k-32k tokens, 128 to
-    8,192 tiles): both follow this curve within 3% (rms), with knees at 280 keys and 140 tiles
-    (cuDNN) and 340 keys and 148 tiles (FA2). The fixed work per query tile (loading Q, the
-    masked diagonal tile, the softmax statistics, writing O and, backward, dQ) does not shrink
-    with the keys that the tile streams; and a call of fewer tiles than about one per SM (the
-    H200 has 132) leaves SMs idle, as TP-sharded heads at micro-batch 1 make. A knee of 0 (or
+    backward, head dim 128, timed on a lent H200 and H100 (``benchmarks/device/kernel_probe.py``;
+    ``benchmarks/results/device-h*-kernels/``; 51 shapes per kernel, 1k-32k tokens, 64 to 8,192
+    tiles): one fit with shared knees puts them at 390 keys and 156 tiles, near the GPUs' 132
+    SMs (rms log error 4-5% for FA2, 10-12% for cuDNN, which a fixed cost per call fits
+    better; ``docs/benchmarks.md``, "GPU kernels"). The fixed work per query tile (loading Q,
+    the masked diagonal tile, the softmax statistics, writing O and, backward, dQ) does not
+    shrink with the keys that the tile streams; and a call of fewer tiles than about one per
+    SM leaves SMs idle, as TP-sharded heads at micro-batch 1 make. A knee of 0 (or
     ``keys``/``tiles`` unknown) leaves that factor out."""
     eff = prof.attention_efficiency
     if prof.attention_half_keys > 0 and keys > 0:

@@ -15,6 +15,7 @@ import math
 import statistics
 import sys
 from pathlib import Path
+from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -49,21 +50,39 @@ def attention_points(datas: list[dict], peak: float, backend: str) -> list[dict]
     return out
 
 
-def fit_two_knees(points: list[dict]) -> dict:
-    """``level * L / (L + keys knee) * T / (T + tiles knee)`` with the least rms log error
-    (knees on grids of 10 keys and 4 tiles; level the geometric-mean one)."""
+def _rms(points: list[dict], shape: Callable[[dict], float]) -> tuple[float, float, float]:
+    """(sum of squared log errors, level, count) of ``level * shape`` over ``points``, the
+    level the geometric-mean one."""
+    fs = [shape(p) for p in points]
+    level = math.exp(statistics.fmean(math.log(p["eff"] / f) for p, f in zip(points, fs)))
+    return sum(math.log(level * f / p["eff"]) ** 2 for p, f in zip(points, fs)), level, len(fs)
+
+
+def tiles_shape(hk: float, ht: float) -> Callable[[dict], float]:
+    """The cost model's curve over its level: keys' knee times tiles' knee."""
+    return lambda p: p["keys"] / (p["keys"] + hk) * p["tiles"] / (p["tiles"] + ht)
+
+
+def work_shape(hk: float, hw: float) -> Callable[[dict], float]:
+    """The alternative: keys' knee times a knee in the call's work, tiles x keys / 128
+    (128 x 128 blocks): a fixed cost per call."""
+    return lambda p: (p["keys"] / (p["keys"] + hk) * p["tiles"] * p["keys"] / 128
+                      / (p["tiles"] * p["keys"] / 128 + hw))
+
+
+def fit_joint(groups: dict[str, list[dict]], form=tiles_shape,
+              grid_b=range(0, 401, 4)) -> dict:
+    """Knees shared by every group (kernel), one level per group, least rms log error over all
+    points (keys' knee on a 10-key grid to 1,000, the other on ``grid_b``)."""
     best = None
     for hk in range(0, 1001, 10):
-        for ht in range(0, 401, 4):
-            shape = [p["keys"] / (p["keys"] + hk) * p["tiles"] / (p["tiles"] + ht)
-                     for p in points]
-            level = math.exp(statistics.fmean(math.log(p["eff"] / f)
-                                              for p, f in zip(points, shape)))
-            rms = math.sqrt(statistics.fmean(math.log(level * f / p["eff"]) ** 2
-                                             for p, f in zip(points, shape)))
-            if best is None or rms < best["rms_log"] - 1e-12:
-                best = {"level": level, "half_keys": float(hk), "half_tiles": float(ht),
-                        "rms_log": rms}
+        for hb in grid_b:
+            fits = {g: _rms(pts, form(hk, hb)) for g, pts in groups.items()}
+            total = math.sqrt(sum(f[0] for f in fits.values()) / sum(f[2] for f in fits.values()))
+            if best is None or total < best["rms_log"] - 1e-12:
+                best = {"half_keys": float(hk), "half_b": float(hb), "rms_log": total,
+                        "levels": {g: f[1] for g, f in fits.items()},
+                        "rms_by_group": {g: math.sqrt(f[0] / f[2]) for g, f in fits.items()}}
     return best
 
 
@@ -134,7 +153,20 @@ def summarise(folder: Path) -> dict:
     curves = {b: fit_curve([(r["keys"], r[b]) for r in attn if b in r])
               for b in ("cudnn", "flash")}
     points = {b: attention_points([data, *more], peak, b) for b in ("cudnn", "flash")}
-    knees = {b: fit_two_knees(points[b]) for b in points}
+    groups = {f"{b} {gpu_label}": attention_points(runs, peak, b)
+              for gpu_label, runs in _attention_runs(folder).items() for b in ("cudnn", "flash")}
+    by_kernel = {b: [p for g, pts in groups.items() if g.startswith(b) for p in pts]
+                 for b in ("cudnn", "flash")}
+    joint = fit_joint(by_kernel)  # the two GPUs share the chip's compute: one level per kernel
+    work = fit_joint(by_kernel, work_shape, [0, *(int(250 * 1.15 ** i) for i in range(30))])
+    for fit in (joint, work):
+        curve = tiles_shape if fit is joint else work_shape
+        fit["rms_by_group"] = {g: math.sqrt(_rms(pts, curve(fit["half_keys"], fit["half_b"]))[0]
+                                            / len(pts)) for g, pts in groups.items()}
+    shipped = {g: math.sqrt(_rms(pts, tiles_shape(prof.attention_half_keys,
+                                                  prof.attention_half_tiles))[0] / len(pts))
+               for g, pts in groups.items()}
+    constant = {g: math.sqrt(_rms(pts, lambda p: 1.0)[0] / len(pts)) for g, pts in groups.items()}
     for b, pts in points.items():
         for p in pts:
             p["shipped_shape"] = fused_attention_efficiency(prof, p["keys"], p["tiles"]) / (
@@ -183,13 +215,50 @@ def summarise(folder: Path) -> dict:
             "stream_of_bw": stream_bw / bw, "attention": attn,
             "attention_curves": {b: {"level": c[0], "half_keys": c[1], "rms_log": c[2]}
                                  for b, c in curves.items()},
-            "attention_points": points, "attention_knees": knees,
+            "attention_points": points,
+            "attention_joint": {"tiles_form": joint, "work_form": work,
+                                "shipped_rms_by_group": shipped,
+                                "constant_rms_by_group": constant,
+                                "points_by_group": {g: len(p) for g, p in groups.items()}},
             "repeat_spread": _repeat_spread(data, more),
+            **_same_shape_spread(folder),
             "attention_constant_rms_log": {b: _constant_rms([r[b] for r in attn])
                                            for b in ("cudnn", "flash")},
             "gemm": gemm, "grouped": grouped, "permute": permute, "fp8": fp8,
             "published_tokens_per_expert": published_tokens_per_expert(),
             "section_s": data.get("section_s", {})}
+
+
+def _attention_runs(folder: Path) -> dict[str, list[dict]]:
+    """Every probe run with attention timings, by GPU: this folder's and its sibling GPU's
+    (``device-<gpu>-kernels``)."""
+    out = {}
+    for d in sorted(folder.parent.glob("device-*-kernels")):
+        runs = [json.loads(p.read_text()) for p in sorted(d.glob("kernels*.json"))]
+        runs = [r for r in runs if r.get("attention") or r.get("attention_shapes")]
+        if runs:
+            out[d.name.split("-")[1].upper()] = runs
+    return out
+
+
+def _same_shape_spread(folder: Path) -> dict:
+    """Largest relative difference between two timings of one shape and kernel in one run
+    (``attention`` and ``attention_shapes`` both time batch 8 x 32 heads x 4,096 tokens)."""
+    worst, where = 0.0, ""
+    for gpu, runs in _attention_runs(folder).items():
+        for run in runs:
+            seen: dict[tuple, float] = {}
+            for r in run.get("attention", []) + run.get("attention_shapes", []):
+                if "error" in r:
+                    continue
+                key = (r["backend"], r["batch"], r["heads"], r.get("kv_heads", r["heads"]),
+                       r["seq"], r["head_dim_qk"], r["head_dim_v"])
+                if key in seen:
+                    diff = 1 - min(seen[key], r["fwd_bwd_s"]) / max(seen[key], r["fwd_bwd_s"])
+                    if diff > worst:
+                        worst, where = diff, f"{r['backend']}, {gpu}"
+                seen[key] = r["fwd_bwd_s"]
+    return {"same_shape_spread": worst, "same_shape_worst": where}
 
 
 def _repeat_spread(first: dict, more: list[dict]) -> float:
@@ -216,7 +285,7 @@ def render(s: dict, folder: str) -> list[str]:
     cu, fl = s["attention_curves"]["cudnn"], s["attention_curves"]["flash"]
     lines = [f"## GPU kernels behind the MoE and attention terms, {info['gpu']} "
              "(`benchmarks/device/kernel_probe.py`, `benchmarks/device/kernel_report.py`)", "",
-             f"Two runs (the second: attention and permutation only) on a lent {info['gpu']} (torch {info['torch']}, CUDA {info['cuda']}, "
+             f"Three runs (the later two: attention, and permutation in the second) on a lent {info['gpu']} (torch {info['torch']}, CUDA {info['cuda']}, "
              f"cuDNN {info['cudnn']}); raw timings in `benchmarks/results/{folder}/`. Each "
              "kernel as a fraction of the catalog's peak "
              f"({cat['bf16_tflops']:g} bf16 TFLOP/s, {cat['hbm_GBps']:g} GB/s; `c = a + b` "
@@ -240,8 +309,9 @@ def render(s: dict, folder: str) -> list[str]:
               f"{fl['half_keys']:.0f}, {fl['rms_log'] * 100:.1f}% (a constant efficiency: "
               f"{s['attention_constant_rms_log']['cudnn'] * 100:.0f}% and "
               f"{s['attention_constant_rms_log']['flash'] * 100:.0f}%).", ""]
-    lines += ["**Fewer tiles, other head layouts** (forward + backward, head dim 128; tiles = "
-              "batch x heads x tokens/128, as a TP-sharded micro-batch gives a kernel call):",
+    lines += ["**Fewer tiles, other head layouts** (H200, its last run; forward + backward, head "
+              "dim 128; tiles = batch x heads x tokens/128, as a TP-sharded micro-batch gives a "
+              "kernel call; the H100's in `benchmarks/results/device-h100-kernels/`):",
               "", "| shape | batch x heads (kv) x tokens | tiles | FA2 | cuDNN | shipped "
               "curve |", "|---|---|---:|---:|---:|---:|"]
     by = {(p["shape"], p["batch"], p["heads"], p["seq"]): p for p in s["attention_points"]["cudnn"]
@@ -252,27 +322,49 @@ def render(s: dict, folder: str) -> list[str]:
         lines.append(f"| {p['shape']} | {p['batch']} x {p['heads']} ({p['kv_heads']}) x "
                      f"{p['seq']:,} | {p['tiles']:,} | {_pct(f['eff']) if f else ''} | "
                      f"{_pct(p['eff'])} | {p['shipped_shape']:.3f} |")
-    kc, kf = s["attention_knees"]["cudnn"], s["attention_knees"]["flash"]
+    jt, jw = s["attention_joint"]["tiles_form"], s["attention_joint"]["work_form"]
+    n = s["attention_joint"]["points_by_group"]
+    lines += ["", "One curve for both kernels on both GPUs (head dim 128; "
+              + ", ".join(f"{g} {c}" for g, c in n.items()) + " timings), knees shared and a "
+              "level per kernel (the GPUs share the chip's compute), rms log error by kernel "
+              "and GPU:", "",
+              "| kernel, GPU | cost model's knees (" +
+              f"{sh['attention_half_keys']:g} keys, {sh['attention_half_tiles']:g} tiles) | "
+              "best shared tiles' knees | keys and work knees | constant |",
+              "|---|---:|---:|---:|---:|"]
+    for g in n:
+        lines.append(f"| {g} | "
+                     f"{s['attention_joint']['shipped_rms_by_group'][g]:.1%} | "
+                     f"{jt['rms_by_group'][g]:.1%} | {jw['rms_by_group'][g]:.1%} | "
+                     f"{s['attention_joint']['constant_rms_by_group'][g]:.1%} |")
     lines += ["",
-              f"* Over all {len(s['attention_points']['cudnn'])} head-dim-128 timings of each "
-              "kernel (both runs), `level * L / (L + keys knee) * T / (T + tiles knee)`, T the "
-              f"tiles: cuDNN level {kc['level']:.3f}, knees {kc['half_keys']:.0f} keys and "
-              f"{kc['half_tiles']:.0f} tiles, rms error {kc['rms_log'] * 100:.1f}%; FA2 level "
-              f"{kf['level']:.3f}, knees {kf['half_keys']:.0f} and {kf['half_tiles']:.0f}, "
-              f"{kf['rms_log'] * 100:.1f}%. The tiles' knee sits near the H200's 132 SMs. The "
-              f"shipped profile takes the native knees (`attention_half_keys` "
-              f"{sh['attention_half_keys']:g}, `attention_half_tiles` "
-              f"{sh['attention_half_tiles']:g}); only the level is fitted on published runs "
-              f"(`attention_efficiency` {sh['attention_efficiency']:g}, against the kernels' "
-              f"{kc['level']:.2f}: the fit puts on attention about twice the time its kernels "
-              "take, time the model misses elsewhere and that grows with attention's share).",
-              f"* `FA2_ON_SM90_PLUS` = {sh['fa2_on_sm90_plus']:g}: the median FA2 / cuDNN ratio "
-              "above (PyTorch's report: 0.52, forward only, 4,608 tokens, H100).",
+              f"* Best shared knees: {jt['half_keys']:.0f} keys and {jt['half_b']:.0f} tiles "
+              f"(rms {jt['rms_log']:.1%} over all); the tiles' knee sits near the 132 SMs of "
+              "both GPUs. The shipped profile takes them (`attention_half_keys`, "
+              "`attention_half_tiles`); only the level is fitted on published runs "
+              f"(`attention_efficiency` {sh['attention_efficiency']:g}, against the native "
+              f"kernel's {jt['levels']['cudnn']:.2f}: the "
+              "fit puts on attention about twice the time its kernels take, time the model "
+              "misses elsewhere and that grows with attention's share).",
+              "* FA2 follows the tiles' knee (it parallelises over query tiles); cuDNN fits a "
+              f"knee in the call's work better (keys {jw['half_keys']:.0f}, work "
+              f"{jw['half_b']:.0f} blocks of 128 x 128; a fixed cost per call): at micro-batch 1 "
+              "with few heads and very long sequences cuDNN runs faster than the tiles' knee "
+              "says, and with few heads at 2k tokens slower. One form for both is what the cost "
+              "model has; the cuDNN rows above are its error.",
+              f"* FA2 / cuDNN, the ratio of their levels: "
+              f"{jt['levels']['flash'] / jt['levels']['cudnn']:.3f}.",
+              f"* `FA2_ON_SM90_PLUS` = {sh['fa2_on_sm90_plus']:g}: the two levels' ratio over "
+              "both GPUs' timings together (PyTorch's report: 0.52, forward only, 4,608 tokens, "
+              "H100).",
               "* Head dim 64 runs at about 0.8-0.9 of head dim 128 and GQA (4 query heads per "
               "KV head) as MHA; MLA's shape (q/k head dim 192, v 128): the FLASH backend has no "
               "kernel for it, cuDNN runs it (`kernels*.json`). Neither is priced apart.",
-              "* Repeatability: the second run's 1k-32k timings are within "
-              f"{s['repeat_spread']:.0%} of the first's.", ""]
+              "* Repeatability: the later runs' 1k-32k timings are within "
+              f"{s['repeat_spread']:.0%} of the first's; within one run, two timings of one "
+              "shape (`d128` and `mha` at 4,096 tokens) differed by up to "
+              f"{s['same_shape_spread']:.0%} (the kernel and GPU of that: "
+              f"{s['same_shape_worst']}).", ""]
     lines += ["**Expert GEMMs** (bf16): one grouped GEMM (`torch._grouped_mm`) over G local "
               "experts and G plain GEMMs, against the cost model's price of one expert's GEMM "
               f"(`gemm_efficiency` {sh['gemm_efficiency']:g} x n/(n + {sh['gemm_half_dim']:g}), "
