@@ -113,8 +113,9 @@ def fit_attention(cases: Sequence[dict], peak_flops: float) -> tuple[float, floa
     A knee of 0 (a constant efficiency) is on the grid, so the curve never fits worse."""
     best = None
     for half in ATTENTION_HALF_KEYS_GRID:
+        curve = Profile(attention_efficiency=1.0, attention_half_keys=half)
         rows = [(1 + BWD_ATTN) * attention_flops(c["batch"], c["heads"], c["seq"], c["head_dim"])
-                * (c["seq"] / 2 + half) / (c["seq"] / 2) / (peak_flops * c["time_s"])
+                / fused_attention_efficiency(curve, c["seq"] / 2) / (peak_flops * c["time_s"])
                 for c in cases]
         inv_a = max(1.0, sum(rows) / sum(r * r for r in rows))  # rows * x = 1, x = 1/eff
         sse = sum((r * inv_a - 1) ** 2 for r in rows)

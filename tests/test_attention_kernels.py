@@ -15,6 +15,7 @@ import pytest
 
 from cost_models.compute import (FA2_ON_SM90_PLUS, Shard, attention_kernel_scale,
                                  fused_attention_efficiency, layer_forward_time, layer_work)
+from cost_models.fitting import BWD_ATTN, attention_flops
 from cost_models.parallel import ConfigError, Degrees
 from cost_models.profile import Profile, default_profile
 from cost_models.training.config import TrainingConfig, Workload
@@ -135,9 +136,9 @@ def _measured(backend: str, gpu: str = "*") -> list[tuple[float, float, float]]:
             if (r["backend"] != backend or "error" in r
                     or (r["head_dim_qk"], r["head_dim_v"]) != (128, 128)):
                 continue
-            fwd = 2.0 * r["batch"] * r["seq"] * (r["seq"] / 2) * r["heads"] * 256
+            flops = (1 + BWD_ATTN) * attention_flops(r["batch"], r["heads"], r["seq"], 128)
             out.append((r["seq"] / 2, r["batch"] * r["heads"] * math.ceil(r["seq"] / 128),
-                        3.5 * fwd / r["fwd_bwd_s"] / 989e12))
+                        flops / r["fwd_bwd_s"] / 989e12))
     return out
 
 

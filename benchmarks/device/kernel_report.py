@@ -26,6 +26,7 @@ from report import publish  # noqa: E402
 
 from cost_models.compute import (FA2_ON_SM90_PLUS, Gemm, GpuRates,  # noqa: E402
                                  fused_attention_efficiency, gemm_time_s)
+from cost_models.fitting import BWD_ATTN, attention_flops  # noqa: E402
 from cost_models.profile import default_profile  # noqa: E402
 from topologies.catalog import get_gpu  # noqa: E402
 
@@ -41,12 +42,12 @@ def attention_points(datas: list[dict], peak: float, backend: str) -> list[dict]
             if (r["backend"] != backend or "error" in r
                     or (r["head_dim_qk"], r["head_dim_v"]) != (128, 128)):
                 continue
-            fwd = 2.0 * r["batch"] * r["seq"] * (r["seq"] / 2) * r["heads"] * 256
+            flops = (1 + BWD_ATTN) * attention_flops(r["batch"], r["heads"], r["seq"], 128)
             out.append({"shape": r["shape"], "batch": r["batch"], "heads": r["heads"],
                         "kv_heads": r.get("kv_heads", r["heads"]), "seq": r["seq"],
                         "keys": r["seq"] / 2,
                         "tiles": r["batch"] * r["heads"] * math.ceil(r["seq"] / 128),
-                        "eff": 3.5 * fwd / r["fwd_bwd_s"] / peak})
+                        "eff": flops / r["fwd_bwd_s"] / peak})
     return out
 
 
@@ -93,25 +94,12 @@ def attention_rows(data: dict, peak: float) -> list[dict]:
     for r in data["attention"]:
         if r["shape"] != "mha" or "error" in r:
             continue
-        fwd = 2.0 * r["batch"] * r["seq"] * (r["seq"] / 2) * r["heads"] * 2 * r["head_dim_qk"]
+        flops = (1 + BWD_ATTN) * attention_flops(r["batch"], r["heads"], r["seq"],
+                                                 r["head_dim_qk"])
         out.setdefault(r["seq"], {"seq": r["seq"], "keys": r["seq"] / 2, "tiles": r["batch"]
                                   * r["heads"] * math.ceil(r["seq"] / 128)})[r["backend"]] = (
-            3.5 * fwd / r["fwd_bwd_s"] / peak)
+            flops / r["fwd_bwd_s"] / peak)
     return [out[s] for s in sorted(out)]
-
-
-def fit_curve(points: list[tuple[float, float]]) -> tuple[float, float, float]:
-    """(level, knee, rms of log error) of ``level * L / (L + knee)`` over (L, efficiency), knee
-    on a 5-key grid to 2000 (0: constant), level the geometric-mean one."""
-    best = None
-    for knee in range(0, 2001, 5):
-        shape = [k / (k + knee) if knee else 1.0 for k, _ in points]
-        level = math.exp(statistics.fmean(math.log(e / f) for (_, e), f in zip(points, shape)))
-        rms = math.sqrt(statistics.fmean(math.log(level * f / e) ** 2
-                                         for (_, e), f in zip(points, shape)))
-        if best is None or rms < best[2] - 1e-12:
-            best = (level, float(knee), rms)
-    return best
 
 
 def published_tokens_per_expert() -> list[float]:
@@ -150,8 +138,10 @@ def summarise(folder: Path) -> dict:
     prof = default_profile(gpu.name)
     rates = GpuRates(peak, bw)
     attn = attention_rows(data, peak)
-    curves = {b: fit_curve([(r["keys"], r[b]) for r in attn if b in r])
-              for b in ("cudnn", "flash")}
+    sweep = {b: [{"keys": r["keys"], "tiles": r["tiles"], "eff": r[b]} for r in attn if b in r]
+             for b in ("cudnn", "flash")}
+    # the length sweep alone (8,192 tiles throughout): the keys' knee, no tiles' knee
+    curves = {b: fit_joint({b: pts}, grid_b=(0,)) for b, pts in sweep.items()}
     points = {b: attention_points([data, *more], peak, b) for b in ("cudnn", "flash")}
     groups = {f"{b} {gpu_label}": attention_points(runs, peak, b)
               for gpu_label, runs in _attention_runs(folder).items() for b in ("cudnn", "flash")}
@@ -213,8 +203,8 @@ def summarise(folder: Path) -> dict:
                         "gemm_half_dim": prof.gemm_half_dim, "hbm_efficiency": prof.hbm_efficiency,
                         "fp8_speedup": prof.fp8_speedup},
             "stream_of_bw": stream_bw / bw, "attention": attn,
-            "attention_curves": {b: {"level": c[0], "half_keys": c[1], "rms_log": c[2]}
-                                 for b, c in curves.items()},
+            "attention_curves": {b: {"level": c["levels"][b], "half_keys": c["half_keys"],
+                                     "rms_log": c["rms_log"]} for b, c in curves.items()},
             "attention_points": points,
             "attention_joint": {"tiles_form": joint, "work_form": work,
                                 "shipped_rms_by_group": shipped,
@@ -222,8 +212,8 @@ def summarise(folder: Path) -> dict:
                                 "points_by_group": {g: len(p) for g, p in groups.items()}},
             "repeat_spread": _repeat_spread(data, more),
             **_same_shape_spread(folder),
-            "attention_constant_rms_log": {b: _constant_rms([r[b] for r in attn])
-                                           for b in ("cudnn", "flash")},
+            "attention_constant_rms_log": {b: math.sqrt(_rms(pts, lambda p: 1.0)[0] / len(pts))
+                                           for b, pts in sweep.items()},
             "gemm": gemm, "grouped": grouped, "permute": permute, "fp8": fp8,
             "published_tokens_per_expert": published_tokens_per_expert(),
             "section_s": data.get("section_s", {})}
@@ -269,11 +259,6 @@ def _repeat_spread(first: dict, more: list[dict]) -> float:
     diffs = [abs(r["fwd_bwd_s"] / base[(r["shape"], r["backend"], r["seq"])] - 1)
              for d in more for r in d.get("attention", []) if "error" not in r]
     return max(diffs, default=0.0)
-
-
-def _constant_rms(values: list[float]) -> float:
-    level = math.exp(statistics.fmean(math.log(v) for v in values))
-    return math.sqrt(statistics.fmean(math.log(level / v) ** 2 for v in values))
 
 
 def _pct(x: float) -> str:
