@@ -56,6 +56,7 @@ from topologies.standard import homogeneous_cluster
 DATA = Path(__file__).parent / "data" / "published_runs_calibration.json"
 EXTRA = Path(__file__).parent / "data" / "published_runs_extra.json"
 MB_SETTINGS = Path(__file__).parent / "data" / "megatron_bridge_moe_settings.json"
+ZOO_SETTINGS = Path(__file__).parent / "data" / "modelzoo_moe_settings.json"
 MICRO_BATCHES = (1, 2, 4, 8)
 
 # Short source names (leave-one-source-out holds out one of these at a time), by id prefix.
@@ -77,12 +78,15 @@ def load_all_rows() -> list[dict]:
 
 
 def _load_mb_settings() -> dict[str, dict]:
-    """Row id -> the settings Megatron-Bridge's config of the row's release gave it (exact
-    matches only; see ``megatron_bridge_moe_settings.json``)."""
-    if not MB_SETTINGS.exists():
-        return {}
-    rows = json.loads(MB_SETTINGS.read_text())["rows"]
-    return {r["id"]: r for r in rows if r["match"] == "exact"}
+    """Row id -> the settings the row's own launch code gave it (exact matches only):
+    Megatron-Bridge's config of the row's release (``megatron_bridge_moe_settings.json``) and
+    the MoE model zoo's launch scripts (``modelzoo_moe_settings.json``)."""
+    out = {}
+    for path in (MB_SETTINGS, ZOO_SETTINGS):
+        if path.exists():
+            out.update({r["id"]: r for r in json.loads(path.read_text())["rows"]
+                        if r["match"] == "exact"})
+    return out
 
 
 MB_MOE_SETTINGS = _load_mb_settings()
@@ -107,11 +111,26 @@ def _dispatcher(row: dict) -> str:
     return "flex" if named in ("deepep", "hybridep", "flex") else "alltoall"
 
 
+def _cuda_graphs(row: dict) -> str:
+    """What CUDA graphs captured in the row's run (TrainingConfig.cuda_graphs): from its
+    release's Megatron-Bridge config (``cuda_graph_impl`` and ``cuda_graph_scope``); none
+    where unknown (Megatron-Core's default, and every other framework's here)."""
+    known = MB_MOE_SETTINGS.get(row["id"])
+    if known is None:
+        return "none"
+    impl, scope = known.get("cuda_graph_impl"), known.get("cuda_graph_scope") or []
+    if impl == "full_iteration":
+        return "full"
+    if impl == "transformer_engine":
+        return "attn+moe_router" if "attn" in scope else "moe_router"
+    return "none"
+
+
 def _published_recompute(row: dict) -> str | None:
     """Recompute of a Megatron-Bridge row from its release's config: selective when it names
     modules to recompute, none when it names none (or an empty list); None when unknown."""
     known = MB_MOE_SETTINGS.get(row["id"])
-    if known is None:
+    if known is None or "recompute_granularity" not in known:
         return None
     return "selective" if (known["recompute_granularity"] == "selective"
                            and known["recompute_modules"]) else "none"
@@ -245,7 +264,8 @@ def row_config(row: dict, micro_batch: int = 1) -> TrainingConfig:
         low_precision_shard=not row["source"].startswith(TORCH_FSDP_SOURCES),
         fused_cross_entropy=row["source"].startswith(FUSED_CROSS_ENTROPY_SOURCES),
         grad_reduce_in_fp32=not row["source"].startswith(MEGATRON_BRIDGE_SOURCE),
-        optimizer_moment_bytes=_moment_bytes(row))
+        optimizer_moment_bytes=_moment_bytes(row), cuda_graphs=_cuda_graphs(row),
+        offload_modules=tuple((MB_MOE_SETTINGS.get(row["id"]) or {}).get("offload_modules", ())))
 
 
 def _a2a_overlap(row: dict) -> bool:

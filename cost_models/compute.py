@@ -21,6 +21,12 @@ Sources, per formula:
   ``GpuRates.gemm_scale`` is its efficiency relative to the profile's GPU
   (:func:`cost_models.profile.gemm_efficiency_ratio`).
 
+* Launches: a layer's kernels are counted from Megatron-Core's and TransformerEngine's source
+  (:func:`layer_launches`); the GPU pays ``kernel_overhead_s`` per kernel, the CPU
+  ``host_launch_s`` per kernel it issues itself (none inside a CUDA graph), and a layer takes
+  the longer of its GPU work and its launches (:attr:`LayerTime.total_s`; the roofline's
+  reasoning applied to the launch rate).
+
 MoE terms (each a small function below; no MoE-only parameter):
 * Routed-expert GEMMs run as one grouped GEMM whose M is the tokens each local expert gets,
   :func:`tokens_per_expert` = tokens/tp * top_k * imbalance * etp / (E/ep) (Megatron-Core MoE
@@ -38,7 +44,7 @@ MoE terms (each a small function below; no MoE-only parameter):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 
 from cost_models.model_spec import ModelSpec
@@ -80,7 +86,8 @@ class LayerWork:
 
     ``gemms``: weight GEMMs (sharded). ``attn_flops``: attention-core FLOPs actually computed.
     ``attn_unfused``: the core runs as batched GEMMs with s^2 scores in HBM.
-    ``elementwise_bytes``: HBM traffic of memory-bound kernels. ``kernels``: launches.
+    ``elementwise_bytes``: HBM traffic of memory-bound kernels. ``launches``: its kernel
+    launches forward and backward, and those the CPU issues itself (:func:`layer_launches`).
     ``attn_keys``: keys each query attends to in one fused-kernel call, on average, and
     ``attn_tiles``: that call's 128-query tiles (the fused kernel's efficiency curve,
     :func:`fused_attention_efficiency`; 0: not known, no curve).
@@ -91,7 +98,7 @@ class LayerWork:
     attn_head_dim: int
     attn_unfused: bool
     elementwise_bytes: float
-    kernels: int
+    launches: "Launches"
     attn_keys: float = 0.0
     attn_tiles: float = 0.0
 
@@ -115,6 +122,9 @@ class Shard:
     dropout: bool
     moe_imbalance: float = 1.0
     elem_bytes: int = 2  # bytes per activation element (4 in fp32)
+    cuda_graphs: str = "none"  # what CUDA graphs capture (TrainingConfig.cuda_graphs)
+    fp8: bool = False  # fp8 GEMMs (their inputs quantised by extra kernels)
+    flex_dispatch: bool = False  # the flex (DeepEP) MoE token dispatcher, not the all-to-all
 
     @property
     def tokens(self) -> float:
@@ -272,6 +282,90 @@ def _elementwise_bytes(model: ModelSpec, layer: int, sh: Shard) -> float:
     return sh.tokens * ((per_token + scores) * sh.elem_bytes / ACT_BYTES + router)
 
 
+CUDA_GRAPHS = ("none", "moe_router", "attn+moe_router", "full")
+
+
+@dataclass(frozen=True)
+class Launches:
+    """Kernel launches of one layer for one micro-batch: all of them forward and backward, and
+    those the CPU issues one by one (``host_*``; the rest replay from CUDA graphs)."""
+
+    fwd: int
+    bwd: int
+    host_fwd: int
+    host_bwd: int
+
+
+# Launches (forward, backward) of each part of a Megatron-Core layer as Megatron-Bridge's MoE
+# benchmarks run it (TransformerEngine modules; fused RoPE, router and permutation; grouped
+# GEMM), counted from source: Megatron-LM core_r0.16.0 (ddc0d677), TransformerEngine v2.11
+# (c188b533), DeepEP v1.2.1; a launch is a kernel, an NCCL call or a device-to-host copy.
+# Forward counts are read from the code; backward counts are estimates (about 1.5x a part's
+# forward, twice its GEMMs).
+# * attention half: input norm + QKV GEMM (TE LayerNormLinear, 2), the GQA query reshape (1),
+#   fused RoPE on q and k (2), TE's copy of V and its philox seed kernel (2), cuDNN attention
+#   (1), the projection GEMM (1), bias-dropout-add (1): 10;
+# * dense MLP: pre-MLP norm + FC1 (2), SwiGLU (1), FC2 (1), bias-dropout-add (1): 5;
+# * MoE router: pre-MLP norm (1), gating GEMM (1), forced-balance logits (2), fused top-k
+#   (1), aux-loss scores (1) and loss (4): 10 (``transformer/moe/router.py``);
+# * all-to-all dispatcher (``MoEAlltoAllTokenDispatcher``, fused permutation): count sums and
+#   their all-gather (7, the "preprocess" CUDA graphs capture), 4 device-to-host copies of
+#   the split sizes, permute (4), token and prob all-to-alls (2), chunk sort (2), unsort (3),
+#   combine all-to-all (1), unpermute (1): 24, with one host synchronisation
+#   (``token_dispatcher.py:899``);
+# * flex dispatcher (DeepEP): top-k indices (1), dispatch layout (1), notify + dispatch (2),
+#   multihot (1), permute (4), unpermute (1), notify + combine (2): 12, of which the first 2
+#   are preprocessing;
+# * routed experts (TE ``GroupedLinear``): cuBLAS runs one GEMM per local expert
+#   (``multi_stream_cublas_gemm``), so FC1 and FC2 cost 2 launches per local expert plus the
+#   activation (1); MXFP8 quantises each expert's input (+1 per GEMM) and swizzles scales
+#   (+3 per layer); backward: dgrad and wgrad per expert;
+# * fp8 (MXFP8): each other Linear quantises its input and swizzles two scale tensors (+3).
+ATTN_LAUNCHES, DENSE_MLP_LAUNCHES, ROUTER_LAUNCHES = (10, 15), (5, 8), (10, 8)
+DISPATCH_LAUNCHES = {"alltoall": (24, 16), "flex": (12, 8)}
+DISPATCH_PREPROCESS = {"alltoall": 7, "flex": 2}  # captured by the "moe_preprocess" scope
+MOE_TAIL_LAUNCHES = (1, 1)  # the MoE layer's bias-dropout-add
+UNFUSED_ATTN_EXTRA = (6, 12)  # scale, mask, softmax, dropout, two batched GEMMs (2021 Megatron)
+FP8_PER_LINEAR = 3
+
+
+def layer_launches(model: ModelSpec, layer: int, sh: Shard) -> Launches:
+    """Launches of ``layer`` (see the counts above); CUDA graphs (``Shard.cuda_graphs``)
+    capture the attention half (``attn``), the router and the dispatcher's preprocessing
+    (``moe_router``), or the whole iteration (``full``, no launch is the CPU's)."""
+    fp8 = FP8_PER_LINEAR if sh.fp8 else 0
+    attn = (ATTN_LAUNCHES[0] + 2 * fp8, ATTN_LAUNCHES[1] + 4 * fp8)
+    if sh.unfused_attention:
+        attn = (attn[0] + UNFUSED_ATTN_EXTRA[0], attn[1] + UNFUSED_ATTN_EXTRA[1])
+    captured = (0, 0)
+    if not model.is_moe_layer(layer):
+        parts = [attn, (DENSE_MLP_LAUNCHES[0] + 2 * fp8, DENSE_MLP_LAUNCHES[1] + 4 * fp8)]
+        if sh.cuda_graphs == "attn+moe_router":
+            captured = attn
+    else:
+        _, per_expert, per_layer = expert_eager_elems_per_copy(model)
+        local = math.ceil(model.moe.num_experts / sh.ep)
+        gemm_fwd = (2 + (2 if sh.fp8 else 0)) * local
+        experts = (1 + gemm_fwd + (3 if sh.fp8 else 0) + per_layer + per_expert * local,
+                    1 + 2 * gemm_fwd + (3 if sh.fp8 else 0) + per_layer + per_expert * local)
+        dispatch = DISPATCH_LAUNCHES["flex" if sh.ep > 1 and sh.flex_dispatch else "alltoall"]
+        pre = DISPATCH_PREPROCESS["flex" if sh.ep > 1 and sh.flex_dispatch else "alltoall"]
+        if sh.ep == 1:  # no exchange: the permutation and its inverse only
+            dispatch, pre = (5, 5), 0
+        parts = [attn, ROUTER_LAUNCHES, dispatch, experts, MOE_TAIL_LAUNCHES]
+        if model.moe.num_shared_experts:
+            parts.append((4 + 2 * fp8, 6 + 4 * fp8))
+        router = (ROUTER_LAUNCHES[0] + pre, ROUTER_LAUNCHES[1])
+        if sh.cuda_graphs == "moe_router":
+            captured = router
+        elif sh.cuda_graphs == "attn+moe_router":
+            captured = (router[0] + attn[0], router[1] + attn[1])
+    fwd, bwd = sum(p[0] for p in parts), sum(p[1] for p in parts)
+    if sh.cuda_graphs == "full":
+        return Launches(fwd, bwd, 0, 0)
+    return Launches(fwd, bwd, fwd - captured[0], bwd - captured[1])
+
+
 def layer_work(model: ModelSpec, layer: int, sh: Shard) -> LayerWork:
     """Forward work of ``layer`` on one GPU (see :class:`LayerWork`)."""
     gemms = attention_gemms(model, sh)
@@ -280,18 +374,15 @@ def layer_work(model: ModelSpec, layer: int, sh: Shard) -> LayerWork:
     else:
         gemms += mlp_gemms(model.hidden_size, model.ffn_hidden_size, model.glu, sh.tokens, sh.tp)
     attn, head_dim = attention_core_flops(model, layer, sh)
-    kernels = 14 + (6 if sh.unfused_attention else 0) + (8 if model.is_moe_layer(layer) else 0)
-    if model.is_moe_layer(layer):
-        _, per_expert, per_layer = expert_eager_elems_per_copy(model)
-        kernels += per_layer + per_expert * math.ceil(model.moe.num_experts / sh.ep)
+    launches = layer_launches(model, layer, sh)
     # one fused-kernel call sees the keys of one context-parallel chunk (ring attention steps)
     # and the queries of its micro-batch, local heads and chunk, in tiles of ATTN_TILE_QUERIES
     keys = _attention_keys(model, layer, sh.seq_len, causal_skip=True) / sh.cp
     tiles = sh.batch * model.num_heads / sh.tp * math.ceil(sh.seq_len / sh.cp / ATTN_TILE_QUERIES)
     return LayerWork(gemms=gemms, attn_flops=attn, attn_head_dim=head_dim,
                      attn_unfused=sh.unfused_attention,
-                     elementwise_bytes=_elementwise_bytes(model, layer, sh), kernels=kernels,
-                     attn_keys=keys, attn_tiles=tiles)
+                     elementwise_bytes=_elementwise_bytes(model, layer, sh),
+                     attn_keys=keys, attn_tiles=tiles, launches=launches)
 
 
 @dataclass(frozen=True)
@@ -352,16 +443,32 @@ def gemm_time_s(g: Gemm, rates: GpuRates, prof: Profile) -> float:
 
 @dataclass(frozen=True)
 class LayerTime:
-    """Forward times of one layer on one GPU, split by kind (seconds)."""
+    """Forward times of one layer on one GPU, split by kind (seconds), with what its backward
+    launches cost: the GPU's gaps between kernels (``overhead_bwd_s``) and the CPU's time to
+    issue the kernels it launches itself (``host_s`` forward, ``host_bwd_s`` backward)."""
 
     gemm_s: float
     attention_s: float
     elementwise_s: float
     overhead_s: float
+    overhead_bwd_s: float = 0.0
+    host_s: float = 0.0
+    host_bwd_s: float = 0.0
+
+    @property
+    def gpu_s(self) -> float:
+        return self.gemm_s + self.attention_s + self.elementwise_s + self.overhead_s
 
     @property
     def total_s(self) -> float:
-        return self.gemm_s + self.attention_s + self.elementwise_s + self.overhead_s
+        """The GPU's work, or the CPU's launches when they take longer (launch bound): the CPU
+        queues kernels ahead of the GPU until the layer's host synchronisation (the MoE
+        dispatcher's device-to-host copy of the split sizes) or the step's end."""
+        return max(self.gpu_s, self.host_s)
+
+    def scaled(self, k: int) -> "LayerTime":
+        """The same layer run k times (SlimPipe slices)."""
+        return LayerTime(*(k * getattr(self, f.name) for f in fields(self)))
 
 
 def layer_forward_time(work: LayerWork, rates: GpuRates, prof: Profile) -> LayerTime:
@@ -375,15 +482,20 @@ def layer_forward_time(work: LayerWork, rates: GpuRates, prof: Profile) -> Layer
         attn = work.attn_flops / (rates.peak_flops * rates.attention_scale * (
             fused_attention_efficiency(prof, work.attn_keys, work.attn_tiles)))
     elem = work.elementwise_bytes / (rates.hbm_bytes_per_s * prof.hbm_efficiency)
+    n = work.launches
     return LayerTime(gemm_s=gemm, attention_s=attn, elementwise_s=elem,
-                     overhead_s=work.kernels * prof.kernel_overhead_s)
+                     overhead_s=n.fwd * prof.kernel_overhead_s,
+                     overhead_bwd_s=n.bwd * prof.kernel_overhead_s,
+                     host_s=n.host_fwd * prof.host_launch_s,
+                     host_bwd_s=n.host_bwd * prof.host_launch_s)
 
 
 def backward_time_s(t: LayerTime) -> float:
-    """Backward time of a layer from its forward parts (ratios in the module docstring); every
-    kernel launches again, twice as many of them."""
-    return (BWD_GEMM * t.gemm_s + BWD_ATTN * t.attention_s + BWD_ELEM * t.elementwise_s
-            + 2 * t.overhead_s)
+    """Backward time of a layer from its forward parts (ratios in the module docstring) and its
+    own launches, or the CPU's time to issue them when that is longer."""
+    gpu = (BWD_GEMM * t.gemm_s + BWD_ATTN * t.attention_s + BWD_ELEM * t.elementwise_s
+           + t.overhead_bwd_s)
+    return max(gpu, t.host_bwd_s)
 
 
 def lm_head_forward_time(model: ModelSpec, sh: Shard, rates: GpuRates, prof: Profile) -> float:

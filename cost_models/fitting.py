@@ -21,7 +21,7 @@ closed form with both unknowns kept non-negative:
 * Memory-bound kernels and per-kernel overhead: a transformer layer's forward + backward minus
   what the fitted GEMM and attention figures predict for it is its element-wise traffic at
   ``hbm_efficiency`` of the fitted bandwidth plus its kernel launches
-  (``LayerWork.kernels`` forward, twice that backward: ``compute.backward_time_s``) at
+  (``LayerWork.launches``, forward and backward: ``compute.backward_time_s``) at
   ``kernel_overhead_s`` each: two unknowns, 1/efficiency and the overhead, fitted over layers
   from launch-bound (tiny) to the sizes jobs run.
 """
@@ -290,14 +290,15 @@ def _layer_forward(case: dict, rates: GpuRates, prof: Profile):
     shard = Shard(case["batch"], case["seq"], 1, 1, 1, 1, False, False, False,
                   elem_bytes=rates.elem_bytes)
     work = layer_work(model, 0, shard)
-    return layer_forward_time(work, rates, prof), work.kernels
+    return layer_forward_time(work, rates, prof), work.launches.fwd + work.launches.bwd
 
 
 def layer_train_parts_s(case: dict, rates: GpuRates, prof: Profile) -> tuple[float, int]:
-    """(forward + backward time without launch overheads, kernel launches) of a layer case."""
+    """(forward + backward time without launch overheads, kernel launches forward and
+    backward) of a layer case."""
     t, kernels = _layer_forward(case, rates, prof)
     work = (t.gemm_s * 3 + t.attention_s * (1 + BWD_ATTN) + t.elementwise_s * 3)
-    return work, 3 * kernels
+    return work, kernels
 
 
 def fit_layer_overheads(cases: Sequence[dict], rates: GpuRates, prof: Profile
@@ -310,7 +311,7 @@ def fit_layer_overheads(cases: Sequence[dict], rates: GpuRates, prof: Profile
     for c in cases:
         t, kernels = _layer_forward(c, rates, base)
         dense = t.gemm_s * 3 + t.attention_s * (1 + BWD_ATTN)  # as layer_train_parts_s
-        rows.append((3 * t.elementwise_s / c["time_s"], 3 * kernels / c["time_s"]))
+        rows.append((3 * t.elementwise_s / c["time_s"], kernels / c["time_s"]))
         rest.append(1.0 - dense / c["time_s"])
     inv_eff, overhead = nonneg_lstsq2(rows, rest)
     if inv_eff < 1.0:  # faster than streaming (in cache): keep efficiency 1, refit the overhead

@@ -43,6 +43,10 @@ class Profile:
     #                           the shipped profiles fit it: cost_models/data/profiles.json)
     hbm_efficiency: float = 0.8  # memory-bound kernels, fraction of HBM bandwidth
     kernel_overhead_s: float = 4e-6  # launch gap per kernel
+    # CPU time to issue one kernel from eager PyTorch (Python, autograd, dispatcher, launch):
+    # a layer whose GPU work is shorter than its launches is launch bound
+    # (compute.LayerTime.total_s); kernels in CUDA graphs cost none (TrainingConfig.cuda_graphs)
+    host_launch_s: float = 0.0
     link_efficiency: dict[str, float] = field(default_factory=lambda: {
         "nvswitch": 0.8, "nvlink": 0.75, "xgmi": 0.7, "pcie": 0.7,
         "ib": 0.85, "roce": 0.8, "tcp": 0.5})

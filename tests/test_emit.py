@@ -699,3 +699,31 @@ def test_megatron_gradient_and_moment_widths_follow_the_plan():
     assert args["--exp-avg-dtype"] == ["bf16"] and args["--exp-avg-sq-dtype"] == ["bf16"]
     plain, _ = _megatron("vpp")
     assert "--grad-reduce-in-bf16" not in plain and "--use-precision-aware-optimizer" not in plain
+
+
+@pytest.mark.parametrize("graphs,impl,scope", [
+    ("moe_router", "transformer_engine", ["moe_router", "moe_preprocess"]),
+    ("attn+moe_router", "transformer_engine", ["attn", "moe_router", "moe_preprocess"]),
+    ("full", "full_iteration", None)])
+def test_megatron_cuda_graph_flags_follow_the_plan(graphs, impl, scope):
+    """A plan priced with CUDA graphs (fewer launches on the CPU) launches with them."""
+    graphed = _build(model="mixtral-8x7b", nodes=4, tp=2, pp=2, dp=8, ep=4,
+                     sequence_parallel=True, cuda_graphs=graphs)
+    assert graphed.config["cuda_graphs"] == graphs
+    args = megatron_dict(json.loads(emit("megatron", graphed)["megatron_args.json"]))
+    assert args["--cuda-graph-impl"] == [impl]
+    assert args.get("--cuda-graph-scope") == scope
+    assert ("--no-check-for-nan-in-loss-and-grad" in args) == (graphs == "full")
+    plain, _ = _megatron("mixtral")
+    assert "--cuda-graph-impl" not in plain
+    assert "cuda_graphs" not in plan("mixtral").config
+
+
+def test_megatron_activation_offloading_follows_the_plan():
+    offloaded = _build(model="mixtral-8x7b", nodes=4, tp=2, pp=2, dp=8, ep=4,
+                       sequence_parallel=True, offload_modules=("expert_fc1", "moe_act"))
+    args = megatron_dict(json.loads(emit("megatron", offloaded)["megatron_args.json"]))
+    assert args["--offload-modules"] == ["expert_fc1", "moe_act"]
+    assert "--fine-grained-activation-offloading" in args
+    plain, _ = _megatron("mixtral")
+    assert "--offload-modules" not in plain

@@ -83,7 +83,8 @@ def test_flex_lowers_only_the_expert_all_to_all():
         {**base.options_dict(), "degrees": {"tp": 1, "pp": 8, "dp": 32, "ep": 32},
          "moe_dispatcher": "flex"}), prof)
     assert b.time.ep_comm_s < 0.6 * a.time.ep_comm_s
-    assert b.time.compute_s == pytest.approx(a.time.compute_s)
+    # the same GEMMs and copies; flex launches 20 fewer kernels a layer (compute.layer_launches)
+    assert 0 < a.time.compute_s - b.time.compute_s < 0.01 * a.time.compute_s
     assert b.memory.peak_bytes == a.memory.peak_bytes
 
 

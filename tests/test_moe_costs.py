@@ -212,5 +212,5 @@ def test_gpt_oss_eager_expert_passes_are_priced_exactly():
     routed = oss.moe.top_k * sh.tokens
     extra = routed * (8 * oss.moe.expert_ffn_hidden + 6 * oss.hidden_size) * ACT_BYTES
     assert a.elementwise_bytes - b.elementwise_bytes == pytest.approx(extra)
-    assert a.kernels - b.kernels == 3 + 2 * (oss.moe.num_experts // 8) + 1
+    assert a.launches.fwd - b.launches.fwd == 3 + 2 * (oss.moe.num_experts // 8) + 1
     assert a.gemms == b.gemms

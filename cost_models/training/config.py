@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
+from cost_models.compute import CUDA_GRAPHS
 from cost_models.parallel import (ConfigError, Degrees, check_degrees, divides,
                                   lockstep_replicas)
 
@@ -17,6 +18,7 @@ PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 OPTIMIZERS = ("adam", "sgd")
 ATTENTION = ("flash", "flash2", "unfused")
 MOE_DISPATCHERS = ("alltoall", "flex")
+OFFLOAD_MODULES = ("expert_fc1", "moe_act")
 DEGREE_KEYS = tuple(f.name for f in fields(Degrees))  # the keys of a flat (schema-1) config
 
 
@@ -154,6 +156,18 @@ class TrainingConfig:
     # precision-aware optimizer storing them in bf16 (``--use-precision-aware-optimizer
     # --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``); the fp32 master weights stay
     optimizer_moment_bytes: int = 4
+    # what CUDA graphs capture, so that the CPU does not launch it kernel by kernel each
+    # micro-batch: "none" (Megatron's default), TransformerEngine per-module graphs over the
+    # MoE router and dispatcher preprocessing ("moe_router"; Megatron ``--cuda-graph-impl
+    # transformer_engine --cuda-graph-scope moe_router moe_preprocess``) or also attention
+    # ("attn+moe_router", ``--cuda-graph-scope attn moe_router moe_preprocess``), or the whole
+    # iteration ("full", ``--cuda-graph-impl full_iteration``)
+    cuda_graphs: str = "none"
+    # activations Megatron keeps on the host between a layer's forward and backward
+    # (``--fine-grained-activation-offloading --offload-modules ...``): "expert_fc1", the routed
+    # experts' FC1 input, and "moe_act", their activation function's input. Memory only: the
+    # copies run on a side stream beside the compute and are not priced in time
+    offload_modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("vpp", "micro_batch"):
@@ -170,6 +184,11 @@ class TrainingConfig:
                               self.optimizer_moment_bytes)
         if self.moe_dispatcher not in MOE_DISPATCHERS:
             raise ConfigError("moe_dispatcher", f"one of {MOE_DISPATCHERS}", self.moe_dispatcher)
+        if not set(self.offload_modules) <= set(OFFLOAD_MODULES):
+            raise ConfigError("offload_modules", f"names among {OFFLOAD_MODULES}",
+                              self.offload_modules)
+        if self.cuda_graphs not in CUDA_GRAPHS:
+            raise ConfigError("cuda_graphs", f"one of {CUDA_GRAPHS}", self.cuda_graphs)
         if self.moe_imbalance < 1.0:
             raise ConfigError("moe_imbalance", ">= 1 (busiest/average)", self.moe_imbalance)
         pp = self.degrees.pp
@@ -220,21 +239,27 @@ class TrainingConfig:
             data["stage_layer_counts"] = tuple(data["stage_layer_counts"])
         if data.get("dp_shares") is not None:
             data["dp_shares"] = tuple(data["dp_shares"])
+        if data.get("offload_modules") is not None:
+            data["offload_modules"] = tuple(data["offload_modules"])
         return cls(degrees=Degrees(**degrees), **data)
 
     def options_dict(self) -> dict:
         """The training options as plain data (every field but ``degrees``; ``moe_a2a_overlap``,
         ``dp_shares``, ``low_precision_shard``, ``fused_cross_entropy``, ``moe_dispatcher``,
-        ``grad_reduce_in_fp32`` and ``optimizer_moment_bytes`` only when not their defaults,
+        ``grad_reduce_in_fp32``, ``optimizer_moment_bytes``, ``cuda_graphs`` and
+        ``offload_modules`` only when not their defaults,
         so that plans written before them read and hash alike)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "degrees"}
         for name, default in (("low_precision_shard", True), ("fused_cross_entropy", False),
                               ("moe_dispatcher", "alltoall"), ("grad_reduce_in_fp32", True),
-                              ("optimizer_moment_bytes", 4)):
+                              ("optimizer_moment_bytes", 4), ("cuda_graphs", "none"),
+                              ("offload_modules", ())):
             if out[name] == default:
                 del out[name]
         if out["stage_layer_counts"] is not None:
             out["stage_layer_counts"] = list(out["stage_layer_counts"])
+        if "offload_modules" in out:
+            out["offload_modules"] = list(out["offload_modules"])
         if not out["moe_a2a_overlap"]:
             del out["moe_a2a_overlap"]
         if out["dp_shares"] is None:

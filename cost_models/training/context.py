@@ -72,6 +72,17 @@ def gpu_rates(gpu: GpuSpec, workload: Workload, profile_gpu: GpuSpec | None = No
                     gemm_scale=scale, attention_scale=attention_kernel_scale(gpu.arch, attention))
 
 
+def config_shard(cfg: TrainingConfig, workload: Workload) -> Shard:
+    """How ``cfg`` cuts each layer on one GPU for one micro-batch."""
+    d = cfg.degrees
+    return Shard(batch=cfg.micro_batch, seq_len=workload.seq_len, tp=d.tp, cp=d.cp, ep=d.ep,
+                 etp=d.expert_tp, sequence_parallel=cfg.sequence_parallel,
+                 unfused_attention=cfg.attention == "unfused", dropout=cfg.dropout,
+                 moe_imbalance=cfg.moe_imbalance, elem_bytes=workload.elem_bytes,
+                 cuda_graphs=cfg.cuda_graphs, fp8=workload.precision == "fp8",
+                 flex_dispatch=cfg.moe_dispatcher == "flex")
+
+
 def make_context(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: TrainingConfig,
                  prof: Profile, views: tuple[GroupViews, ...],
                  node_order: tuple[int, ...] | None = None) -> StepContext:
@@ -86,11 +97,7 @@ def make_context(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: Tr
                     for g in cluster.node_groups]
         replica_rates = tuple(tuple(by_group[g] for g in row) for row in groups)
         hbm = tuple(min(cluster.node_groups[g].gpu.hbm_bytes for g in row) for row in groups)
-    d = cfg.degrees
-    shard = Shard(batch=cfg.micro_batch, seq_len=workload.seq_len, tp=d.tp, cp=d.cp, ep=d.ep,
-                  etp=d.expert_tp, sequence_parallel=cfg.sequence_parallel,
-                  unfused_attention=cfg.attention == "unfused", dropout=cfg.dropout,
-                  moe_imbalance=cfg.moe_imbalance, elem_bytes=workload.elem_bytes)
+    shard = config_shard(cfg, workload)
     slice_shard = shard if cfg.seq_slices == 1 else replace(
         shard, seq_len=workload.seq_len // cfg.seq_slices)
     return StepContext(model=model, workload=workload, cfg=cfg, prof=prof, rates=rates,

@@ -82,6 +82,7 @@ class ActivationShape:
     dropout: bool
     moe_imbalance: float
     elem_bytes: int = 2  # bytes per stored element (4 in fp32; the formulas count 2-byte values)
+    offload: tuple[str, ...] = ()  # activations kept on the host (TrainingConfig.offload_modules)
 
 
 def _attention_tensors(model: ModelSpec, t: int) -> float:
@@ -103,8 +104,14 @@ def _ffn_tensors(model: ModelSpec, layer: int, sh: ActivationShape) -> float:
     moe = model.moe
     routed = moe.top_k * sh.moe_imbalance * sh.etp / sh.tp
     shared_w = moe.num_shared_experts * (moe.shared_ffn_hidden or moe.expert_ffn_hidden)
-    return (routed * (2 * model.hidden_size + width * moe.expert_ffn_hidden / sh.etp)
-            + width * shared_w / sh.tp + 4 * moe.num_experts / sh.tp)
+    # per routed copy: the FC1 input (2h) and the activation's input (GLU 2*2f, else 2f) unless
+    # offloaded to the host, and its output (2f)
+    per_copy = width * moe.expert_ffn_hidden / sh.etp
+    if "moe_act" in sh.offload:
+        per_copy -= (width - 2) * moe.expert_ffn_hidden / sh.etp
+    if "expert_fc1" not in sh.offload:
+        per_copy += 2 * model.hidden_size
+    return routed * per_copy + width * shared_w / sh.tp + 4 * moe.num_experts / sh.tp
 
 
 def layer_activation_bytes(model: ModelSpec, layer: int, sh: ActivationShape,

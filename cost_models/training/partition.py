@@ -30,7 +30,7 @@ class PartitionInputs:
     ``layer_time_s[l]``: forward + backward (+ recompute, TP/CP/EP comm) of layer l for one
     micro-batch on stage 0's links and GPUs; ``stage_slowdown[s]``: how much slower the same
     layers run on stage s's links and GPUs; ``head_time_s``: LM head and loss on the last
-    stage; ``stage_link_s[s]``: stage s's pipeline send/recv per micro-batch on its two links
+    stage's GPUs, divided by that stage's slowdown; ``stage_link_s[s]``: stage s's pipeline send/recv per micro-batch on its two links
     (``stage.pp_link_s``, the term the step estimate adds to the stage). Memory:
     ``layer_state_bytes`` (weights, grads, optimizer after sharding), ``layer_activation_bytes``
     (one micro-batch), ``in_flight[s]`` micro-batches held by stage s, the embedding's and
@@ -76,7 +76,10 @@ def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg
     slowdown = [1.0] + [sum(on_stage(s)) / sum(base) for s in range(1, d.pp)]
     terms = activation_terms(ctx)
     k = terms.slices
-    head = 3 * k * lm_head_forward_time(model, ctx.slice_shard, ctx.on_stage(0).rates, prof)
+    # the last stage's own head time, in stage-0 units (the DP scales it by that stage's
+    # slowdown, and the head's is not the layers': it is never launch bound)
+    head = 3 * k * lm_head_forward_time(model, ctx.slice_shard, ctx.on_stage(d.pp - 1).rates,
+                                        prof) / slowdown[-1]
     # Step 2: model states per layer, and of the embedding and the LM head
     dp_shard, edp = d.dp * d.cp, d.expert_dp
     per_param = state_bytes_per_param(cfg, workload)

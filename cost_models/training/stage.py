@@ -34,7 +34,7 @@ as many kernels and messages), its attention as its share of the whole causal at
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cost_models import communication as comm
 from cost_models.compute import (BWD_ATTN, BWD_GEMM, Gemm, LayerTime, Shard, attention_gemms,
@@ -141,8 +141,7 @@ def _forward_time(ctx: StepContext, layer: int) -> LayerTime:
     if k == 1:
         return t
     ts = layer_forward_time(layer_work(ctx.model, layer, ctx.slice_shard), ctx.rates, ctx.prof)
-    return LayerTime(gemm_s=k * ts.gemm_s, attention_s=t.attention_s,
-                     elementwise_s=k * ts.elementwise_s, overhead_s=k * ts.overhead_s)
+    return replace(ts.scaled(k), attention_s=t.attention_s)
 
 
 def _selective_recompute_s(ctx: StepContext, t: LayerTime) -> float:

@@ -50,7 +50,8 @@ def activation_terms(ctx: StepContext) -> ActivationTerms:
     shape = ActivationShape(tokens=sh.tokens, seq_len=ctx.workload.seq_len, tp=cfg.degrees.tp,
                             etp=cfg.degrees.expert_tp, sequence_parallel=cfg.sequence_parallel,
                             unfused_attention=sh.unfused_attention, dropout=cfg.dropout,
-                            moe_imbalance=cfg.moe_imbalance, elem_bytes=sh.elem_bytes)
+                            moe_imbalance=cfg.moe_imbalance, elem_bytes=sh.elem_bytes,
+                            offload=cfg.offload_modules)
     k = cfg.seq_slices
     # fp32 logits and their gradient (8 bytes), or both in the compute dtype with a fused loss
     per_logit = 2 * sh.elem_bytes if cfg.fused_cross_entropy else 8

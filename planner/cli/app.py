@@ -240,6 +240,20 @@ class MoeDispatcher(str, Enum):
     flex = "flex"
 
 
+class CudaGraphs(str, Enum):
+    none = "none"
+    moe_router = "moe_router"
+    attn_moe_router = "attn+moe_router"
+    full = "full"
+
+
+CUDA_GRAPHS_HELP = ("What CUDA graphs capture, so the CPU does not launch it kernel by kernel "
+                    "(a layer is launch bound when that takes longer than the GPU's work): none "
+                    "(Megatron's default); moe_router, TransformerEngine graphs of the MoE "
+                    "router and dispatcher preprocessing; attn+moe_router, also attention; "
+                    "full, the whole iteration (--cuda-graph-impl full_iteration).")
+
+
 class Attention(str, Enum):
     flash = "flash"
     flash2 = "flash2"
@@ -292,6 +306,7 @@ def estimate(
         min=1, help="SlimPipe: sequence slices per micro-batch (1F1B, pp > 1).")] = 1,
     moe_dispatcher: Annotated[MoeDispatcher, typer.Option(
         help=MOE_DISPATCHER_HELP)] = MoeDispatcher.alltoall,
+    cuda_graphs: Annotated[CudaGraphs, typer.Option(help=CUDA_GRAPHS_HELP)] = CudaGraphs.none,
     attention: Annotated[Attention, typer.Option(help=ATTENTION_HELP)] = Attention.flash,
     precision: Annotated[Precision, typer.Option(
         help="bf16/fp8: mixed precision; fp16: mixed precision with loss scaling (V100); "
@@ -316,7 +331,8 @@ def estimate(
                             recompute=recompute.value, recompute_layers=recompute_layers,
                             sequence_parallel=sequence_parallel, zero=zero,
                             zero_bubble=zero_bubble, seq_slices=seq_slices,
-                            moe_dispatcher=moe_dispatcher.value, attention=attention.value)
+                            moe_dispatcher=moe_dispatcher.value, attention=attention.value,
+                            cuda_graphs=cuda_graphs.value)
     profile = load_profile(hardware.slowest_gpu.name, calibration)
     result = auto_estimate(spec, hardware, workload, choice, profile)
     data = estimate_to_dict(result.estimate, result.chosen)
@@ -365,6 +381,7 @@ def solve(
         help="Allowed pipeline schedules (repeat the option); default all.")] = None,
     moe_dispatcher: Annotated[MoeDispatcher, typer.Option(
         help=MOE_DISPATCHER_HELP)] = MoeDispatcher.alltoall,
+    cuda_graphs: Annotated[CudaGraphs, typer.Option(help=CUDA_GRAPHS_HELP)] = CudaGraphs.none,
     attention: Annotated[Attention, typer.Option(help=ATTENTION_HELP)] = Attention.flash,
     calibration: Annotated[Optional[Path], typer.Option(
         help="JSON overriding calibration parameters (see docs/calibration.md).")] = None,
@@ -400,7 +417,7 @@ def solve(
     space = SearchSpace(tp=tp, pp=pp, cp=cp, ep=ep, micro_batch=micro_batch,
                         schedules=tuple(s.value for s in schedule) if schedule else
                         SearchSpace().schedules, moe_dispatcher=moe_dispatcher.value,
-                        attention=attention.value)
+                        attention=attention.value, cuda_graphs=cuda_graphs.value)
     loads = None
     if expert_loads is not None:
         from planner.inputs.expert_loads import load_expert_loads

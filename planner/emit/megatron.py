@@ -37,7 +37,11 @@ Flag names and constraints follow ``megatron/training/arguments.py`` (NVIDIA/Meg
   (``--grad-reduce-in-bf16``) and Adam's moments in bf16 (``--use-precision-aware-optimizer
   --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``) where the plan's config says so;
 * overlap: ``--overlap-grad-reduce``, ``--overlap-param-gather`` (needs the distributed
-  optimizer or Megatron-FSDP), ``--tp-comm-overlap`` (needs ``--sequence-parallel``).
+  optimizer or Megatron-FSDP), ``--tp-comm-overlap`` (needs ``--sequence-parallel``);
+* CUDA graphs: ``--cuda-graph-impl transformer_engine --cuda-graph-scope ...`` or
+  ``--cuda-graph-impl full_iteration`` as the plan's ``cuda_graphs`` says
+  (:data:`CUDA_GRAPH_ARGS`); ``--fine-grained-activation-offloading --offload-modules ...``
+  with the plan's ``offload_modules``.
 
 ZB-H1 is not a mainline Megatron-LM schedule; the files say so.
 """
@@ -240,6 +244,20 @@ def _overlap_args(f: Facts) -> list[str]:
     return args
 
 
+# TrainingConfig.cuda_graphs -> Megatron-LM's flags (megatron/training/arguments.py,
+# TransformerConfig.cuda_graph_impl; the scope names of core_r0.16, which later releases take
+# as the deprecated spelling of --cuda-graph-modules). Full-iteration graphs need the NaN check
+# of the loss off.
+CUDA_GRAPH_ARGS = {
+    "none": [],
+    "moe_router": ["--cuda-graph-impl", "transformer_engine",
+                   "--cuda-graph-scope", "moe_router", "moe_preprocess"],
+    "attn+moe_router": ["--cuda-graph-impl", "transformer_engine",
+                        "--cuda-graph-scope", "attn", "moe_router", "moe_preprocess"],
+    "full": ["--cuda-graph-impl", "full_iteration", "--no-check-for-nan-in-loss-and-grad"],
+}
+
+
 def megatron_args(f: Facts) -> tuple[list[str], list[str]]:
     """(``pretrain_gpt.py`` arguments, comment lines) for the plan."""
     cfg = f.cfg
@@ -257,7 +275,10 @@ def megatron_args(f: Facts) -> tuple[list[str], list[str]]:
     args += pipe + model + _moe_args(f)
     args += ["--micro-batch-size", str(cfg.micro_batch),
              "--global-batch-size", str(f.workload.global_batch)]
-    args += memory + _precision_args(f) + _overlap_args(f)
+    args += memory + _precision_args(f) + _overlap_args(f) + CUDA_GRAPH_ARGS[cfg.cuda_graphs]
+    if cfg.offload_modules:
+        args += ["--fine-grained-activation-offloading", "--offload-modules",
+                 *cfg.offload_modules]
     notes = notes + model_notes + memory_notes
     if f.schedule == "slimpipe":
         notes.insert(0, SLIMPIPE_NOTE.format(k=cfg.seq_slices, framework="Megatron-LM"))

@@ -60,6 +60,7 @@ class ParallelChoice:
     seq_slices: int = 1
     moe_dispatcher: str = "alltoall"
     attention: str = "flash"
+    cuda_graphs: str = "none"
 
     @property
     def auto_fields(self) -> tuple[str, ...]:
@@ -116,7 +117,8 @@ def make_config(choice: ParallelChoice, num_gpus: int) -> TrainingConfig:
             recompute=choice.recompute, recompute_layers=choice.recompute_layers,
             sequence_parallel=sequence_parallel, zero=choice.zero,
             zero_bubble=choice.zero_bubble, seq_slices=choice.seq_slices,
-            moe_dispatcher=choice.moe_dispatcher, attention=choice.attention)
+            moe_dispatcher=choice.moe_dispatcher, attention=choice.attention,
+            cuda_graphs=choice.cuda_graphs)
     except ValueError as err:
         raise _options_error(err) from None
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from cost_models.compute import layer_launches
 from cost_models.model_spec import ModelSpec, MoESpec
 from cost_models.profile import Profile
 from cost_models.training.step import Estimate, estimate
@@ -150,31 +151,37 @@ def _stage_layers(record: dict[str, Any], stage: int) -> tuple[int, ...]:
 # The reference job's expert-parallel MoE forward (reference_job/ep.py ExpertDispatch), in
 # torch calls: routing and bookkeeping (router linear, top-k, softmax, bincount, token gather,
 # output buffers, gate gather and multiply, the final index_add: 12) and, per local slot that
-# receives tokens, 6 (index tensor, row gather, fc1, GELU, fc2, index_add). The step model
-# counts MOE_MODEL_KERNELS for a MoE layer's routing and grouped experts (cost_models/compute.py
-# layer_work: 8); backward launches twice as many (compute.backward_time_s).
+# receives tokens, 6 (index tensor, row gather, fc1, GELU, fc2, index_add); around them the
+# block's attention half and norms as the step model counts a dense layer's (14). Its backward
+# launches twice as many.
 JOB_MOE_FIXED_CALLS = 12
 JOB_MOE_CALLS_PER_SLOT = 6
-MOE_MODEL_KERNELS = 8
+JOB_LAYER_OTHER_CALLS = 14
 
 
 def expert_loop_extra_s(record: dict[str, Any], est: Estimate, prof: Profile) -> float:
-    """The job's expert-parallel MoE layers launch more kernels than the step model's grouped
-    experts (one GEMM pair per local slot, module constants): the extra launches of the most
-    loaded stage, forward and backward, over the step's micro-batches, at ``prof``'s
-    ``kernel_overhead_s``."""
+    """The job's expert-parallel MoE layers launch other kernels than the Megatron layer the
+    step model counts (``cost_models.compute.layer_launches``): the difference, forward and
+    backward, of the most loaded stage over the step's micro-batches, at ``prof``'s
+    ``kernel_overhead_s`` (none when the model counts more)."""
+    from cost_models.training.context import config_shard
+
     shape = record["shape"]
     d = est.config.degrees
     if d.ep <= 1 or not shape.get("num_experts"):
         return 0.0
     placement = record["plan"].get("experts") or {}
     slots = placement.get("slots_per_gpu", shape["num_experts"] // d.ep)  # runtime.expert_maps
-    extra_calls = JOB_MOE_FIXED_CALLS + JOB_MOE_CALLS_PER_SLOT * slots - MOE_MODEL_KERNELS
     moe = shape.get("moe_layers") or ()
+    first_moe = next(i for i, on in enumerate(moe) if on) if any(moe) else 0
+    model = job_model(shape)
+    counted = layer_launches(model, first_moe, config_shard(est.config, est.workload))
+    job = 3 * (JOB_LAYER_OTHER_CALLS + JOB_MOE_FIXED_CALLS + JOB_MOE_CALLS_PER_SLOT * slots)
+    extra_calls = max(0, job - counted.fwd - counted.bwd)
     worst = max(sum(1 for i in _stage_layers(record, s) if i < len(moe) and moe[i])
                 for s in range(len(est.stages)))
     busiest = max(shape.get("replica_micro_batches") or [shape["micro_batches"]])
-    return 3 * extra_calls * worst * busiest * prof.kernel_overhead_s
+    return extra_calls * worst * busiest * prof.kernel_overhead_s
 
 
 def predict_run(record: dict[str, Any], profile: Profile | None) -> RunPrediction:

@@ -68,6 +68,7 @@ class SearchSpace:
     schedules: tuple[str, ...] = ("1f1b", "interleaved-1f1b", "zb-h1", "slimpipe")
     moe_dispatcher: str = "alltoall"  # the MoE token dispatcher every option uses
     attention: str = "flash"  # the attention kernels every option runs
+    cuda_graphs: str = "none"  # what CUDA graphs capture in every option
 
     def admits(self, d: Degrees) -> bool:
         return all(want is None or want == got for want, got in
@@ -103,14 +104,16 @@ def space_limits(model: ModelSpec, cluster: Cluster, workload: Workload) -> Spac
 
 
 def base_config(d: Degrees, micro_batch: int = 1, seq_len: int | None = None,
-                moe_dispatcher: str = "alltoall", attention: str = "flash") -> TrainingConfig:
+                moe_dispatcher: str = "alltoall", attention: str = "flash",
+                cuda_graphs: str = "none") -> TrainingConfig:
     """The planner's defaults for a degree tuple: sequence parallelism with TP (when each CP
     rank's tokens split evenly over the TP ranks), the distributed optimizer, overlapped
     gradient reduce and parameter gather, ``attention`` (default: the GPU's native fused
-    kernel), and ``moe_dispatcher``."""
+    kernel), ``moe_dispatcher`` and ``cuda_graphs``."""
     sp = d.tp > 1 and (seq_len is None or (seq_len // d.cp) % d.tp == 0)
     return TrainingConfig(degrees=d, micro_batch=micro_batch, sequence_parallel=sp, zero=1,
-                          moe_dispatcher=moe_dispatcher, attention=attention)
+                          moe_dispatcher=moe_dispatcher, attention=attention,
+                          cuda_graphs=cuda_graphs)
 
 
 def _recompute_option(cfg: TrainingConfig, layers_per_chunk: int, i: int) -> TrainingConfig:
@@ -324,7 +327,8 @@ def tuple_floor_s(model: ModelSpec, cluster: Cluster, workload: Workload, prof: 
     for mb in micro_batch_sizes(limits, d.dp):
         if space.micro_batch is not None and mb != space.micro_batch:
             continue
-        base = base_config(d, mb, workload.seq_len, attention=space.attention)
+        base = base_config(d, mb, workload.seq_len, space.moe_dispatcher, space.attention,
+                           space.cuda_graphs)
         for v in vpp_sizes(model.num_layers, d.pp, base.micro_batches(workload)):
             floors.append(compute_floor_s(model, cluster, workload, replace(base, vpp=v), prof))
     return min(floors, default=0.0)
@@ -350,7 +354,8 @@ def best_for_degrees(model: ModelSpec, cluster: Cluster, workload: Workload, pro
         if space.micro_batch is not None and mb != space.micro_batch:
             continue
         memo: dict[TrainingConfig, list[TrainingConfig]] = {}
-        base = base_config(d, mb, workload.seq_len, space.moe_dispatcher, space.attention)
+        base = base_config(d, mb, workload.seq_len, space.moe_dispatcher, space.attention,
+                           space.cuda_graphs)
         for variant in _schedule_variants(model, base, workload, space):
             plain = replace(variant, zero_bubble=False)  # ZB-H1 holds 1F1B's activations
             if plain not in memo:

@@ -1,0 +1,120 @@
+"""Launch-bound layers: the CPU issues every kernel that no CUDA graph captures, and a layer
+whose GPU work is shorter than those launches takes the launches' time
+(``cost_models.compute.layer_launches``, ``LayerTime.total_s``)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from cost_models.compute import (CUDA_GRAPHS, GpuRates, Shard, backward_time_s,
+                                 layer_forward_time, layer_launches, layer_work)
+from cost_models.parallel import ConfigError, Degrees
+from cost_models.profile import Profile, default_profile
+from cost_models.training.config import TrainingConfig, Workload
+from cost_models.training.step import estimate
+from planner.inputs.models import load_model
+from topologies.standard import homogeneous_cluster
+
+RATES = GpuRates(peak_flops=2.25e15, hbm_bytes_per_s=7.7e12)
+PROF = Profile(gemm_efficiency=0.75, attention_efficiency=0.5, kernel_overhead_s=5e-6,
+               host_launch_s=30e-6)
+
+
+def _shard(tokens: int, ep: int = 8, graphs: str = "none", fp8: bool = False,
+           flex: bool = False) -> Shard:
+    return Shard(batch=1, seq_len=tokens, tp=1, cp=1, ep=ep, etp=1, sequence_parallel=False,
+                 unfused_attention=False, dropout=False, cuda_graphs=graphs, fp8=fp8,
+                 flex_dispatch=flex)
+
+
+def test_a_short_layer_takes_its_launches_and_a_faster_gpu_does_not_help():
+    """Qwen3-30B-A3B at 256 tokens: 16 local experts of a few tokens each; the layer's time is
+    the CPU's, forward and backward, whatever the GPU's speed."""
+    model = load_model("qwen3-30b-a3b")
+    work = layer_work(model, 0, _shard(256))
+    t = layer_forward_time(work, RATES, PROF)
+    assert t.gpu_s < t.host_s
+    assert t.total_s == pytest.approx(work.launches.host_fwd * PROF.host_launch_s)
+    assert backward_time_s(t) == pytest.approx(work.launches.host_bwd * PROF.host_launch_s)
+    faster = layer_forward_time(work, replace(RATES, peak_flops=2 * RATES.peak_flops,
+                                              hbm_bytes_per_s=2 * RATES.hbm_bytes_per_s), PROF)
+    assert faster.total_s == t.total_s and faster.gpu_s < t.gpu_s
+
+
+def test_a_long_layer_is_the_gpus_work_whatever_the_launch_cost():
+    model = load_model("qwen3-30b-a3b")
+    work = layer_work(model, 0, replace(_shard(4096), batch=8))
+    with_host = layer_forward_time(work, RATES, PROF)
+    without = layer_forward_time(work, RATES, replace(PROF, host_launch_s=0.0))
+    assert with_host.host_s < with_host.gpu_s
+    assert with_host.total_s == without.total_s
+    assert backward_time_s(with_host) == backward_time_s(without)
+
+
+@pytest.mark.parametrize("name,layer", [("qwen3-30b-a3b", 0), ("deepseek-v3", 5),
+                                        ("llama-3.1-8b", 0)])
+@pytest.mark.parametrize("fp8", [False, True])
+def test_cuda_graphs_take_launches_from_the_cpu_not_kernels_from_the_gpu(name, layer, fp8):
+    """Wider capture never leaves the CPU more to launch; the GPU runs the same kernels."""
+    model = load_model(name)
+    counts = [layer_launches(model, layer, _shard(4096, graphs=g, fp8=fp8)) for g in CUDA_GRAPHS]
+    assert len({(c.fwd, c.bwd) for c in counts}) == 1
+    host = [(c.host_fwd, c.host_bwd) for c in counts]  # none, moe_router, attn+moe_router, full
+    assert host[0] == (counts[0].fwd, counts[0].bwd)
+    assert host[0] >= host[1] >= host[2] > host[3] == (0, 0)
+    if model.is_moe_layer(layer):
+        assert host[0] > host[1] > host[2]
+
+
+def test_each_local_expert_costs_the_cpu_its_gemm_launches():
+    """TransformerEngine's GroupedLinear runs one cuBLAS GEMM per local expert (FC1 and FC2
+    forward, their data and weight gradients backward); fp8 also quantises each input."""
+    model = load_model("qwen3-30b-a3b")  # 128 experts
+    for fp8, per_expert in ((False, 2), (True, 4)):
+        a = layer_launches(model, 0, _shard(4096, ep=8, fp8=fp8))  # 16 local experts
+        b = layer_launches(model, 0, _shard(4096, ep=16, fp8=fp8))  # 8
+        assert a.host_fwd - b.host_fwd == per_expert * 8
+        assert a.host_bwd - b.host_bwd == 2 * per_expert * 8
+
+
+def test_the_flex_dispatcher_launches_fewer_kernels_than_the_all_to_all():
+    model = load_model("qwen3-30b-a3b")
+    a2a = layer_launches(model, 0, _shard(4096))
+    flex = layer_launches(model, 0, _shard(4096, flex=True))
+    assert flex.fwd < a2a.fwd and flex.host_fwd < a2a.host_fwd
+
+
+def _qwen3_30b_step(micro_batch: int, graphs: str) -> float:
+    model = load_model("qwen3-30b-a3b")
+    cluster = homogeneous_cluster("B200", 1, 8)
+    cfg = TrainingConfig(degrees=Degrees(tp=1, pp=1, dp=8, ep=8), micro_batch=micro_batch,
+                         cuda_graphs=graphs)
+    est = estimate(model, cluster, Workload(4096, 512, "fp8"), cfg, default_profile("B200"))
+    return est.step_time_s
+
+
+def test_small_micro_batches_are_launch_bound_without_graphs():
+    """Megatron-Bridge's Qwen3-30B-A3B on 8 B200 ran 2.8x slower at micro-batch 1 than at 4
+    without full-iteration graphs (26.02: 9,691 vs 26,695 tokens/s/GPU); the same work in a
+    quarter of the launches. Full-iteration graphs take the launches off the CPU: micro-batch
+    1 then loses only what the GPU loses (smaller GEMMs, kernels' fixed costs)."""
+    eager = _qwen3_30b_step(1, "none") / _qwen3_30b_step(4, "none")
+    graphed = _qwen3_30b_step(1, "full") / _qwen3_30b_step(4, "full")
+    assert eager > 2.0
+    assert eager > graphed + 0.2
+
+
+def test_cuda_graphs_is_a_checked_option_and_round_trips():
+    with pytest.raises(ConfigError, match="cuda_graphs"):
+        TrainingConfig(cuda_graphs="partial")
+    cfg = TrainingConfig(cuda_graphs="attn+moe_router")
+    assert TrainingConfig.from_dict({"degrees": {}, **cfg.options_dict()}) == cfg
+    assert "cuda_graphs" not in TrainingConfig().options_dict()
+
+
+def test_a_calibrated_profile_prices_no_separate_launch_time():
+    """planner calibrate times launches and kernels on one machine together: its profile's
+    ``kernel_overhead_s`` carries them and ``host_launch_s`` stays 0."""
+    assert Profile().host_launch_s == 0.0
+    assert default_profile("H100-SXM5-80GB").host_launch_s > 0
