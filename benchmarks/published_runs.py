@@ -126,6 +126,11 @@ def _cuda_graphs(row: dict) -> str:
     return "none"
 
 
+def _offload_modules(row: dict) -> tuple[str, ...]:
+    """Activations the row's launch code offloaded to the host (TrainingConfig.offload_modules)."""
+    return tuple((MB_MOE_SETTINGS.get(row["id"]) or {}).get("offload_modules", ()))
+
+
 def _published_recompute(row: dict) -> str | None:
     """Recompute of a Megatron-Bridge row from its release's config: selective when it names
     modules to recompute, none when it names none (or an empty list); None when unknown."""
@@ -265,7 +270,7 @@ def row_config(row: dict, micro_batch: int = 1) -> TrainingConfig:
         fused_cross_entropy=row["source"].startswith(FUSED_CROSS_ENTROPY_SOURCES),
         grad_reduce_in_fp32=not row["source"].startswith(MEGATRON_BRIDGE_SOURCE),
         optimizer_moment_bytes=_moment_bytes(row), cuda_graphs=_cuda_graphs(row),
-        offload_modules=tuple((MB_MOE_SETTINGS.get(row["id"]) or {}).get("offload_modules", ())))
+        offload_modules=_offload_modules(row))
 
 
 def _a2a_overlap(row: dict) -> bool:

@@ -348,8 +348,8 @@ def layer_launches(model: ModelSpec, layer: int, sh: Shard) -> Launches:
         gemm_fwd = (2 + (2 if sh.fp8 else 0)) * local
         experts = (1 + gemm_fwd + (3 if sh.fp8 else 0) + per_layer + per_expert * local,
                     1 + 2 * gemm_fwd + (3 if sh.fp8 else 0) + per_layer + per_expert * local)
-        dispatch = DISPATCH_LAUNCHES["flex" if sh.ep > 1 and sh.flex_dispatch else "alltoall"]
-        pre = DISPATCH_PREPROCESS["flex" if sh.ep > 1 and sh.flex_dispatch else "alltoall"]
+        kind = "flex" if sh.flex_dispatch else "alltoall"
+        dispatch, pre = DISPATCH_LAUNCHES[kind], DISPATCH_PREPROCESS[kind]
         if sh.ep == 1:  # no exchange: the permutation and its inverse only
             dispatch, pre = (5, 5), 0
         parts = [attn, ROUTER_LAUNCHES, dispatch, experts, MOE_TAIL_LAUNCHES]

@@ -118,3 +118,20 @@ def test_a_calibrated_profile_prices_no_separate_launch_time():
     ``kernel_overhead_s`` carries them and ``host_launch_s`` stays 0."""
     assert Profile().host_launch_s == 0.0
     assert default_profile("H100-SXM5-80GB").host_launch_s > 0
+
+
+def test_estimate_table_names_cuda_graphs_when_set():
+    from typer.testing import CliRunner
+
+    from planner.cli.app import app
+    args = ["estimate", "--model", "qwen3-30b-a3b", "--gpu", "B200", "--nodes", "1", "--ep", "8",
+            "--global-batch", "64"]
+    runner = CliRunner()
+    plain = runner.invoke(app, args, env={"COLUMNS": "80"})
+    graphed = runner.invoke(app, [*args, "--cuda-graphs", "attn+moe_router"],
+                            env={"COLUMNS": "80"})
+    assert plain.exit_code == graphed.exit_code == 0
+    assert "CUDA graphs" not in plain.stdout
+    header = graphed.stdout.split("Step time")[0]
+    assert "CUDA graphs attn+moe_router" in header
+    assert max(len(line) for line in header.splitlines()) <= 80

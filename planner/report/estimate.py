@@ -61,6 +61,9 @@ def _header(est: Mapping[str, Any], cluster: Cluster, num_layers: int) -> Text:
                  f"sequence parallel {'on' if cfg['sequence_parallel'] else 'off'}")
     if cfg.get("attention", "flash") != "flash":  # the default kernels go unnamed
         title.append(f" · attention {cfg['attention']}")
+    if cfg.get("cuda_graphs", "none") != "none":  # as the plan's options: named when set
+        title.append(f"\nCUDA graphs {cfg['cuda_graphs']} (captured kernels cost the CPU no "
+                     "launch)")
     chosen = est.get("chosen")
     if chosen:
         picked = ", ".join(f"{_CHOSEN_NAMES.get(k, k)} {v}" for k, v in chosen.items())
