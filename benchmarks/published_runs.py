@@ -26,6 +26,10 @@ compare with. What a row does not state is filled by a documented rule, never pe
   ``_set_common_perf_overrides`` (``set_common_perf_overrides`` at v0.2.0, ``_benchmark_common``
   at v0.6.0); the DeepSeek-V3 rows also keep Adam's moments in bf16 (precision-aware
   optimizer; ``megatron_bridge_moe_settings.json``);
+* fp8 attention and TransformerEngine's fused grouped MLP where a Megatron-Bridge row's
+  release config turned them on (26.06 on; ``_fused_kernels``);
+* Megatron-Bridge's DeepSeek-V3 rows run the multi-token-prediction module from release 26.02
+  on (and in 25.11 where the table says "w/mtp"): ``_ran_mtp``;
 * a job on NVL72 racks (GB200/GB300) whose GPU count is a multiple of 64 but not of 72 runs on
   16 of each rack's 18 trays (64 GPUs per NVLink domain), so power-of-two groups align with
   racks.
@@ -33,8 +37,10 @@ compare with. What a row does not state is filled by a documented rule, never pe
 FLOP conventions for rows published as TFLOP/s or MFU: ``sc21`` is SC'21 eq. (3),
 96*B*s*l*h^2*(1 + s/6h + V/16lh), which counts the recompute forward pass; ``megatron`` is
 ``num_floating_point_operations`` of Megatron-LM ``training.py`` (GQA, SwiGLU and MoE aware;
-72*B*s*l*h^2*(1 + s/6h + V/12lh) for GPT), the convention of the 2024 H100 table, the MoE
-model zoo and Korthikanti et al.'s MFU.
+72*B*s*l*h^2*(1 + s/6h + V/12lh) for GPT), the convention of the 2024 H100 table and
+Korthikanti et al.'s MFU; ``megatron-causal`` is the same function from March 2025 on (core
+attention halved for the causal mask, MLA, dense and MoE layers apart), the convention of the
+MoE model zoo and the DeepSeek-V3 GB200 guide.
 """
 from __future__ import annotations
 
@@ -57,6 +63,7 @@ DATA = Path(__file__).parent / "data" / "published_runs_calibration.json"
 EXTRA = Path(__file__).parent / "data" / "published_runs_extra.json"
 MB_SETTINGS = Path(__file__).parent / "data" / "megatron_bridge_moe_settings.json"
 ZOO_SETTINGS = Path(__file__).parent / "data" / "modelzoo_moe_settings.json"
+GUIDE_SETTINGS = Path(__file__).parent / "data" / "megatron_lm_guide_moe_settings.json"
 MICRO_BATCHES = (1, 2, 4, 8)
 
 # Short source names (leave-one-source-out holds out one of these at a time), by id prefix.
@@ -65,7 +72,7 @@ SOURCES = (("megatron-sc21", "megatron-sc21"),
            ("megatron-2020", "megatron-2020"), ("megatron-h100-2024", "megatron-h100-2024"),
            ("korthikanti", "korthikanti-2022"), ("modelzoo", "megatron-moe-modelzoo"),
            ("mbridge", "megatron-bridge"), ("mpt", "mosaicml-mpt"), ("nemo-2407", "nemo-24.07"),
-           ("torchtitan", "torchtitan"))
+           ("torchtitan", "torchtitan"), ("megatron-lm-dsv3-guide", "megatron-lm-dsv3-guide"))
 
 
 def load_rows(path: Path = DATA) -> list[dict]:
@@ -80,9 +87,10 @@ def load_all_rows() -> list[dict]:
 def _load_mb_settings() -> dict[str, dict]:
     """Row id -> the settings the row's own launch code gave it (exact matches only):
     Megatron-Bridge's config of the row's release (``megatron_bridge_moe_settings.json``) and
-    the MoE model zoo's launch scripts (``modelzoo_moe_settings.json``)."""
+    the MoE model zoo's launch scripts (``modelzoo_moe_settings.json``) and the Megatron-LM
+    DeepSeek-V3 guide's (``megatron_lm_guide_moe_settings.json``)."""
     out = {}
-    for path in (MB_SETTINGS, ZOO_SETTINGS):
+    for path in (MB_SETTINGS, ZOO_SETTINGS, GUIDE_SETTINGS):
         if path.exists():
             out.update({r["id"]: r for r in json.loads(path.read_text())["rows"]
                         if r["match"] == "exact"})
@@ -131,6 +139,16 @@ def _offload_modules(row: dict) -> tuple[str, ...]:
     return tuple((MB_MOE_SETTINGS.get(row["id"]) or {}).get("offload_modules", ()))
 
 
+def _fused_kernels(row: dict) -> dict:
+    """FP8 attention and TransformerEngine's fused grouped MLP as the row's release config set
+    them (``fp8_dot_product_attention``, ``cutedsl_fused_grouped_mlp`` in
+    ``megatron_bridge_moe_settings.json``; both arrive with 26.06), on fp8 rows only."""
+    known = MB_MOE_SETTINGS.get(row["id"]) or {}
+    fp8 = row_workload(row).precision == "fp8"
+    return {"fp8_attention": fp8 and bool(known.get("fp8_dot_product_attention")),
+            "fused_grouped_mlp": fp8 and bool(known.get("cutedsl_fused_grouped_mlp"))}
+
+
 def _published_recompute(row: dict) -> str | None:
     """Recompute of a Megatron-Bridge row from its release's config: selective when it names
     modules to recompute, none when it names none (or an empty list); None when unknown."""
@@ -171,14 +189,28 @@ def era(row: dict) -> str:
                                            "korthikanti")) else "2024"
 
 
+def _ran_mtp(row: dict) -> bool:
+    """Whether a DeepSeek-V3 row ran its multi-token-prediction module. Megatron-Bridge 25.11
+    (v0.2.x) performance scripts left it out unless the table's model column says "w/mtp";
+    from 26.02 (v0.3.0) on they build the recipe with its default ``mtp_num_layers = 1``
+    (``scripts/performance/configs/deepseek/deepseek_llm_pretrain.py`` calls
+    ``deepseek_v3_pretrain_config``, ``recipes/deepseek/deepseek_v3.py:198``), and every such
+    row's published model TFLOP/s per token equals Megatron's count with one MTP layer within
+    0.2% (4% off without it). Other sources ran MTP only where their launch flags say so
+    (none here)."""
+    rid = row["id"].lower()
+    if "w/mtp" in rid:
+        return True
+    release = rid.split("-")[1] if rid.startswith("mbridge-") else ""
+    return release[:5] >= "26.02" if release[:2].isdigit() else False
+
+
 def row_model(row: dict) -> ModelSpec:
     m = row["model"]
     if m.get("preset"):
         from planner.inputs.models import load_model
         spec = load_model(m["preset"])
-        # Megatron-Bridge's DeepSeek-V3 rows ran without the MTP module unless the row is marked
-        # "w/mtp" (its performance tables' model column); the preset carries the released MTP
-        if spec.mtp_layers and "w/mtp" not in row["id"].lower():
+        if spec.mtp_layers and not _ran_mtp(row):
             spec = replace(spec, mtp_layers=0)
         return spec
     moe = None
@@ -270,7 +302,7 @@ def row_config(row: dict, micro_batch: int = 1) -> TrainingConfig:
         fused_cross_entropy=row["source"].startswith(FUSED_CROSS_ENTROPY_SOURCES),
         grad_reduce_in_fp32=not row["source"].startswith(MEGATRON_BRIDGE_SOURCE),
         optimizer_moment_bytes=_moment_bytes(row), cuda_graphs=_cuda_graphs(row),
-        offload_modules=_offload_modules(row))
+        offload_modules=_offload_modules(row), **_fused_kernels(row))
 
 
 def _a2a_overlap(row: dict) -> bool:
@@ -285,7 +317,8 @@ def _a2a_overlap(row: dict) -> bool:
 
 
 def megatron_flops(model: ModelSpec, batch: int, seq: int) -> float:
-    """Megatron-LM ``num_floating_point_operations`` (fwd + bwd, no recompute)."""
+    """Megatron-LM ``num_floating_point_operations`` (fwd + bwd, no recompute) before March
+    2025: attention over the full s x s score matrix."""
     h, L, a = model.hidden_size, model.num_layers, model.num_heads
     gated = 1.5 if model.glu else 1.0
     q_ratio = a * model.head_dim / h
@@ -296,6 +329,42 @@ def megatron_flops(model: ModelSpec, batch: int, seq: int) -> float:
     return 12 * batch * seq * L * h * h * (
         (1 + model.num_kv_heads / a + seq / h) * q_ratio + ffn / h * routed * gated
         + shared / h * gated + model.vocab_size / (2 * L * h))
+
+
+def megatron_causal_flops(model: ModelSpec, batch: int, seq: int) -> float:
+    """Megatron-LM ``num_floating_point_operations`` from March 2025 on (``transformer_flops``
+    of ``megatron/training/training.py``; NVIDIA/Megatron-LM 8873b55d "Fixes in number of
+    floating-point operation estimates for MoE and attention layer" halved the core attention
+    for the causal mask; read at effebd81, the commit of the DeepSeek-V3 GB200 guide): per
+    token 3 x 2 x (every GEMM's multiply-adds) with the core attention at s/2 keys, MLA's
+    low-rank projections where the model has them, dense and MoE MLPs counted per layer, the
+    MTP modules' projection and logits, and the logits."""
+    h, a, s = model.hidden_size, model.num_heads, seq
+    gated = 1.5 if model.glu else 1.0
+    if model.mla is not None:
+        m = model.mla
+        q_term = (m.q_lora_rank * (h + a * m.qk_head_dim + 1) if m.q_lora_rank
+                  else h * a * m.qk_head_dim)
+        attn = 6 * (q_term + m.kv_lora_rank * (h + a * (m.qk_nope_head_dim + m.v_head_dim) + 1)
+                    + h * m.qk_rope_head_dim + a * m.v_head_dim * h
+                    + s * a * m.qk_head_dim / 2 + s * a * m.v_head_dim / 2)
+    else:
+        q, kv = a * model.head_dim, model.num_kv_heads * model.head_dim
+        attn = 6 * (h * (q + 2 * kv) + q * s / 2 * 2 + q * h)
+    mtp = model.mtp_layers
+    dense, moe = model.num_dense_layers, model.num_moe_layers
+    if model.moe is not None and not model.moe_layers:
+        dense, moe = 0, model.num_layers
+    if mtp:  # MTP modules repeat the last layer's kind
+        moe, dense = (moe + mtp, dense) if model.moe is not None and moe else (moe, dense + mtp)
+    mlp = 12 * h * dense * model.ffn_hidden_size * gated
+    if model.moe is not None:
+        e = model.moe
+        mlp += 12 * h * moe * (e.expert_ffn_hidden * e.top_k
+                               + e.num_shared_experts * e.expert_ffn_hidden) * gated
+    per_token = (mlp + attn * (model.num_layers + mtp) + 6 * mtp * (3 * h + 2 * h * h)
+                 + 6 * h * model.vocab_size * (mtp + 1))
+    return batch * s * per_token
 
 
 def sc21_flops(model: ModelSpec, batch: int, seq: int) -> float:
@@ -311,9 +380,16 @@ class Target:
 
     metric: str
     value: float
-    convention: str  # "", "sc21" or "megatron"
+    convention: str  # "", "sc21", "megatron" or "megatron-causal"
     scored: bool
     note: str = ""
+
+
+# Sources whose TFLOP/s were counted by Megatron-LM from March 2025 on (megatron_causal_flops):
+# the MoE model zoo's tables (its H100 rows publish step time and TFLOP/s; the pair agrees
+# with that count within 0.5% and not with the earlier one, 12% higher at 4k tokens; test) and
+# the DeepSeek-V3 GB200 guide (Megatron-LM effebd81, October 2025).
+CAUSAL_FLOP_SOURCES = ("megatron-moe-modelzoo", "megatron-lm-dsv3-guide")
 
 
 def row_target(row: dict) -> Target | None:
@@ -323,7 +399,8 @@ def row_target(row: dict) -> Target | None:
         return Target("step_time_s", me["step_time_s"], "", True)
     if de.get("tokens_per_sec_per_gpu"):
         return Target("tokens_per_s_per_gpu", de["tokens_per_sec_per_gpu"], "", True)
-    conv = "sc21" if row["id"].startswith(("megatron-sc21", "megatron-readme")) else "megatron"
+    conv = ("sc21" if row["id"].startswith(("megatron-sc21", "megatron-readme")) else
+            "megatron-causal" if source_name(row) in CAUSAL_FLOP_SOURCES else "megatron")
     note = "" if complete else "config incomplete (degrees or batch not published)"
     if me.get("tflops_per_gpu"):
         return Target("tflops_per_gpu", me["tflops_per_gpu"], conv, complete, note)
@@ -339,8 +416,9 @@ def predicted_metric(target: Target, est: Estimate, model: ModelSpec) -> float:
     if target.metric == "tokens_per_s_per_gpu":
         return est.tokens_per_s_per_gpu
     w = est.workload
-    flops = (sc21_flops if target.convention == "sc21" else megatron_flops)(
-        model, w.global_batch, w.seq_len)
+    count = {"sc21": sc21_flops, "megatron-causal": megatron_causal_flops}.get(
+        target.convention, megatron_flops)
+    flops = count(model, w.global_batch, w.seq_len)
     tflops = flops / est.step_time_s / est.num_gpus / 1e12
     return tflops if target.metric == "tflops_per_gpu" else tflops * 1e12 / est.peak_flops_per_gpu
 

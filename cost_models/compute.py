@@ -101,6 +101,7 @@ class LayerWork:
     launches: "Launches"
     attn_keys: float = 0.0
     attn_tiles: float = 0.0
+    attn_fp8: bool = False  # the fused attention core runs at the fp8 rate
 
     @property
     def gemm_flops(self) -> float:
@@ -125,6 +126,8 @@ class Shard:
     cuda_graphs: str = "none"  # what CUDA graphs capture (TrainingConfig.cuda_graphs)
     fp8: bool = False  # fp8 GEMMs (their inputs quantised by extra kernels)
     flex_dispatch: bool = False  # the flex (DeepEP) MoE token dispatcher, not the all-to-all
+    fp8_attention: bool = False  # the attention core in fp8 (TrainingConfig.fp8_attention)
+    fused_grouped_mlp: bool = False  # TransformerEngine's fused grouped MLP (same, config)
 
     @property
     def tokens(self) -> float:
@@ -203,8 +206,8 @@ def moe_permute_elems_per_token(routed_per_token: float, hidden: int) -> float:
 def expert_eager_elems_per_copy(model: ModelSpec) -> tuple[float, int, int]:
     """(elements moved per routed token copy, kernels per local expert, kernels per layer) of the
     eager PyTorch passes Megatron-Core's ``TEGroupedMLP`` runs around its grouped GEMMs (its
-    path without TransformerEngine's op fuser, the one Megatron-Bridge's GPT-OSS benchmarks
-    take on every system but GB200/GB300 with MXFP8 from 26.06):
+    path without TransformerEngine's fused grouped MLP, ``Shard.fused_grouped_mlp``, which
+    Megatron-Bridge's GPT-OSS benchmarks take on GB200/GB300 with MXFP8 from 26.06):
 
     * a clamped GLU (``ModelSpec.glu_clamp``): ``weighted_bias_quick_geglu_impl``
       (``megatron/core/fusions/fused_bias_geglu.py``) clamps the two halves of the FC1 output
@@ -265,11 +268,12 @@ def _elementwise_bytes(model: ModelSpec, layer: int, sh: Shard) -> float:
     if model.is_moe_layer(layer):
         moe = model.moe
         routed = moe.top_k * sh.moe_imbalance * sh.etp / sh.tp
-        ffn = routed * (3 if model.glu else 2) * moe.expert_ffn_hidden / sh.etp
-        ffn += moe.num_shared_experts * (3 if model.glu else 2) * (
+        ffn = moe.num_shared_experts * (3 if model.glu else 2) * (
             moe.shared_ffn_hidden or moe.expert_ffn_hidden) / t
         ffn += moe_permute_elems_per_token(routed, h)
-        ffn += routed * expert_eager_elems_per_copy(model)[0] / sh.etp
+        if not sh.fused_grouped_mlp:  # else the activation (and clamp, bias) is FC1's epilogue
+            ffn += routed * (3 if model.glu else 2) * moe.expert_ffn_hidden / sh.etp
+            ffn += routed * expert_eager_elems_per_copy(model)[0] / sh.etp
         router = router_bytes_per_token(moe.num_experts) / t  # router sees tokens/tp
     else:
         ffn = (3 if model.glu else 2) * model.ffn_hidden_size / t
@@ -321,12 +325,25 @@ class Launches:
 #   activation (1); MXFP8 quantises each expert's input (+1 per GEMM) and swizzles scales
 #   (+3 per layer); backward: dgrad and wgrad per expert;
 # * fp8 (MXFP8): each other Linear quantises its input and swizzles two scale tensors (+3).
+# * fused grouped MLP (TransformerEngine ``ops/fused/grouped_mlp.py``, MXFP8 on sm100+, read
+#   at d0067d0d): forward, the split offsets (``tex.splits_to_offsets_multi``), the input's
+#   group quantisation, FC1's and FC2's weight-scale swizzles, the FC1 grouped CuTe GEMM with
+#   the activation and its output's quantisation fused, and the FC2 grouped GEMM: 6 launches
+#   whatever the number of local experts; backward (estimate): the gradient's requantisation
+#   and swizzle, FC2's dgrad fused with the activation's backward, the scales' zeroing, FC1's
+#   dgrad and both grouped wgrads: 9.
 ATTN_LAUNCHES, DENSE_MLP_LAUNCHES, ROUTER_LAUNCHES = (10, 15), (5, 8), (10, 8)
 DISPATCH_LAUNCHES = {"alltoall": (24, 16), "flex": (12, 8)}
 DISPATCH_PREPROCESS = {"alltoall": 7, "flex": 2}  # captured by the "moe_preprocess" scope
 MOE_TAIL_LAUNCHES = (1, 1)  # the MoE layer's bias-dropout-add
 UNFUSED_ATTN_EXTRA = (6, 12)  # scale, mask, softmax, dropout, two batched GEMMs (2021 Megatron)
 FP8_PER_LINEAR = 3
+FUSED_GROUPED_MLP_LAUNCHES = (6, 9)
+# Fused attention in fp8 over bf16 (TrainingConfig.fp8_attention): FlashAttention-3 (Shah et
+# al. 2024, sec. 4.1, fig. 7 vs fig. 5) reaches up to 1.2 PFLOP/s forward in FP8 against 740
+# TFLOP/s in BF16 on H100, 1.6x, well short of the tensor cores' 2x: the softmax's exponentials
+# and the FP8 operand layout do not speed up. Not fitted; the backward is taken alike.
+FP8_ATTENTION_SPEEDUP = 1.6
 
 
 def layer_launches(model: ModelSpec, layer: int, sh: Shard) -> Launches:
@@ -347,7 +364,9 @@ def layer_launches(model: ModelSpec, layer: int, sh: Shard) -> Launches:
         local = math.ceil(model.moe.num_experts / sh.ep)
         gemm_fwd = (2 + (2 if sh.fp8 else 0)) * local
         experts = (1 + gemm_fwd + (3 if sh.fp8 else 0) + per_layer + per_expert * local,
-                    1 + 2 * gemm_fwd + (3 if sh.fp8 else 0) + per_layer + per_expert * local)
+                   1 + 2 * gemm_fwd + (3 if sh.fp8 else 0) + per_layer + per_expert * local)
+        if sh.fused_grouped_mlp:  # the GEMMs, activation (clamped or not), bias: grouped
+            experts = FUSED_GROUPED_MLP_LAUNCHES
         kind = "flex" if sh.flex_dispatch else "alltoall"
         dispatch, pre = DISPATCH_LAUNCHES[kind], DISPATCH_PREPROCESS[kind]
         if sh.ep == 1:  # no exchange: the permutation and its inverse only
@@ -382,7 +401,8 @@ def layer_work(model: ModelSpec, layer: int, sh: Shard) -> LayerWork:
     return LayerWork(gemms=gemms, attn_flops=attn, attn_head_dim=head_dim,
                      attn_unfused=sh.unfused_attention,
                      elementwise_bytes=_elementwise_bytes(model, layer, sh),
-                     attn_keys=keys, attn_tiles=tiles, launches=launches)
+                     attn_keys=keys, attn_tiles=tiles, launches=launches,
+                     attn_fp8=sh.fp8_attention)
 
 
 @dataclass(frozen=True)
@@ -479,7 +499,8 @@ def layer_forward_time(work: LayerWork, rates: GpuRates, prof: Profile) -> Layer
         eff = min(1.0, prof.gemm_efficiency * rates.gemm_scale) * n / (n + prof.gemm_half_dim)
         attn = work.attn_flops / (rates.peak_flops * eff)
     else:
-        attn = work.attn_flops / (rates.peak_flops * rates.attention_scale * (
+        speed = FP8_ATTENTION_SPEEDUP if work.attn_fp8 else 1.0
+        attn = work.attn_flops / (rates.peak_flops * rates.attention_scale * speed * (
             fused_attention_efficiency(prof, work.attn_keys, work.attn_tiles)))
     elem = work.elementwise_bytes / (rates.hbm_bytes_per_s * prof.hbm_efficiency)
     n = work.launches

@@ -30,7 +30,59 @@ def test_every_extra_row_names_its_source_and_configuration():
         assert c["global_batch"] and c["micro_batch"] and r["model"]["seq_len"]
         assert c["tp"] * c["pp"] * c["cp"] * c["dp"] == r["cluster"]["num_gpus"] or \
             "FSDP" in str(c["zero"])
-        assert r["measured"]["tokens_per_sec_per_gpu"] > 0
+        assert (r["measured"].get("tokens_per_sec_per_gpu")
+                or r["measured"].get("tflops_per_gpu")) > 0
+
+
+def _flops_per_token_published(row: dict) -> float:
+    me = row["measured"]
+    if me.get("step_time_s"):  # the MoE model zoo's H100 table: step time and TFLOP/s
+        c = row["config"]
+        tokens = c["global_batch"] * row["model"]["seq_len"]
+        return me["tflops_per_gpu"] * 1e12 * me["step_time_s"] * row["cluster"]["num_gpus"] / tokens
+    return me["model_tflops_per_gpu"] * 1e12 / me["tokens_per_sec_per_gpu"]
+
+
+def test_zoo_tflops_are_counted_with_causal_attention():
+    """The zoo's H100 rows publish step time and TFLOP/s: the pair fixes their FLOP count,
+    which is Megatron-LM's from March 2025 (causal attention halved), not the earlier one."""
+    rows = [r for r in pr.load_all_rows() if r["id"].startswith("modelzoo-qwen3-235b-h100-256")]
+    assert len(rows) == 5
+    for r in rows:
+        model, seq = pr.row_model(r), r["model"]["seq_len"]
+        published = _flops_per_token_published(r)
+        assert pr.megatron_causal_flops(model, 1, seq) / seq == pytest.approx(published, rel=0.01)
+        assert pr.megatron_flops(model, 1, seq) / seq > 1.1 * published
+    gb200 = next(r for r in pr.load_all_rows() if r["id"].startswith("modelzoo-qwen3-235b-gb200"))
+    assert pr.row_target(gb200).metric == "tflops_per_gpu"
+    assert pr.row_target(gb200).convention == "megatron-causal"
+
+
+def test_megatron_bridge_deepseek_rows_ran_mtp_from_26_02():
+    """Megatron-Bridge's model TFLOP/s per token equal Megatron's count with the MTP layer for
+    the releases that built DeepSeek-V3 with it, and without it for 25.11's plain rows; the
+    row's model carries MTP exactly then."""
+    rows = [r for r in EXTRA if r["model"].get("preset") == "deepseek-v3"
+            and r["measured"].get("model_tflops_per_gpu")]
+    with_mtp = [r for r in rows if pr._ran_mtp(r)]
+    assert len(with_mtp) >= 20 and len(rows) - len(with_mtp) >= 3
+    for r in rows:
+        model, seq = pr.row_model(r), r["model"]["seq_len"]
+        assert model.mtp_layers == (1 if r in with_mtp else 0)
+        assert pr.megatron_causal_flops(model, 1, seq) / seq == pytest.approx(
+            _flops_per_token_published(r), rel=0.005)
+
+
+def test_megatron_lm_guide_row_runs_its_launch_script_settings():
+    row = next(r for r in EXTRA if r["id"].startswith("megatron-lm-dsv3-guide"))
+    assert pr.source_name(row) == "megatron-lm-dsv3-guide"
+    cfg = pr.row_config(row, 1)
+    assert cfg.moe_dispatcher == "flex" and cfg.cuda_graphs == "attn+moe_router"
+    assert not cfg.moe_a2a_overlap and pr._published_recompute(row) == "selective"
+    assert pr.row_model(row).mtp_layers == 0 and pr._moment_bytes(row) == 2
+    res = calibration.evaluate_row(row, calibration.default_profile("GB200"))
+    assert res["metric"] == "tflops_per_gpu" and res["convention"] == "megatron-causal"
+    assert res["fits"] and res["scored"]
 
 
 def test_unpredictable_rows_are_listed_with_a_reason_not_dropped():

@@ -18,6 +18,7 @@ try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -727,3 +728,34 @@ def test_megatron_activation_offloading_follows_the_plan():
     assert "--fine-grained-activation-offloading" in args
     plain, _ = _megatron("mixtral")
     assert "--offload-modules" not in plain
+
+
+def test_megatron_fp8_attention_and_fused_grouped_mlp_follow_the_plan():
+    """A plan priced with TransformerEngine's fused grouped MLP exports its switch before
+    TransformerEngine loads; fp8 attention, which pretrain_gpt.py has no flag for, is named."""
+    fused = _build(model="mixtral-8x7b", nodes=4, precision="fp8", tp=2, pp=2, dp=8, ep=4,
+                   sequence_parallel=True, fp8_attention=True, fused_grouped_mlp=True)
+    assert fused.config["fp8_attention"] and fused.config["fused_grouped_mlp"]
+    sh = emit("megatron", fused)["megatron_args.sh"]
+    assert "export NVTE_CUTEDSL_FUSED_GROUPED_MLP=1" in sh
+    assert "fp8_dot_product_attention" in sh
+    plain, plain_sh = _megatron("mixtral")
+    assert "NVTE_CUTEDSL_FUSED_GROUPED_MLP" not in plain_sh
+    assert "fp8_attention" not in plan("mixtral").config
+
+
+def test_fp8_attention_and_fused_grouped_mlp_need_fp8_moe():
+    from cost_models.parallel import ConfigError
+    from cost_models.training.config import check_config
+    from cost_models.parallel import Degrees
+    dense, moe = load_model("llama-3.1-8b"), load_model("mixtral-8x7b")
+    cfg = TrainingConfig(degrees=Degrees(tp=1, pp=1, dp=8), fp8_attention=True)
+    with pytest.raises(ConfigError, match="fp8_attention"):
+        check_config(dense, Workload(4096, 64, "bf16"), cfg, 8)
+    check_config(dense, Workload(4096, 64, "fp8"), cfg, 8)
+    fused = TrainingConfig(degrees=Degrees(tp=1, pp=1, dp=8, ep=8), fused_grouped_mlp=True)
+    with pytest.raises(ConfigError, match="fused_grouped_mlp"):
+        check_config(moe, Workload(4096, 64, "bf16"), fused, 8)
+    with pytest.raises(ConfigError, match="fused_grouped_mlp"):
+        check_config(dense, Workload(4096, 64, "fp8"), replace(fused, degrees=Degrees(dp=8)), 8)
+    check_config(moe, Workload(4096, 64, "fp8"), fused, 8)

@@ -78,6 +78,39 @@ def test_each_local_expert_costs_the_cpu_its_gemm_launches():
         assert a.host_bwd - b.host_bwd == 2 * per_expert * 8
 
 
+def test_the_fused_grouped_mlp_launches_a_few_kernels_whatever_the_experts():
+    """TransformerEngine's fused grouped MLP runs the local experts' GEMMs as grouped kernels
+    with the activation in FC1's epilogue: its launches do not grow with the local experts,
+    and the activation's own HBM pass is gone (GPT-OSS: also its clamp and bias passes)."""
+    for name in ("qwen3-30b-a3b", "gpt-oss-120b"):
+        model = load_model(name)
+        layer = next(i for i in range(model.num_layers) if model.is_moe_layer(i))
+        def fused(ep):
+            return replace(_shard(4096, ep=ep, fp8=True), fused_grouped_mlp=True)
+        a, b = layer_launches(model, layer, fused(8)), layer_launches(model, layer, fused(16))
+        assert (a.fwd, a.bwd) == (b.fwd, b.bwd)
+        plain = layer_launches(model, layer, _shard(4096, ep=8, fp8=True))
+        assert plain.fwd - a.fwd > 16 * 4 - 6 and plain.bwd > a.bwd
+        work_f = layer_work(model, layer, fused(8))
+        work_p = layer_work(model, layer, _shard(4096, ep=8, fp8=True))
+        assert work_f.gemms == work_p.gemms and work_f.elementwise_bytes < work_p.elementwise_bytes
+
+
+def test_fp8_attention_runs_the_core_at_the_fp8_attention_rate():
+    """Only the fused attention core speeds up, by FP8_ATTENTION_SPEEDUP (FlashAttention-3's
+    FP8/BF16 ratio), not by the GEMMs' fp8 speedup."""
+    from cost_models.compute import FP8_ATTENTION_SPEEDUP
+    model = load_model("qwen3-30b-a3b")
+    rates = replace(RATES, fp8=True)
+    base = layer_forward_time(layer_work(model, 0, _shard(4096, fp8=True)), rates, PROF)
+    fast = layer_forward_time(
+        layer_work(model, 0, replace(_shard(4096, fp8=True), fp8_attention=True)), rates, PROF)
+    assert fast.attention_s == pytest.approx(base.attention_s / FP8_ATTENTION_SPEEDUP)
+    assert 1 < FP8_ATTENTION_SPEEDUP < 2
+    assert (fast.gemm_s, fast.elementwise_s, fast.overhead_s) == (
+        base.gemm_s, base.elementwise_s, base.overhead_s)
+
+
 def test_the_flex_dispatcher_launches_fewer_kernels_than_the_all_to_all():
     model = load_model("qwen3-30b-a3b")
     a2a = layer_launches(model, 0, _shard(4096))
@@ -135,3 +168,28 @@ def test_estimate_table_names_cuda_graphs_when_set():
     header = graphed.stdout.split("Step time")[0]
     assert "CUDA graphs attn+moe_router" in header
     assert max(len(line) for line in header.splitlines()) <= 80
+
+
+def test_estimate_prices_and_names_the_fused_kernels():
+    """--fp8-attention and --fused-grouped-mlp shorten a Blackwell MXFP8 MoE step, appear in
+    the table's header at 80 columns and in the JSON config, and need fp8."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from planner.cli.app import app
+    args = ["estimate", "--model", "qwen3-30b-a3b", "--gpu", "B200", "--nodes", "1", "--ep", "8",
+            "--global-batch", "64", "--precision", "fp8", "--format", "json"]
+    runner = CliRunner()
+    plain = json.loads(runner.invoke(app, args).stdout)
+    fused = json.loads(runner.invoke(app, [*args, "--fp8-attention", "--fused-grouped-mlp"]).stdout)
+    assert fused["config"]["fp8_attention"] and fused["config"]["fused_grouped_mlp"]
+    assert "fp8_attention" not in plain["config"]
+    assert fused["time"]["step_s"] < plain["time"]["step_s"]
+    table = runner.invoke(app, [*args[:-2], "--fp8-attention", "--fused-grouped-mlp"],
+                          env={"COLUMNS": "80"})
+    header = table.stdout.split("Step time")[0]
+    assert "fp8 attention · fused grouped MLP" in header
+    assert max(len(line) for line in header.splitlines()) <= 80
+    bad = runner.invoke(app, [*args[:-4], "--fp8-attention"])
+    assert bad.exit_code == 2 and "--fp8-attention" in bad.output

@@ -11,6 +11,8 @@ Reads, with ``git show <commit>:<path>`` from snapshots of the public repositori
 * NVIDIA/NeMo ``docs/source/performance/performance_summary.md`` (NeMo 24.07, DGX-H100, FP8
   pre-training table; hand-entered below from the page's last version) and pytorch/torchtitan
   ``benchmarks/*.md`` (Llama 3.1 on H100, Dec 2024 and June 2025; hand-entered below).
+* NVIDIA/Megatron-LM's DeepSeek-V3 GB200 optimisation guide (hand-entered below; the
+  guide was removed from the repository after eb0783b6, read there).
 * mosaicml/llm-foundry ``scripts/train/benchmarking/README.md`` (MPT throughput tables:
   model, sequence length, #GPUs, GPU, micro-batch, grad-accum, global batch, precision,
   FSDP sharding strategy, activation checkpointing, tokens/s/GPU); model shapes from
@@ -324,12 +326,59 @@ def torchtitan() -> list[dict]:
     return rows
 
 
+GUIDE_COMMIT = "eb0783b6d35607ef1953eaca60b37b886b1a25d0"  # last commit with the guide;
+GUIDE_DIR = "docs/discussions/deepseek-v3-gb200-optimization"  # 3c1b98ef removed it ("draft
+# being updated"); the launch script is its reproduce guide's, at the same commit
+
+
+def megatron_lm_dsv3_guide() -> list[dict]:
+    """NVIDIA/Megatron-LM "Optimizing DeepSeek-V3 Training Performance on NVIDIA GB200 NVL72"
+    (section 3, the optimisation history table): its final row, 970.01 TFLOP/s per GPU, the
+    one whose software and launch script are published (the reproduce guide: Megatron-LM
+    effebd81, TransformerEngine 7dd39147 on release 2.9, HybridEP 3f601f7a, cuDNN 9.14, and
+    the full argument list). The earlier rows of the history differ by unreleased kernel
+    fusions and CPU-side changes that no published configuration pins down, so they are not
+    rows here."""
+    return [{
+        "id": "megatron-lm-dsv3-guide-gb200-256-mxfp8-tp1pp8vp4ep32mbs1gbs2048",
+        "kind": "training",
+        "source": f"github:NVIDIA/Megatron-LM {GUIDE_DIR}/deepseek-v3-gb200-optimization.md "
+                  f"@ {GUIDE_COMMIT[:8]}",
+        "source_url": f"https://github.com/NVIDIA/Megatron-LM/blob/{GUIDE_COMMIT}/{GUIDE_DIR}/"
+                      "deepseek-v3-gb200-optimization.md",
+        "source_table": "3. Summary and Outlook: optimization history, last row (Fuse "
+                        "quantization to normalization (cuDNN 9.14))",
+        "confidence": "A",
+        "model": {"name": "DeepSeek-V3", "preset": "deepseek-v3", "family": "deepseek-moe",
+                  "seq_len": 4096, "moe": {},
+                  "arch_source": "planner preset deepseek-v3; the launch script's --num-layers "
+                                 "61 ... --moe-layer-freq ([0]*3+[1]*58), no --mtp-num-layers"},
+        "cluster": {"gpu": "GB200 NVL72", "gpu_key": "GB200", "num_gpus": 256,
+                    "gpus_per_node": 4,
+                    "interconnect": "GB200 NVL72; every 32 GPUs (8 trays) in one NVLink domain "
+                                    "(reproduce guide, section 3)"},
+        "config": {"tp": 1, "pp": 8, "cp": 1, "dp": 32, "ep": 32, "vpp": 4, "micro_batch": 1,
+                   "global_batch": 2048, "recompute": "selective: moe_act mlp",
+                   "seq_parallel": False, "zero": "distributed optimizer",
+                   "precision": "MXFP8", "dispatcher": "hybridep"},
+        "measured": {"tflops_per_gpu": 970.01},
+        "derived": {},
+        "notes": "Forced load balance (--moe-router-force-load-balancing). Pipeline layout "
+                 "Et|(tt|)*30L (32 virtual stages: embedding + 1 layer, 30 x 2 layers, loss). "
+                 "TFLOP/s counted by Megatron-LM's num_floating_point_operations at effebd81 "
+                 "(causal attention halved). The script's --sequence-parallel is a no-op at TP1. "
+                 "Settings (dispatcher, CUDA graphs, recompute, "
+                 "bf16 Adam moments) in megatron_lm_guide_moe_settings.json.",
+    }]
+
+
 def main() -> None:
     mb_repo, foundry_repo = sys.argv[1], sys.argv[2]
-    rows = megatron_bridge(mb_repo) + mpt(foundry_repo) + nemo_2407() + torchtitan()
+    rows = (megatron_bridge(mb_repo) + mpt(foundry_repo) + nemo_2407() + torchtitan()
+            + megatron_lm_dsv3_guide())
     seen, unique = set(), []
     for r in rows:  # the current summary repeats the latest archive block verbatim
-        key = (r["id"], r["source_table"].split(",")[0], r["measured"]["tokens_per_sec_per_gpu"])
+        key = (r["id"], r["source_table"].split(",")[0], str(r["measured"]))
         if key in seen:
             continue
         seen.add(key)

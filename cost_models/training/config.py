@@ -168,6 +168,15 @@ class TrainingConfig:
     # experts' FC1 input, and "moe_act", their activation function's input. Memory only: the
     # copies run on a side stream beside the compute and are not priced in time
     offload_modules: tuple[str, ...] = ()
+    # with fp8 GEMMs: the attention core runs in fp8 too (TransformerEngine's FP8 fused
+    # attention, Megatron ``--fp8-dot-product-attention``), at the fp8 tensor-core rate
+    fp8_attention: bool = False
+    # with MXFP8 on Blackwell: TransformerEngine's fused grouped MLP
+    # (``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``; ``transformer_engine/pytorch/ops/fused/
+    # grouped_mlp.py``): each expert GEMM of a layer in one grouped CuTe kernel, the activation
+    # and its quantisation fused into FC1's, so the routed experts launch a few kernels
+    # whatever their number (cost_models.compute.FUSED_GROUPED_MLP_LAUNCHES)
+    fused_grouped_mlp: bool = False
 
     def __post_init__(self) -> None:
         for name in ("vpp", "micro_batch"):
@@ -246,14 +255,16 @@ class TrainingConfig:
     def options_dict(self) -> dict:
         """The training options as plain data (every field but ``degrees``; ``moe_a2a_overlap``,
         ``dp_shares``, ``low_precision_shard``, ``fused_cross_entropy``, ``moe_dispatcher``,
-        ``grad_reduce_in_fp32``, ``optimizer_moment_bytes``, ``cuda_graphs`` and
-        ``offload_modules`` only when not their defaults,
+        ``grad_reduce_in_fp32``, ``optimizer_moment_bytes``, ``cuda_graphs``,
+        ``offload_modules``, ``fp8_attention`` and ``fused_grouped_mlp`` only when not their
+        defaults,
         so that plans written before them read and hash alike)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "degrees"}
         for name, default in (("low_precision_shard", True), ("fused_cross_entropy", False),
                               ("moe_dispatcher", "alltoall"), ("grad_reduce_in_fp32", True),
                               ("optimizer_moment_bytes", 4), ("cuda_graphs", "none"),
-                              ("offload_modules", ())):
+                              ("offload_modules", ()), ("fp8_attention", False),
+                              ("fused_grouped_mlp", False)):
             if out[name] == default:
                 del out[name]
         if out["stage_layer_counts"] is not None:
@@ -321,3 +332,8 @@ def check_config(model, workload: Workload, config: TrainingConfig, num_gpus: in
                           f"of pp ({d.pp}) for the interleaved schedule", config.vpp)
     if config.sequence_parallel and d.tp == 1:
         raise ConfigError("sequence_parallel", "tp > 1", d.tp)
+    if config.fp8_attention and workload.precision != "fp8":
+        raise ConfigError("fp8_attention", "fp8 precision (fp8 GEMMs)", workload.precision)
+    if config.fused_grouped_mlp and (workload.precision != "fp8" or model.moe is None):
+        raise ConfigError("fused_grouped_mlp", "an MoE model in fp8 (MXFP8) precision",
+                          f"{workload.precision}, {'MoE' if model.moe else 'dense'}")

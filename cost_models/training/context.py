@@ -80,7 +80,9 @@ def config_shard(cfg: TrainingConfig, workload: Workload) -> Shard:
                  unfused_attention=cfg.attention == "unfused", dropout=cfg.dropout,
                  moe_imbalance=cfg.moe_imbalance, elem_bytes=workload.elem_bytes,
                  cuda_graphs=cfg.cuda_graphs, fp8=workload.precision == "fp8",
-                 flex_dispatch=cfg.moe_dispatcher == "flex")
+                 flex_dispatch=cfg.moe_dispatcher == "flex",
+                 fp8_attention=cfg.fp8_attention and workload.precision == "fp8",
+                 fused_grouped_mlp=cfg.fused_grouped_mlp and workload.precision == "fp8")
 
 
 def make_context(model: ModelSpec, cluster: Cluster, workload: Workload, cfg: TrainingConfig,

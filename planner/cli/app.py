@@ -307,6 +307,14 @@ def estimate(
     moe_dispatcher: Annotated[MoeDispatcher, typer.Option(
         help=MOE_DISPATCHER_HELP)] = MoeDispatcher.alltoall,
     cuda_graphs: Annotated[CudaGraphs, typer.Option(help=CUDA_GRAPHS_HELP)] = CudaGraphs.none,
+    fp8_attention: Annotated[bool, typer.Option(
+        "--fp8-attention/--no-fp8-attention",
+        help="With --precision fp8: attention in fp8 too (TransformerEngine FP8 attention).")
+    ] = False,
+    fused_grouped_mlp: Annotated[bool, typer.Option(
+        "--fused-grouped-mlp/--no-fused-grouped-mlp",
+        help="MoE with --precision fp8 (MXFP8, Blackwell): TransformerEngine's fused grouped "
+             "MLP, the experts' GEMMs in a few grouped kernels.")] = False,
     attention: Annotated[Attention, typer.Option(help=ATTENTION_HELP)] = Attention.flash,
     precision: Annotated[Precision, typer.Option(
         help="bf16/fp8: mixed precision; fp16: mixed precision with loss scaling (V100); "
@@ -332,7 +340,8 @@ def estimate(
                             sequence_parallel=sequence_parallel, zero=zero,
                             zero_bubble=zero_bubble, seq_slices=seq_slices,
                             moe_dispatcher=moe_dispatcher.value, attention=attention.value,
-                            cuda_graphs=cuda_graphs.value)
+                            cuda_graphs=cuda_graphs.value, fp8_attention=fp8_attention,
+                            fused_grouped_mlp=fused_grouped_mlp)
     profile = load_profile(hardware.slowest_gpu.name, calibration)
     result = auto_estimate(spec, hardware, workload, choice, profile)
     data = estimate_to_dict(result.estimate, result.chosen)

@@ -280,6 +280,10 @@ def megatron_args(f: Facts) -> tuple[list[str], list[str]]:
         args += ["--fine-grained-activation-offloading", "--offload-modules",
                  *cfg.offload_modules]
     notes = notes + model_notes + memory_notes
+    if cfg.fp8_attention:  # a TransformerConfig field without a pretrain_gpt.py flag
+        notes.append("FP8 attention: pretrain_gpt.py has no flag for it; set "
+                     "TransformerConfig.fp8_dot_product_attention = True (Megatron-Bridge: "
+                     "mixed_precision.fp8_dot_product_attention).")
     if f.schedule == "slimpipe":
         notes.insert(0, SLIMPIPE_NOTE.format(k=cfg.seq_slices, framework="Megatron-LM"))
     if f.schedule == "zb-h1":
@@ -295,13 +299,17 @@ def megatron_args(f: Facts) -> tuple[list[str], list[str]]:
 
 def _env_lines(f: Facts) -> list[str]:
     cfg = f.cfg
+    lines = []
+    if cfg.fused_grouped_mlp:  # read when TransformerEngine registers its fused ops
+        lines = ["# TransformerEngine's fused grouped MLP (MXFP8, Blackwell), set before import.",
+                 "export NVTE_CUTEDSL_FUSED_GROUPED_MLP=1"]
     if cfg.zero >= 2:
-        return ["# Megatron-FSDP wants CUDA_DEVICE_MAX_CONNECTIONS unset (or > 1).",
-                "unset CUDA_DEVICE_MAX_CONNECTIONS"]
+        return lines + ["# Megatron-FSDP wants CUDA_DEVICE_MAX_CONNECTIONS unset (or > 1).",
+                        "unset CUDA_DEVICE_MAX_CONNECTIONS"]
     if cfg.degrees.tp > 1 or cfg.degrees.cp > 1:
-        return ["# Megatron-LM requires this with tensor or context parallelism (Hopper and "
-                "older).", "export CUDA_DEVICE_MAX_CONNECTIONS=1"]
-    return []
+        return lines + ["# Megatron-LM requires this with tensor or context parallelism "
+                        "(Hopper and older).", "export CUDA_DEVICE_MAX_CONNECTIONS=1"]
+    return lines
 
 
 def render_megatron(f: Facts) -> Emission:

@@ -64,6 +64,10 @@ def _header(est: Mapping[str, Any], cluster: Cluster, num_layers: int) -> Text:
     if cfg.get("cuda_graphs", "none") != "none":  # as the plan's options: named when set
         title.append(f"\nCUDA graphs {cfg['cuda_graphs']} (captured kernels cost the CPU no "
                      "launch)")
+    fused = [name for key, name in (("fp8_attention", "fp8 attention"),
+                                     ("fused_grouped_mlp", "fused grouped MLP")) if cfg.get(key)]
+    if fused:
+        title.append("\n" + " · ".join(fused))
     chosen = est.get("chosen")
     if chosen:
         picked = ", ".join(f"{_CHOSEN_NAMES.get(k, k)} {v}" for k, v in chosen.items())

@@ -61,6 +61,8 @@ class ParallelChoice:
     moe_dispatcher: str = "alltoall"
     attention: str = "flash"
     cuda_graphs: str = "none"
+    fp8_attention: bool = False
+    fused_grouped_mlp: bool = False
 
     @property
     def auto_fields(self) -> tuple[str, ...]:
@@ -118,7 +120,8 @@ def make_config(choice: ParallelChoice, num_gpus: int) -> TrainingConfig:
             sequence_parallel=sequence_parallel, zero=choice.zero,
             zero_bubble=choice.zero_bubble, seq_slices=choice.seq_slices,
             moe_dispatcher=choice.moe_dispatcher, attention=choice.attention,
-            cuda_graphs=choice.cuda_graphs)
+            cuda_graphs=choice.cuda_graphs, fp8_attention=choice.fp8_attention,
+            fused_grouped_mlp=choice.fused_grouped_mlp)
     except ValueError as err:
         raise _options_error(err) from None
 
