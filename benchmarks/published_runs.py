@@ -28,6 +28,8 @@ compare with. What a row does not state is filled by a documented rule, never pe
   optimizer; ``megatron_bridge_moe_settings.json``);
 * fp8 attention and TransformerEngine's fused grouped MLP where a Megatron-Bridge row's
   release config turned them on (26.06 on; ``_fused_kernels``);
+* Megatron-Bridge's DeepSeek-V3 rows without interleaving cut the pipeline as its recipe's
+  layout map does (fewer layers on the last stage, which holds MTP and the loss);
 * Megatron-Bridge's DeepSeek-V3 rows run the multi-token-prediction module from release 26.02
   on (and in 25.11 where the table says "w/mtp"): ``_ran_mtp``;
 * a job on NVL72 racks (GB200/GB300) whose GPU count is a multiple of 64 but not of 72 runs on
@@ -302,7 +304,26 @@ def row_config(row: dict, micro_batch: int = 1) -> TrainingConfig:
         fused_cross_entropy=row["source"].startswith(FUSED_CROSS_ENTROPY_SOURCES),
         grad_reduce_in_fp32=not row["source"].startswith(MEGATRON_BRIDGE_SOURCE),
         optimizer_moment_bytes=_moment_bytes(row), cuda_graphs=_cuda_graphs(row),
-        offload_modules=_offload_modules(row), **_fused_kernels(row))
+        offload_modules=_offload_modules(row), stage_layer_counts=_stage_layer_counts(row),
+        **_fused_kernels(row))
+
+
+# Megatron-Bridge's DeepSeek-V3 recipe cuts the pipeline by this map when the performance
+# config passes no layout (``recipes/deepseek/deepseek_v3.py``, ``layout_map`` of
+# ``set_deepseek_v3_pipeline_model_parallel_layout``, the same at v0.2.0:237-240 through
+# v0.6.0): the first stage holds the embedding, the last stage the MTP module and the loss
+# after fewer layers. The B200/B300 performance configs pass none (v0.3.0
+# ``deepseek_workload_base_configs.py:90-117``). Plain pipelines only (vpp 1): the cost model
+# takes uneven splits for those.
+DEEPSEEK_V3_MB_LAYOUT = {4: (16, 16, 16, 13), 8: (8,) * 7 + (5,), 16: (4,) * 15 + (1,)}
+
+
+def _stage_layer_counts(row: dict) -> tuple[int, ...] | None:
+    c = row["config"]
+    if (row["id"].startswith("mbridge-") and row["model"].get("preset") == "deepseek-v3"
+            and (c.get("vpp") or 1) == 1):
+        return DEEPSEEK_V3_MB_LAYOUT.get(c.get("pp") or 1)
+    return None
 
 
 def _a2a_overlap(row: dict) -> bool:

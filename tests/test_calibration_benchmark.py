@@ -127,3 +127,21 @@ def test_sweep_top1_uses_the_published_value_of_the_predicted_best():
 def test_step_time_sweeps_rank_the_shortest_step_first():
     sw = report.sweeps([_r("a", 10.0, 11.0, "step_time_s"), _r("b", 12.0, 12.5, "step_time_s")])
     assert sw[0]["published_best"] == "a" and sw[0]["top1"] and sw[0]["kendall_tau"] == 1
+
+
+def test_megatron_bridge_deepseek_plain_pipelines_run_the_recipes_layout():
+    """DeepSeek-V3 rows of Megatron-Bridge without interleaving hold fewer layers on the last
+    stage (MTP and loss there), as the recipe's layout map cuts them; interleaved rows and
+    other models keep the even split."""
+    rows = [r for r in EXTRA if r["model"].get("preset") == "deepseek-v3"]
+    plain = [r for r in rows if (r["config"].get("vpp") or 1) == 1 and r["config"]["pp"] > 1]
+    assert plain
+    for r in plain:
+        counts = pr.row_config(r).stage_layer_counts
+        assert sum(counts) == 61 and len(counts) == r["config"]["pp"]
+        assert counts[-1] < counts[0]
+    interleaved = next(r for r in rows if (r["config"].get("vpp") or 1) > 1)
+    assert pr.row_config(interleaved).stage_layer_counts is None
+    qwen = next(r for r in EXTRA if r["model"].get("preset") == "qwen3-235b-a22b"
+                and (r["config"].get("vpp") or 1) == 1 and r["config"]["pp"] > 1)
+    assert pr.row_config(qwen).stage_layer_counts is None

@@ -323,3 +323,28 @@ def test_check_config_names_the_quantity(kwargs, gpus, quantity):
         check_config(model, Workload(4096, 512), TrainingConfig.from_dict(kwargs), gpus)
     assert err.value.quantity == quantity
     assert "--" not in str(err.value)
+
+
+def test_layer_partition_puts_the_mtp_module_on_the_last_stage():
+    """The partition prices the last stage's head with the MTP modules stage_cost adds there
+    (DeepSeek-V3: one more MoE layer, a projection and another LM head)."""
+    from dataclasses import replace as dc_replace
+
+    from cost_models.groups import stage_views
+    from cost_models.training.partition import partition_inputs
+    from cost_models.training.stage import mtp_cost
+    from cost_models.training.context import make_context
+    with_mtp = load_model("deepseek-v3")
+    assert with_mtp.mtp_layers == 1
+    without = dc_replace(with_mtp, mtp_layers=0)
+    cluster = homogeneous_cluster("H100-SXM5-80GB", 32)
+    w = Workload(4096, 1024)
+    cfg = TrainingConfig(degrees=Degrees(pp=16, dp=16, ep=16))
+    views = stage_views(cluster, cfg.degrees, None)
+    a = partition_inputs(with_mtp, cluster, w, cfg, Profile(), views)
+    b = partition_inputs(without, cluster, w, cfg, Profile(), views)
+    ctx = make_context(with_mtp, cluster, w, cfg, Profile(), views)
+    mtp = sum(mtp_cost(ctx.on_stage(15), views[15])[:5])
+    assert mtp > max(b.layer_time_s)  # a MoE layer, a projection and an LM head
+    assert a.head_time_s - b.head_time_s == pytest.approx(mtp / a.stage_slowdown[-1])
+    assert a.layer_time_s == b.layer_time_s

@@ -16,7 +16,7 @@ from cost_models.profile import Profile
 from cost_models.training.config import TrainingConfig, Workload
 from cost_models.training.context import make_context
 from cost_models.training.memory import in_flight_chunks, layer_params_split, state_bytes
-from cost_models.training.stage import layer_cost, pp_link_s
+from cost_models.training.stage import layer_cost, mtp_cost, pp_link_s
 from cost_models.training.stage_memory import activation_terms, state_bytes_per_param, usable_bytes
 from topologies.cluster import Cluster
 
@@ -77,9 +77,11 @@ def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg
     terms = activation_terms(ctx)
     k = terms.slices
     # the last stage's own head time, in stage-0 units (the DP scales it by that stage's
-    # slowdown, and the head's is not the layers': it is never launch bound)
-    head = 3 * k * lm_head_forward_time(model, ctx.slice_shard, ctx.on_stage(d.pp - 1).rates,
-                                        prof) / slowdown[-1]
+    # slowdown, and the head's is not the layers': it is never launch bound), with the MTP
+    # modules Megatron-Core also puts there (stage_cost adds both to the last stage)
+    last = ctx.on_stage(d.pp - 1)
+    head = (3 * k * lm_head_forward_time(model, ctx.slice_shard, last.rates, prof)
+            + sum(mtp_cost(last, views[d.pp - 1])[:5])) / slowdown[-1]
     # Step 2: model states per layer, and of the embedding and the LM head
     dp_shard, edp = d.dp * d.cp, d.expert_dp
     per_param = state_bytes_per_param(cfg, workload)
