@@ -376,8 +376,10 @@ def megatron_causal_flops(model: ModelSpec, batch: int, seq: int) -> float:
     dense, moe = model.num_dense_layers, model.num_moe_layers
     if model.moe is not None and not model.moe_layers:
         dense, moe = 0, model.num_layers
+    last_is_moe = model.moe is not None and (not model.moe_layers
+                                             or model.is_moe_layer(model.num_layers - 1))
     if mtp:  # MTP modules repeat the last layer's kind
-        moe, dense = (moe + mtp, dense) if model.moe is not None and moe else (moe, dense + mtp)
+        moe, dense = (moe + mtp, dense) if last_is_moe else (moe, dense + mtp)
     mlp = 12 * h * dense * model.ffn_hidden_size * gated
     if model.moe is not None:
         e = model.moe

@@ -340,9 +340,9 @@ UNFUSED_ATTN_EXTRA = (6, 12)  # scale, mask, softmax, dropout, two batched GEMMs
 FP8_PER_LINEAR = 3
 FUSED_GROUPED_MLP_LAUNCHES = (6, 9)
 # Fused attention in fp8 over bf16 (TrainingConfig.fp8_attention): FlashAttention-3 (Shah et
-# al. 2024, sec. 4.1, fig. 7 vs fig. 5) reaches up to 1.2 PFLOP/s forward in FP8 against 740
-# TFLOP/s in BF16 on H100, 1.6x, well short of the tensor cores' 2x: the softmax's exponentials
-# and the FP8 operand layout do not speed up. Not fitted; the backward is taken alike.
+# al. 2024, abstract) reaches close to 1.2 PFLOP/s in FP8 against up to 740 TFLOP/s in 16-bit
+# on H100, 1.6x, short of the tensor cores' 2x: the softmax's exponentials and the FP8 operand
+# layout do not speed up. Not fitted; the backward is taken alike.
 FP8_ATTENTION_SPEEDUP = 1.6
 
 

@@ -169,7 +169,8 @@ class TrainingConfig:
     # copies run on a side stream beside the compute and are not priced in time
     offload_modules: tuple[str, ...] = ()
     # with fp8 GEMMs: the attention core runs in fp8 too (TransformerEngine's FP8 fused
-    # attention, Megatron ``--fp8-dot-product-attention``), at the fp8 tensor-core rate
+    # attention; Megatron-Core ``TransformerConfig.fp8_dot_product_attention``, which
+    # ``pretrain_gpt.py`` has no flag for), cost_models.compute.FP8_ATTENTION_SPEEDUP faster
     fp8_attention: bool = False
     # with MXFP8 on Blackwell: TransformerEngine's fused grouped MLP
     # (``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``; ``transformer_engine/pytorch/ops/fused/
