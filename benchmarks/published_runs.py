@@ -410,7 +410,7 @@ class Target:
 
 # Sources whose TFLOP/s were counted by Megatron-LM from March 2025 on (megatron_causal_flops):
 # the MoE model zoo's tables (its H100 rows publish step time and TFLOP/s; the pair agrees
-# with that count within 0.5% and not with the earlier one, 12% higher at 4k tokens; test) and
+# with that count within 0.5% and not with the earlier one, 13% higher at 4k tokens; test) and
 # the DeepSeek-V3 GB200 guide (Megatron-LM effebd81, October 2025).
 CAUSAL_FLOP_SOURCES = ("megatron-moe-modelzoo", "megatron-lm-dsv3-guide")
 
