@@ -75,11 +75,29 @@ def _table(results: list[dict]) -> list[str]:
     lines = ["| row | GPUs | metric | published | predicted | error | fits (peak GiB) | mb |",
              "|---|---:|---|---:|---:|---:|---|---:|"]
     for r in results:
-        flag = "" if r["scored"] else " (not scored)"
+        flag = "" if r["scored"] else (
+            " (not scored: the source marks it a known regression)"
+            if _known_regression(r) else " (not scored)")
         lines.append(f"| {r['id']}{flag} | {r['gpus']} | {r['metric']} {r['convention']} | "
                      f"{r['published']:.4g} | {r['predicted']:.4g} | {r['error']:+.1%} | "
                      f"{'yes' if r['fits'] else 'NO'} ({r['peak_gib']:.1f}) | {r['micro_batch']} |")
     return lines
+
+
+def _known_regression(r: dict) -> bool:
+    """Whether the row's source marks its number a known regression (published_runs)."""
+    return r.get("note", "").startswith("source marks it a known regression")
+
+
+def _regression_lines(results: list[dict]) -> list[str]:
+    """The rows left unscored because their source marks them a known regression, with the
+    source's own words."""
+    notes: dict[str, list[str]] = defaultdict(list)
+    for r in results:
+        if _known_regression(r):
+            notes[r["note"].split(": ", 1)[1]].append(r["id"])
+    return [f"Not scored, in their source's words: {note} ({', '.join(ids)})"
+            for note, ids in notes.items()] + ([""] if notes else [])
 
 
 def _memory_table(memory: list[dict]) -> list[str]:
@@ -158,10 +176,13 @@ def _kendall(a: list[float], b: list[float]) -> float:
 def sweeps(results: list[dict], min_layouts: int = 2) -> list[dict]:
     """Groups of rows with the same model, cluster and workload and at least ``min_layouts``
     distinct layouts; Kendall tau of predicted vs published throughput and top-1 (the layout
-    predicted best is within 3% of the published best). Rows repeating a layout are averaged."""
+    predicted best is within 3% of the published best). Rows repeating a layout are averaged;
+    rows their source marks a known regression are left out (they time a defect, not the
+    layout)."""
     groups = defaultdict(lambda: defaultdict(list))
     for r in results:
-        groups[_sweep_key(r)][r["layout"]].append(r)
+        if not _known_regression(r):
+            groups[_sweep_key(r)][r["layout"]].append(r)
     out = []
     for key, by_layout in groups.items():
         if len(by_layout) < min_layouts:
@@ -272,7 +293,7 @@ def write_outputs(results: list[dict], memory: list[dict], json_path: Path, md_p
                       for kind, x in ((k, sweep_summary(sw, k))
                                       for k in ("one table", "across releases"))], "",
                     *_sweep_table(sw, loso_sw), "",
-                    "## Throughput rows", "", *_table(results), "",
+                    "## Throughput rows", "", *_table(results), "", *_regression_lines(results),
                     "## Memory rows (Korthikanti et al. 2022, Figure 1)", "",
                     *_memory_table(memory), "",
                     f"## Not predicted ({len(skipped)} rows)", "",

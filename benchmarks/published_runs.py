@@ -416,8 +416,18 @@ CAUSAL_FLOP_SOURCES = ("megatron-moe-modelzoo", "megatron-lm-dsv3-guide")
 
 
 def row_target(row: dict) -> Target | None:
+    """The row's published figure. Rows whose source marks the number as a known performance
+    regression (``known_regression``, copied from the table's footnote by
+    ``data/build_published_runs_extra.py``) are predicted and listed but not scored: they
+    measure a software defect the publisher names, not the configuration."""
     me, de, c = row["measured"], row.get("derived", {}), row["config"]
     complete = all(c.get(k) for k in ("tp", "pp", "dp", "global_batch"))
+    if row.get("known_regression"):
+        regression = "source marks it a known regression: " + row["known_regression"]
+        for metric, value in (("step_time_s", me.get("step_time_s")),
+                              ("tokens_per_s_per_gpu", de.get("tokens_per_sec_per_gpu"))):
+            if value:
+                return Target(metric, value, "", False, regression)
     if me.get("step_time_s"):
         return Target("step_time_s", me["step_time_s"], "", True)
     if de.get("tokens_per_sec_per_gpu"):
