@@ -251,20 +251,40 @@ def attention_core_flops(model: ModelSpec, layer: int, sh: Shard) -> tuple[float
     return flops, min(qk, v)
 
 
+def rope_fused(model: ModelSpec) -> bool:
+    """Whether Megatron-Core runs the model's rotary embedding fused (TransformerEngine's
+    ``fused_apply_rotary_pos_emb``): not when YaRN's attention factor is not 1, which the fused
+    kernel does not take (``megatron/core/models/common/embeddings/rope_utils.py``
+    ``apply_rotary_pos_emb`` at d7288711ba, the commit Megatron-Bridge 0.4.0 pins: "mscale=...
+    is not supported by TE's fused RoPE. Using unfused implementation.")."""
+    return model.rope_attention_factor == 1.0
+
+
+def rope_bytes_per_elem(model: ModelSpec) -> int:
+    """HBM bytes per q or k element of the forward rotary embedding. Fused: one read and one
+    write (2 B each). Unfused (``_apply_rotary_pos_emb_bshd``, same file): ``t * cos`` (read,
+    write), ``_rotate_half``'s negation of one half and ``torch.cat`` (0.5 + 1 read, 0.5 + 1
+    write), ``* sin`` (read, write), the sum (2 reads, 1 write) and the final ``torch.cat``
+    with the (empty) pass-through part (read, write): 6.5 reads + 5.5 writes = 24 B."""
+    return 4 if rope_fused(model) else 24
+
+
 def _elementwise_bytes(model: ModelSpec, layer: int, sh: Shard) -> float:
     """HBM bytes of one layer's memory-bound forward kernels on this GPU.
 
     Per token, 2-byte values: two norms (read h, write h), two residual adds (read 2h, write
-    h), rotary on q and k (read and write), the activation (GELU: read f, write f; GLU: read 2f,
-    write f), two dropouts (read, write, 1-byte mask). Norm/residual/dropout run on every TP rank
-    unless sequence parallelism shards them (Korthikanti et al. 2022, sec. 4.2.2).
+    h), rotary on q and k (read and write; more when unfused, :func:`rope_bytes_per_elem`),
+    the activation (GELU: read f, write f; GLU: read 2f, write f), two dropouts (read, write,
+    1-byte mask). Norm/residual/dropout run on every TP rank unless sequence parallelism
+    shards them (Korthikanti et al. 2022, sec. 4.2.2).
     """
     h, t = model.hidden_size, sh.tp
     # bytes at ACT_BYTES per value: norms 2 x (h + h), residual adds 2 x (2h + h), dropouts
     # 2 x (2 + 2 + 1 bytes) x h
     replicated = ACT_BYTES * (2 * 2 * h + 2 * 3 * h) + (2 * 5 * h if sh.dropout else 0)
     replicated /= t if sh.sequence_parallel else 1
-    rotary = 4 * (model.num_heads + model.num_kv_heads) * model.head_dim / t
+    qk_elems = (model.num_heads + model.num_kv_heads) * model.head_dim / t
+    rotary = rope_bytes_per_elem(model) * qk_elems
     if model.is_moe_layer(layer):
         moe = model.moe
         routed = moe.top_k * sh.moe_imbalance * sh.etp / sh.tp
@@ -339,6 +359,10 @@ MOE_TAIL_LAUNCHES = (1, 1)  # the MoE layer's bias-dropout-add
 UNFUSED_ATTN_EXTRA = (6, 12)  # scale, mask, softmax, dropout, two batched GEMMs (2021 Megatron)
 FP8_PER_LINEAR = 3
 FUSED_GROUPED_MLP_LAUNCHES = (6, 9)
+# Unfused RoPE (rope_fused False) instead of the 2 fused calls, forward: per q and k, cos, sin,
+# their scaling and casts (6) and mul, neg, cat, mul, add, cat (6): 24, 22 more; backward
+# (estimate): two muls, the negation and the sum of the two paths per tensor, 8 more.
+UNFUSED_ROPE_EXTRA = (22, 8)
 # Fused attention in fp8 over bf16 (TrainingConfig.fp8_attention): FlashAttention-3 (Shah et
 # al. 2024, abstract) reaches close to 1.2 PFLOP/s in FP8 against up to 740 TFLOP/s in 16-bit
 # on H100, 1.6x, short of the tensor cores' 2x: the softmax's exponentials and the FP8 operand
@@ -354,6 +378,8 @@ def layer_launches(model: ModelSpec, layer: int, sh: Shard) -> Launches:
     attn = (ATTN_LAUNCHES[0] + 2 * fp8, ATTN_LAUNCHES[1] + 4 * fp8)
     if sh.unfused_attention:
         attn = (attn[0] + UNFUSED_ATTN_EXTRA[0], attn[1] + UNFUSED_ATTN_EXTRA[1])
+    if not rope_fused(model):
+        attn = (attn[0] + UNFUSED_ROPE_EXTRA[0], attn[1] + UNFUSED_ROPE_EXTRA[1])
     captured = (0, 0)
     if not model.is_moe_layer(layer):
         parts = [attn, (DENSE_MLP_LAUNCHES[0] + 2 * fp8, DENSE_MLP_LAUNCHES[1] + 4 * fp8)]

@@ -162,6 +162,11 @@ class ModelSpec:
     chunk_layers: tuple[bool, ...] = ()  # layer i uses chunked attention (default: all)
     sparse_attn: SparseAttnSpec | None = None  # DSA on every MLA layer
     indexer_layers: tuple[bool, ...] = ()  # layer i runs its own indexer (default: all)
+    # YaRN's attention factor ("mscale"), which scales RoPE's cos and sin: 1 without YaRN or
+    # where its two mscales cancel (DeepSeek-V3); 0.1 ln(32) + 1 = 1.347 for GPT-OSS (HF
+    # ``rope_scaling``; Peng et al. 2023, YaRN, eq. 22). Megatron-Core's fused RoPE does not
+    # take it: any other value runs the unfused rotary (cost_models.compute).
+    rope_attention_factor: float = 1.0
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -191,6 +196,9 @@ class ModelSpec:
             raise ValueError(f"model '{self.name}': linear_attn and linear_layers go together "
                              f"(linear_attn {'missing' if self.linear_attn is None else 'set'}, "
                              f"{sum(self.linear_layers)} linear layers)")
+        if not self.rope_attention_factor > 0:
+            raise ValueError(f"model '{self.name}': rope_attention_factor="
+                             f"{self.rope_attention_factor} must be > 0")
         if self.attention_chunk is not None and self.attention_chunk < 1:
             raise ValueError(f"model '{self.name}': attention_chunk={self.attention_chunk} "
                              "must be >= 1")

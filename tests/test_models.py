@@ -112,6 +112,39 @@ def test_gpt_oss_sliding_layers_and_biases() -> None:
     assert load_model("qwen3-30b-a3b").glu_clamp is None
 
 
+def test_yarn_attention_factor_follows_transformers() -> None:
+    """YaRN's attention factor (what scales RoPE's cos and sin): 0.1 ln(factor) + 1 for
+    GPT-OSS (factor 32, no mscale keys); the ratio of the two mscales for DeepSeek-V3 (1/1:
+    1); ``attention_factor`` itself when given; 1 for any other rope type."""
+    import math
+    assert load_model("gpt-oss-120b").rope_attention_factor == pytest.approx(
+        0.1 * math.log(32) + 1)
+    assert load_model("deepseek-v3").rope_attention_factor == 1.0
+    assert load_model("llama-3.1-405b").rope_attention_factor == 1.0  # rope_type llama3
+    data = json.loads((FIXTURES / "gpt-oss-20b.json").read_text())
+    yarn = data["rope_scaling"]
+
+    def factor(**rope) -> float:
+        return model_from_hf_config({**data, "rope_scaling": {**yarn, **rope}},
+                                    "m.json").rope_attention_factor
+    assert factor(attention_factor=1.25) == 1.25
+    assert factor(mscale=0.707, mscale_all_dim=0.707) == pytest.approx(1.0)
+    assert factor(mscale=1.0, mscale_all_dim=0) == pytest.approx(0.1 * math.log(32) + 1)
+    assert factor(factor=1.0) == 1.0  # no extension
+    assert factor(rope_type="linear") == 1.0
+    with pytest.raises(SpecError, match=r"rope_scaling\.factor"):
+        factor(factor="32")
+
+
+def test_plans_keep_the_yarn_factor_and_omit_the_default() -> None:
+    """A plan file carries GPT-OSS's factor through JSON; models without YaRN write no key,
+    so their plans keep their bytes."""
+    from planner.plan.document import model_from_plain, model_to_plain
+    oss = load_model("gpt-oss-120b")
+    assert model_from_plain(json.loads(json.dumps(model_to_plain(oss)))) == oss
+    assert "rope_attention_factor" not in model_to_plain(load_model("deepseek-v3"))
+
+
 def test_gpt_oss_swiglu_limit_must_be_a_positive_number() -> None:
     data = json.loads((FIXTURES / "gpt-oss-20b.json").read_text())
     for bad in ("7", 0, -1.0, True):

@@ -214,3 +214,26 @@ def test_gpt_oss_eager_expert_passes_are_priced_exactly():
     assert a.elementwise_bytes - b.elementwise_bytes == pytest.approx(extra)
     assert a.launches.fwd - b.launches.fwd == 3 + 2 * (oss.moe.num_experts // 8) + 1
     assert a.gemms == b.gemms
+
+
+def test_yarn_runs_the_unfused_rope():
+    """GPT-OSS's YaRN attention factor (1.347) is not taken by TransformerEngine's fused RoPE,
+    so Megatron-Core runs the unfused one: 24 bytes per q/k element instead of 4, and 22 more
+    forward and 8 more backward launches; nothing else changes, and the step gets slower."""
+    from cost_models.compute import UNFUSED_ROPE_EXTRA, rope_bytes_per_elem
+    oss = load_model("gpt-oss-120b")
+    fused = replace(oss, rope_attention_factor=1.0)
+    assert (rope_bytes_per_elem(oss), rope_bytes_per_elem(fused)) == (24, 4)
+    for tp in (1, 2):
+        sh = _shard(tokens=4096, tp=tp, ep=8)
+        a, b = layer_work(oss, 0, sh), layer_work(fused, 0, sh)
+        qk = (oss.num_heads + oss.num_kv_heads) * oss.head_dim / tp
+        assert a.elementwise_bytes - b.elementwise_bytes == pytest.approx(20 * qk * sh.tokens)
+        assert (a.launches.fwd - b.launches.fwd, a.launches.bwd - b.launches.bwd) == \
+            UNFUSED_ROPE_EXTRA == (22, 8)
+        assert a.gemms == b.gemms and a.attn_flops == b.attn_flops
+    cluster = homogeneous_cluster("H100-SXM5-80GB", 1, 8)
+    work = Workload(seq_len=4096, global_batch=64)
+    cfg = TrainingConfig(degrees=Degrees(tp=1, pp=1, dp=8, ep=8), micro_batch=1)
+    assert estimate(oss, cluster, work, cfg, PROF).step_time_s > \
+        estimate(fused, cluster, work, cfg, PROF).step_time_s

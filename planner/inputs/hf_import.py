@@ -23,6 +23,7 @@ config).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -135,7 +136,7 @@ class _Config:
 
 def _common(c: _Config, ffn_default: Any = _MISSING) -> dict[str, Any]:
     """Fields named alike by every Llama-descended config."""
-    return dict(
+    kw = dict(
         name=str(c.data.get("_name_or_path") or Path(c.source).stem),
         num_layers=c.int("num_hidden_layers"),
         hidden_size=c.int("hidden_size"),
@@ -145,6 +146,33 @@ def _common(c: _Config, ffn_default: Any = _MISSING) -> dict[str, Any]:
         tied_embeddings=c.flag("tie_word_embeddings", False),
         source=c.source,
     )
+    factor = _yarn_attention_factor(c)
+    return kw | (dict(rope_attention_factor=factor) if factor != 1.0 else {})
+
+
+def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN's ``0.1 * mscale * ln(scale) + 1`` (1 for no extension)."""
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def _yarn_attention_factor(c: _Config) -> float:
+    """The factor YaRN multiplies RoPE's cos and sin by (``rope_scaling`` of type ``yarn``;
+    1 otherwise): ``attention_factor`` when given, else mscale(factor, mscale) /
+    mscale(factor, mscale_all_dim) when both are non-zero (DeepSeek-V3: 1), else mscale(factor)
+    (GPT-OSS: 1.347) -- ``transformers`` ``_compute_yarn_parameters`` and Megatron-Core
+    ``_yarn_get_concentration_factor`` agree."""
+    rope = c.data.get("rope_scaling")
+    if not isinstance(rope, dict) or (rope.get("rope_type") or rope.get("type")) != "yarn":
+        return 1.0
+    sub = _Config(rope, c.source, c.key("rope_scaling."))
+    if sub.has("attention_factor"):
+        return sub.positive("attention_factor")
+    scale = sub.positive("factor")
+    mscale, all_dim = (sub.positive(k) if sub.data.get(k) else 0.0
+                       for k in ("mscale", "mscale_all_dim"))
+    if mscale and all_dim:  # as transformers: a zero or missing one means neither
+        return _yarn_mscale(scale, mscale) / _yarn_mscale(scale, all_dim)
+    return _yarn_mscale(scale)
 
 
 def _attention(c: _Config, hidden: int, heads_key: str = "num_attention_heads",

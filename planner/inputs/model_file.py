@@ -117,6 +117,9 @@ class ModelFile(BaseModel):
     glu_clamp: float | None = Field(None, gt=0, description="The GLU's halves are clamped at "
                                     "+-this value before the activation (GPT-OSS: 7.0; null: "
                                     "none).")
+    rope_attention_factor: float = Field(1.0, gt=0, description="YaRN's attention factor "
+                                         "scaling RoPE's cos and sin (GPT-OSS: 1.347; 1 "
+                                         "without YaRN).")
     mtp_layers: int = Field(0, ge=0, description="DeepSeek multi-token-prediction modules.")
     attn_gate: bool = Field(False, description="Output-gated attention (q_proj twice as wide: "
                             "Qwen3-Next, Qwen3.5).")
