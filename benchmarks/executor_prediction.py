@@ -70,11 +70,18 @@ LIMITS = [
     "fresh 128 KiB buffers a step at micro-batch 1; Megatron all-reduces in place), work the "
     "step model does not have. In place now, TP2 errors are -2%, -9%, -12% at micro-batch 1 "
     "(were -35%, -24%, -7%) and +5%, -15%, -17% at micro-batch 4 (were -15%, -20%, -10%).",
-    "* EP2 is the worst plan in every repetition (-19%, -43%, -29%). `check-run` of the "
-    "last: compute (4 layers) 0.282 s predicted against 0.374 s measured, the all-to-alls "
-    "(uneven, inside autograd) 0.075 against 0.120 s, and the quota solve (22 ms a step) is "
-    "not modelled. The job sums its expert gradients in a persistent buffer (it was allocated "
-    "afresh each step until 2026-11-26, -30% to -37% then).",
+    "* EP2 is the worst plan in every repetition (-21%, -21%, -34%; were -19%, -43%, -29% "
+    "before 2026-11-27's dispatch). The job now groups the received rows by expert slot with "
+    "one gather and restores their order with another (Megatron-Core's permute and "
+    "unpermute); until then each slot gathered its rows and added its output into a fresh "
+    "copy of the whole buffer. On two idle processes that took an MoE block's compute "
+    "(communication and quota solve excluded) from 22.4 to 21.2 ms a micro-batch against a "
+    "dense block's 15.5 ms (1.45x to 1.37x); the model, with the last repetition's "
+    "calibration, says 16.9 and 12.5 ms (1.35x). `check-run` of the last "
+    "repetition: compute (4 layers) 0.267 s predicted against 0.351 s measured, the "
+    "all-to-alls (uneven, inside autograd, waiting on the other rank's routing) 0.062 "
+    "against 0.130 s, the DP all-reduce with every expert's gradient 0.045 against 0.067 s, "
+    "and the quota solve (23 ms a step) is not modelled.",
     "* Pipeline plans: a stage computing alone runs a block's forward + backward 2-15% faster "
     "than with both processes busy, which is what calibrate measures.",
     "* Element-wise kernels (GELU, LayerNorm) are compute-bound on a CPU: the layer fit gives "

@@ -172,6 +172,27 @@ def moe_plan(tmp_path_factory):
                     "--expert-loads", str(loads), model=str(ROOT / "tests" / "fixtures" / "tiny-moe.yaml"))
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_grouping_puts_each_slots_rows_together_in_arrival_order(seed):
+    """The all-to-all delivers each source's rows in slot order; ``grouping`` lists slot 0's
+    rows first (sources in rank order, each in arrival order), then slot 1's, ..., and is a
+    permutation of all rows (empty slots and sources included)."""
+    import numpy as np
+
+    from planner.run.reference_job.ep import grouping
+
+    rng = np.random.default_rng(seed)
+    received = rng.integers(0, 4, size=(rng.integers(1, 5), rng.integers(1, 5)))
+    slot_of_row = np.concatenate([np.repeat(np.arange(received.shape[1]), row)
+                                  for row in received])  # arrival order
+    perm = grouping(received)
+    assert sorted(perm.tolist()) == list(range(received.sum()))
+    assert slot_of_row[perm].tolist() == sorted(slot_of_row.tolist())
+    for i in range(received.shape[1]):  # within a slot: arrival order
+        rows = perm[slot_of_row[perm] == i]
+        assert rows.tolist() == sorted(rows.tolist())
+
+
 def test_expert_parallel_run_follows_the_placement_and_matches_the_reference(tmp_path, moe_plan):
     import numpy as np
 

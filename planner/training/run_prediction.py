@@ -149,13 +149,16 @@ def _stage_layers(record: dict[str, Any], stage: int) -> tuple[int, ...]:
 
 
 # The reference job's expert-parallel MoE forward (reference_job/ep.py ExpertDispatch), in
-# torch calls: routing and bookkeeping (router linear, top-k, softmax, bincount, token gather,
-# output buffers, gate gather and multiply, the final index_add: 12) and, per local slot that
-# receives tokens, 6 (index tensor, row gather, fc1, GELU, fc2, index_add); around them the
-# block's attention half and norms as the step model counts a dense layer's (14). Its backward
-# launches twice as many.
-JOB_MOE_FIXED_CALLS = 12
-JOB_MOE_CALLS_PER_SLOT = 6
+# torch calls: routing and bookkeeping (router linear, top-k, softmax, bincount, the count
+# buffers, token gather, the gather grouping the received rows by slot, the cat of the
+# experts' outputs and the gather restoring arrival order, gate gather and multiply, output
+# buffer, the final index_add: 14) and, per local slot that receives tokens, 3 (fc1, GELU,
+# fc2 on its contiguous rows); around them the block's attention half and norms as the step
+# model counts a dense layer's (14). Its backward launches twice as many. (Until 2026-11-27
+# each slot gathered its rows and added its output into a fresh copy of the whole buffer:
+# 12 + 6 per slot.)
+JOB_MOE_FIXED_CALLS = 14
+JOB_MOE_CALLS_PER_SLOT = 3
 JOB_LAYER_OTHER_CALLS = 14
 
 

@@ -20,7 +20,7 @@ from planner.run.kernels import expert_quotas
 from planner.run.reference_job.model import MoE
 from planner.run.reference_job.timers import Timers
 
-__all__ = ["ExpertDispatch", "replica_ranges", "sync_expert_grads"]
+__all__ = ["ExpertDispatch", "grouping", "replica_ranges", "sync_expert_grads"]
 
 
 def replica_ranges(counts: np.ndarray, quota: np.ndarray, phy2log: np.ndarray) -> np.ndarray:
@@ -41,6 +41,20 @@ def replica_ranges(counts: np.ndarray, quota: np.ndarray, phy2log: np.ndarray) -
     return out
 
 
+def grouping(received: np.ndarray) -> np.ndarray:
+    """Order that groups the rows an all-to-all delivered by local slot: ``received[src, i]``
+    rows came from source rank ``src`` for slot ``i``, each source's block in slot order.
+    Returns row indices, slot 0's rows first (sources in rank order), then slot 1's, ..."""
+    sources, slots = received.shape
+    block = np.concatenate([[0], np.cumsum(received.sum(1))])[:-1]  # first row of each source
+    within = np.concatenate([np.zeros((sources, 1), dtype=np.int64),
+                             np.cumsum(received, axis=1)[:, :-1]], axis=1)
+    starts = block[:, None] + within  # first row of (source, slot)
+    parts = [np.arange(starts[src, i], starts[src, i] + received[src, i])
+             for i in range(slots) for src in range(sources)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
 class ExpertDispatch:
     """Expert-parallel forward of one MoE layer on one rank.
 
@@ -48,8 +62,10 @@ class ExpertDispatch:
     2. every rank computes the same integer quotas per physical slot
        (:func:`planner.run.kernels.expert_quotas`, the planner's real-time quota mode) and the
        same dispatch matrix (:func:`replica_ranges`);
-    3. all-to-all the tokens to their replicas (autograd-aware), run the local experts,
-       all-to-all back, and combine with the router's gates.
+    3. all-to-all the tokens to their replicas (autograd-aware), group the received rows by
+       local slot (:func:`grouping`; Megatron-Core's permute), run each local expert on its
+       contiguous rows, restore the arrival order, all-to-all back, and combine with the
+       router's gates.
     Every event is appended to ``log`` (global counts and tokens received per local slot).
     """
 
@@ -77,14 +93,18 @@ class ExpertDispatch:
             mine = range(self.me * self.S, (self.me + 1) * self.S)
             send_splits = np.bincount(slot_of // self.S, minlength=self.ep).tolist()
             recv_splits = [int(matrix[src, mine.start:mine.stop].sum()) for src in range(self.ep)]
+            received = matrix[:, mine.start:mine.stop]  # [source rank, local slot] rows
+            perm = grouping(received)
         tokens = torch.as_tensor(order // self.moe.top_k)
         recv = _AllToAll.apply(flat[tokens], recv_splits, send_splits, self.group, self.timers)
-        labels = np.concatenate([np.repeat(np.arange(self.S), matrix[src, mine.start:mine.stop])
-                                 for src in range(self.ep)])
-        out = torch.zeros_like(recv)
-        for i in np.unique(labels):
-            rows = torch.as_tensor(np.flatnonzero(labels == i))
-            out = out.index_add(0, rows, self.moe.experts[i](recv[rows]))
+        # Megatron-Core's permute / unpermute: one gather puts each local slot's rows together,
+        # each expert runs on its contiguous rows, one gather puts them back in arrival order
+        perm_t = torch.as_tensor(perm)
+        sizes = received.sum(0).tolist()
+        chunks = recv[perm_t].split(sizes)
+        outs = [self.moe.experts[i](c) for i, c in enumerate(chunks) if sizes[i]]
+        grouped = torch.cat(outs) if outs else recv[:0]
+        out = grouped[torch.as_tensor(np.argsort(perm, kind="stable"))]
         back = _AllToAll.apply(out, send_splits, recv_splits, self.group, self.timers)
         weights = gates.reshape(-1)[torch.as_tensor(order)].unsqueeze(1)
         self.log.append({"layer": self.layer, "global_counts": counts.sum(0).tolist(),
