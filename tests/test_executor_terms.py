@@ -97,7 +97,9 @@ def test_the_switch_cost_is_paid_per_blocking_collective_of_a_tp_layer():
 def test_the_run_prediction_prices_the_jobs_expert_gradient_sync(tmp_path):
     """The reference job all-reduces, per MoE layer, every logical expert's fp32 gradient over
     the whole DP group; the step model all-reduces each rank's own experts over expert-DP.
-    The prediction adds the difference, exactly (DP4 x EP4 on the tiny MoE: expert-DP is 1)."""
+    The prediction adds the difference, exactly (DP4 x EP4 on the tiny MoE: expert-DP is 1),
+    and the job's packing around it: per layer the buffer of all 8 experts zeroed, each of the
+    rank's 2 slots added in (3 passes) and copied back (2), fp32 at the GPU's stream rate."""
     import json
     from pathlib import Path
 
@@ -122,8 +124,11 @@ def test_the_run_prediction_prices_the_jobs_expert_gradient_sync(tmp_path):
     job, plain = predict_run(record, None), predict_run(megatron, None)
     model = job_model(shape)
     views = stage_views(plan.cluster(), plan.parallel_config().degrees)
-    per_layer = comm.all_reduce_s(views[0].dp_cp, 4.0 * 8 * mlp_params(256, 512, False, True),
-                                  plan.profile())
-    assert job.dp_comm_s - plain.dp_comm_s == pytest.approx(3 * per_layer, rel=1e-9)
-    assert job.step_s - plain.step_s == pytest.approx(3 * per_layer, rel=1e-9)
+    width = mlp_params(256, 512, False, True)
+    prof = plan.profile()
+    per_layer = comm.all_reduce_s(views[0].dp_cp, 4.0 * 8 * width, prof)
+    stream = plan.cluster().slowest_gpu.hbm_bw_bytes_per_s * prof.hbm_efficiency
+    pack = 4.0 * width * (8 + 5 * (8 // 4)) / stream
+    assert job.dp_comm_s - plain.dp_comm_s == pytest.approx(3 * (per_layer + pack), rel=1e-9)
+    assert job.step_s - plain.step_s == pytest.approx(3 * (per_layer + pack), rel=1e-9)
     assert model.moe.num_experts == 8

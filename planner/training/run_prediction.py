@@ -114,7 +114,11 @@ def expert_sync_extra_s(record: dict[str, Any], est: Estimate, plan, prof: Profi
     ``reference_job/ep.py``) all-reduces, per MoE layer, one fp32 buffer of every logical
     expert's gradient over the whole DP group; the step model all-reduces each rank's own
     experts over the expert-DP group (Megatron's way). Both priced by
-    :func:`cost_models.communication.all_reduce_s` on the plan's groups with ``prof``."""
+    :func:`cost_models.communication.all_reduce_s` on the plan's groups with ``prof``. Around
+    its all-reduce the job zeroes the buffer (E x W fp32 written), adds each local slot's
+    gradient into it (its W read twice, written once) and copies the sum back into the slot's
+    gradient (read, write): :func:`expert_pack_bytes`, at the GPU's memory bandwidth times
+    ``hbm_efficiency``."""
     from cost_models import communication as comm
     from cost_models.groups import stage_views
     from cost_models.model_spec import mlp_params
@@ -131,16 +135,29 @@ def expert_sync_extra_s(record: dict[str, Any], est: Estimate, plan, prof: Profi
                             model.moe.expert_bias)
     views = stage_views(plan.cluster(), d, tuple(plan.node_order)
                         if getattr(plan, "node_order", None) else None)
+    placement = record["plan"].get("experts") or {}
+    slots = placement.get("slots_per_gpu", shape["num_experts"] // d.ep)  # runtime.expert_maps
+    stream = plan.cluster().slowest_gpu.hbm_bw_bytes_per_s * prof.hbm_efficiency
+    pack_s = expert_pack_bytes(model.moe.num_experts, slots, per_expert) / stream
     extra = 0.0
     for stage, s in enumerate(est.stages):
         layers = _stage_layers(record, stage)
         moe_layers = sum(1 for i in layers if model.moe_layers and model.moe_layers[i])
-        job = moe_layers * comm.all_reduce_s(views[stage].dp_cp,
-                                             4.0 * model.moe.num_experts * per_expert, prof)
+        job = moe_layers * (comm.all_reduce_s(views[stage].dp_cp,
+                                              4.0 * model.moe.num_experts * per_expert, prof)
+                            + pack_s)
         _, expert = stage_params(model, est.config, stage, layers)
         modelled = comm.all_reduce_s(views[stage].edp, 4.0 * expert, prof)
         extra = max(extra, job - modelled)
     return extra
+
+
+def expert_pack_bytes(num_experts: int, slots: int, per_expert: int) -> float:
+    """Memory traffic of one MoE layer's expert-gradient sync in the job around its
+    all-reduce (``reference_job/ep.py`` ``sync_expert_grads``), fp32: ``total.zero_()`` writes
+    every logical expert's W values, each local slot's ``total[e] += grad`` reads both and
+    writes one (3W), and its ``grad.copy_(total[e])`` reads and writes W (2W)."""
+    return 4.0 * per_expert * (num_experts + 5 * slots)
 
 
 def _stage_layers(record: dict[str, Any], stage: int) -> tuple[int, ...]:
