@@ -10,7 +10,7 @@ from datetime import date
 from pathlib import Path
 
 from cost_models.profile import default_profile
-from published_runs import best_estimate
+from published_runs import KNOWN_REGRESSION_NOTE, best_estimate
 
 GIB = 2**30
 
@@ -86,7 +86,7 @@ def _table(results: list[dict]) -> list[str]:
 
 def _known_regression(r: dict) -> bool:
     """Whether the row's source marks its number a known regression (published_runs)."""
-    return r.get("note", "").startswith("source marks it a known regression")
+    return r.get("note", "").startswith(KNOWN_REGRESSION_NOTE)
 
 
 def _regression_lines(results: list[dict]) -> list[str]:
@@ -95,7 +95,7 @@ def _regression_lines(results: list[dict]) -> list[str]:
     notes: dict[str, list[str]] = defaultdict(list)
     for r in results:
         if _known_regression(r):
-            notes[r["note"].split(": ", 1)[1]].append(r["id"])
+            notes[r["note"][len(KNOWN_REGRESSION_NOTE):]].append(r["id"])
     return [f"Not scored, in their source's words: {note} ({', '.join(ids)})"
             for note, ids in notes.items()] + ([""] if notes else [])
 

@@ -415,6 +415,11 @@ class Target:
 CAUSAL_FLOP_SOURCES = ("megatron-moe-modelzoo", "megatron-lm-dsv3-guide")
 
 
+# The note of a row its source marks a known regression (row_target); the report finds such
+# rows by it.
+KNOWN_REGRESSION_NOTE = "source marks it a known regression: "
+
+
 def row_target(row: dict) -> Target | None:
     """The row's published figure. Rows whose source marks the number as a known performance
     regression (``known_regression``, copied from the table's footnote by
@@ -423,7 +428,7 @@ def row_target(row: dict) -> Target | None:
     me, de, c = row["measured"], row.get("derived", {}), row["config"]
     complete = all(c.get(k) for k in ("tp", "pp", "dp", "global_batch"))
     if row.get("known_regression"):
-        regression = "source marks it a known regression: " + row["known_regression"]
+        regression = KNOWN_REGRESSION_NOTE + row["known_regression"]
         for metric, value in (("step_time_s", me.get("step_time_s")),
                               ("tokens_per_s_per_gpu", de.get("tokens_per_sec_per_gpu"))):
             if value:

@@ -135,8 +135,7 @@ def expert_sync_extra_s(record: dict[str, Any], est: Estimate, plan, prof: Profi
                             model.moe.expert_bias)
     views = stage_views(plan.cluster(), d, tuple(plan.node_order)
                         if getattr(plan, "node_order", None) else None)
-    placement = record["plan"].get("experts") or {}
-    slots = placement.get("slots_per_gpu", shape["num_experts"] // d.ep)  # runtime.expert_maps
+    slots = _slots_per_gpu(record, d.ep)
     stream = plan.cluster().slowest_gpu.hbm_bw_bytes_per_s * prof.hbm_efficiency
     pack_s = expert_pack_bytes(model.moe.num_experts, slots, per_expert) / stream
     extra = 0.0
@@ -158,6 +157,13 @@ def expert_pack_bytes(num_experts: int, slots: int, per_expert: int) -> float:
     every logical expert's W values, each local slot's ``total[e] += grad`` reads both and
     writes one (3W), and its ``grad.copy_(total[e])`` reads and writes W (2W)."""
     return 4.0 * per_expert * (num_experts + 5 * slots)
+
+
+def _slots_per_gpu(record: dict[str, Any], ep: int) -> int:
+    """Expert slots each GPU of the record's plan holds (as ``runtime.expert_maps``): the
+    placement's, else one replica per expert split over ``ep``."""
+    placement = record["plan"].get("experts") or {}
+    return placement.get("slots_per_gpu", record["shape"]["num_experts"] // ep)
 
 
 def _stage_layers(record: dict[str, Any], stage: int) -> tuple[int, ...]:
@@ -190,8 +196,7 @@ def expert_loop_extra_s(record: dict[str, Any], est: Estimate, prof: Profile) ->
     d = est.config.degrees
     if d.ep <= 1 or not shape.get("num_experts"):
         return 0.0
-    placement = record["plan"].get("experts") or {}
-    slots = placement.get("slots_per_gpu", shape["num_experts"] // d.ep)  # runtime.expert_maps
+    slots = _slots_per_gpu(record, d.ep)
     moe = shape.get("moe_layers") or ()
     first_moe = next(i for i, on in enumerate(moe) if on) if any(moe) else 0
     model = job_model(shape)
