@@ -58,36 +58,43 @@ PLANS = {
 STEPS = 10
 LIMITS = [
     "What limits the accuracy (from `check-run` of these runs, single-process timings and "
-    "2-process probes on this box, 2026-11-26 and 2026-11-27):",
+    "2-process probes on this box, 2026-11-26 and 2026-11-27; the box has been a 2-vCPU Xeon "
+    "since the evening of 2026-11-27, an AMD EPYC before):",
     "",
     "* This VM's speed drifts between minutes, and the calibration with it: the same plan "
     "measured 0.55, 0.65 and 0.93 s (TP2, micro-batch 1) and 0.49-0.59 s (EP2) in repetitions "
     "minutes apart, while the same plan's prediction moved by up to 20% between calibrations. "
     "A plan within 15% in one repetition misses in the next. The idle 16-core host of the GPU "
     "session (two pinned cores; `docs/benchmarks.md`, GPU session) put all five DP/PP/TP "
-    "plans of the time within 15%.",
+    "plans of the time within 15%; re-run there at 870105e, alone on the machine, 5 of 9 with "
+    "DP2 at -30% (`docs/benchmarks.md`, `device_prediction_rerun`).",
     "* TP2: until 2026-11-27 the job cloned every tensor before its TP all-reduce (128 "
     "fresh 128 KiB buffers a step at micro-batch 1; Megatron all-reduces in place), work the "
-    "step model does not have. In place now, TP2 errors are -2%, -9%, -12% at micro-batch 1 "
+    "step model does not have. In place, on the EPYC box, TP2 errors were -2%, -9%, -12% at micro-batch 1 "
     "(were -35%, -24%, -7%) and +5%, -15%, -17% at micro-batch 4 (were -15%, -20%, -10%).",
-    "* EP2 is the worst plan in every repetition (-22%, -27%, -18%; were -19%, -43%, -29% "
-    "before 2026-11-27). The job now groups the received rows by expert slot with one gather "
-    "and restores their order with another (Megatron-Core's permute and unpermute); until "
-    "then each slot gathered its rows and added its output into a fresh copy of the whole "
-    "buffer. On two idle processes that took an MoE block's compute (communication and quota "
-    "solve excluded) from 22.4 to 21.2 ms a micro-batch against a dense block's 15.5 ms "
-    "(1.45x to 1.37x); the model, with one of these calibrations, says 16.9 and 12.5 ms "
-    "(1.35x). The job's packing of every expert's gradient around its all-reduce (zero, add, "
-    "copy back: 12 ms a step) is priced since the same day. `check-run` of the last "
-    "repetition: compute (4 layers) 0.292 s predicted against 0.342 s measured, the "
-    "all-to-alls (uneven, inside autograd, waiting on the other rank) 0.093 against 0.124 "
-    "s, the DP all-reduce with every expert's gradient 0.052 against 0.062 s, and the quota "
-    "solve (23 ms a step) is not modelled.",
+    "* EP2 and TP2 are the worst plans (this run: EP2 -30%, -17%, -30%; TP2 -13% to -23%). "
+    "Since 2026-11-27 the job groups the received rows by expert slot with one gather and "
+    "restores their order with another (Megatron-Core's permute and unpermute), its packing "
+    "of every expert's gradient around the all-reduce is priced, and (since the evening of 2026-11-27) so is the "
+    "host work of each dispatch (quotas, splits: `dispatch_solve_s` + "
+    "`dispatch_solve_per_expert_s` x experts, timed by calibrate on 4 to 64 experts). "
+    "`check-run` of the last repetition: compute (4 layers) 0.128 s predicted against 0.175 s "
+    "measured, the all-to-alls 0.049 against 0.065 s, the dispatch bookkeeping 6.2 against "
+    "9.9 ms, the DP all-reduce 0.035 against 0.047 s. Its compute, like TP2's (-17%, -29%) "
+    "and DP2's (-23% in that repetition, -6% in the first), is what the calibration of that "
+    "moment under-predicts: the same plan's compute row moves by 15-20% between repetitions "
+    "on this box.",
+    "* Blocking collectives wait for the slower rank: calibrate's interleaved rounds give the "
+    "arrival skew (`collective_skew_sqrt_s`, ~ sqrt of the compute before the collective; "
+    "0.005-0.016 s per sqrt(s) here), which the DP all-reduce after a whole step's compute "
+    "pays once (5 ms) and each TP all-reduce and EP all-to-all over its share of a layer. The "
+    "DP rows are still -5% to -38%, the TP rows -16% to -28%.",
     "* Pipeline plans: a stage computing alone runs a block's forward + backward 2-15% faster "
     "than with both processes busy, which is what calibrate measures.",
     "* Element-wise kernels (GELU, LayerNorm) are compute-bound on a CPU: the layer fit gives "
-    "them 0.2-0.4 of the streaming bandwidth (`hbm_efficiency`), which the optimizer step (a "
-    "pure stream) then also gets: predicted 2-4x too slow (a few ms of a 0.25-0.9 s step).",
+    "them 0.2-0.4 of the streaming bandwidth (`hbm_efficiency`). The optimizer step (a pure "
+    "stream) got the same until the evening of 2026-11-27 and was predicted 2-3x too slow; it is now priced "
+    "at the stream copies' bandwidth (`stream_efficiency`), within 15% in every plan.",
 ]
 
 

@@ -25,6 +25,17 @@ from cost_models.profile import Profile
 from topologies.cluster import GroupView
 
 
+def arrival_skew_s(segment_s: float, prof: Profile) -> float:
+    """What a blocking collective after ``segment_s`` of compute waits beyond its table time
+    for the slower rank (``Profile.collective_skew_sqrt_s``: the gap of two ranks' random-walk
+    delays grows as the square root of the segment; the tables already hold the skew of their
+    ``collective_burst_s`` burst). 0 where the profile measured none."""
+    if prof.collective_skew_sqrt_s <= 0 or segment_s <= 0:
+        return 0.0
+    return prof.collective_skew_sqrt_s * max(
+        0.0, math.sqrt(segment_s) - math.sqrt(prof.collective_burst_s))
+
+
 def bus_bandwidth(view: GroupView, prof: Profile) -> float:
     """Bytes/s a ring collective over the group sustains per rank (nccl-tests busbw)."""
     rates = []

@@ -243,16 +243,37 @@ def collective_tables(cases: Sequence[dict], tier: str = "host") -> dict[str, li
 
 
 def fit_collective_switch(cases: Sequence[dict], link: LinkFit, tier: str = "host",
-                          tables: dict | None = None) -> float:
-    """``Profile.collective_switch_s``: what a blocking collective adds, when compute and
-    collectives take turns, beyond the compute alone and the collective's calibrated time.
-    Cases (``planner.run.calibrate_job.interleave_cases``): ``compute_s`` and
-    ``interleaved_s`` per round, the collective's ``op``, ``group_size``, ``bytes``. The
-    median over cases of ``interleaved - compute - predicted collective``, at least 0."""
-    extra = sorted(c["interleaved_s"] - c["compute_s"] - predict_collective(c, link, tier,
-                                                                            tables)
-                   for c in cases)
-    return max(0.0, extra[len(extra) // 2]) if extra else 0.0
+                          tables: dict | None = None) -> tuple[float, float, float]:
+    """(``Profile.collective_switch_s``, ``collective_skew_sqrt_s``, ``collective_burst_s``):
+    what a blocking collective adds, when compute and collectives take turns, beyond the
+    compute alone and the collective's calibrated time. Cases
+    (``planner.run.calibrate_job.interleave_cases``): ``compute_s`` (the segment before each
+    collective) and ``interleaved_s`` per round, the collective's ``op``, ``group_size``,
+    ``bytes``, and ``burst_s`` (the burst the tables were timed after). The extra of each case
+    is fitted as ``switch + skew * max(0, sqrt(compute_s) - sqrt(burst_s))`` by least squares
+    with both at least 0 (``communication.arrival_skew_s``). Cases without ``burst_s``
+    (calibrations written before it): the median extra, at least 0, and no skew."""
+    extra = [c["interleaved_s"] - c["compute_s"] - predict_collective(c, link, tier, tables)
+             for c in cases]
+    if not extra:
+        return 0.0, 0.0, 0.0
+    if any("burst_s" not in c for c in cases):
+        return max(0.0, sorted(extra)[len(extra) // 2]), 0.0, 0.0
+    burst = statistics.median(c["burst_s"] for c in cases)
+    rows = [(1.0, max(0.0, math.sqrt(c["compute_s"]) - math.sqrt(burst))) for c in cases]
+    switch, skew = nonneg_lstsq2(rows, extra)
+    return switch, skew, burst
+
+
+def fit_dispatch(cases: Sequence[dict]) -> tuple[float, float]:
+    """(``Profile.dispatch_solve_s``, ``dispatch_solve_per_expert_s``): one dispatch's host
+    time as a + b * experts, least squares with both at least 0, over the cases of
+    ``planner.run.calibrate_job.dispatch_cases`` (``experts``, ``time_s``); (0, 0) without
+    cases."""
+    if not cases:
+        return 0.0, 0.0
+    return nonneg_lstsq2([(1.0, float(c["experts"])) for c in cases],
+                         [c["time_s"] for c in cases])
 
 
 def fit_resume(cases: Sequence[dict]) -> tuple[float, float]:
@@ -346,6 +367,7 @@ def fit_all(raw: dict, tier: str = "host", elem_bytes: int = 4) -> CalibrationFi
     attn_cases = median_cases([r["attention"] for r in compute])
     layer_cases = median_cases([r["layer"] for r in compute])
     copy_cases = median_cases([r["copy"] for r in compute])
+    dispatch_cases = median_cases([r.get("dispatch", []) for r in compute])
     g = fit_gemm(gemm_cases)
     attn_eff, attn_half = fit_attention(attn_cases, g.peak_flops)
     bw = fit_bandwidth(copy_cases)
@@ -360,19 +382,27 @@ def fit_all(raw: dict, tier: str = "host", elem_bytes: int = 4) -> CalibrationFi
     interleave = raw.get("interleave", [])
     tables = collective_tables(comm_cases, tier)
     resume_s, p2p_latency_s = fit_resume(raw.get("resume", []))
+    switch, skew, burst = fit_collective_switch(interleave, link, tier, tables)
+    solve_s, solve_per_expert_s = fit_dispatch(dispatch_cases)
     prof = Profile(**{**prof.__dict__, "kernel_overhead_s": overhead, "hbm_efficiency": hbm_eff,
                       "resume_s": resume_s, "p2p_latency_s": p2p_latency_s,
                       "collective_latency_factor": link.latency_factor,
                       "collective_bw_factor": link.bw_factor,
-                      "collective_switch_s": fit_collective_switch(interleave, link, tier,
-                                                                   tables),
-                      "collective_tables": tables})
+                      "collective_switch_s": switch, "collective_skew_sqrt_s": skew,
+                      "collective_burst_s": burst, "collective_tables": tables,
+                      # the bandwidth is the stream copies' own rate (fit_bandwidth)
+                      "stream_efficiency": 1.0, "dispatch_solve_s": solve_s,
+                      "dispatch_solve_per_expert_s": solve_per_expert_s})
     residuals = _residuals(gemm_cases, attn_cases, layer_cases, copy_cases, comm_cases, g,
                            rates, prof, link, tier)
     residuals += tuple(
         Residual("interleave", f"x{c['group_size']} {c['dim']}^3 + {c['bytes']} B",
                  c["interleaved_s"], c["compute_s"] + predict_collective(c, link, tier, tables)
-                 + prof.collective_switch_s) for c in interleave)
+                 + prof.collective_switch_s + comm.arrival_skew_s(c["compute_s"], prof))
+        for c in interleave)
+    residuals += tuple(
+        Residual("dispatch", f"E{c['experts']} ep{c['ep']} n{c['assignments']}", c["time_s"],
+                 solve_s + solve_per_expert_s * c["experts"]) for c in dispatch_cases)
     return CalibrationFit(g.peak_flops, bw, prof, link, residuals)
 
 

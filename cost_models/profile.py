@@ -19,7 +19,9 @@ _DICT_FIELDS = ("link_efficiency", "collective_latency_factor", "collective_bw_f
                 "collective_tables")
 # Fields only a measured machine sets (planner calibrate); left out of plain data while unset,
 # so plans and profiles written before they existed keep their form and hash.
-MEASURED_ONLY_FIELDS = ("collective_switch_s", "collective_tables", "resume_s", "p2p_latency_s")
+MEASURED_ONLY_FIELDS = ("collective_switch_s", "collective_tables", "resume_s", "p2p_latency_s",
+                        "collective_skew_sqrt_s", "collective_burst_s", "stream_efficiency",
+                        "dispatch_solve_s", "dispatch_solve_per_expert_s")
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,13 @@ class Profile:
     fp8_speedup: float = 1.6  # GEMM time ratio bf16/fp8 actually reached (peak ratio is 2;
     #                           the shipped profiles fit it: cost_models/data/profiles.json)
     hbm_efficiency: float = 0.8  # memory-bound kernels, fraction of HBM bandwidth
+    # What one long streaming pass over flat buffers reaches of the memory bandwidth (the
+    # optimizer step, a gradient buffer's packing), where it differs from the layers'
+    # element-wise kernels: ``planner calibrate`` fits hbm_efficiency on whole layers (short
+    # kernels, launch gaps, cache effects: 0.37 on a 2-vCPU Xeon) and the bandwidth itself on
+    # stream copies, so a calibrated profile streams at 1.0 of it. 0 where not measured: the
+    # shipped profiles price both at hbm_efficiency (``stream_eff``).
+    stream_efficiency: float = 0.0
     kernel_overhead_s: float = 4e-6  # launch gap per kernel
     # CPU time to issue one kernel from eager PyTorch (Python, autograd, dispatcher, launch):
     # a layer whose GPU work is shorter than its launches is launch bound
@@ -60,6 +69,18 @@ class Profile:
     # library's threads displaced. Fitted by ``planner calibrate`` (compute and all-reduces
     # taking turns, cost_models/fitting.py ``fit_collective_switch``); 0 where not measured.
     collective_switch_s: float = 0.0
+    # Arrival skew: two ranks that compute the same work for T seconds reach the next blocking
+    # collective apart, and the first waits. With independent delays (OS noise, a descheduled
+    # vCPU) the gap grows as a random walk, ~ sqrt(T) (Hoefler, Schneider, Lumsdaine, "Characterizing
+    # the Influence of System Noise on Large-Scale Applications by Simulation", SC'10). A
+    # collective after a compute segment of T s costs collective_skew_sqrt_s * (sqrt(T) -
+    # sqrt(collective_burst_s)) beyond its table time: the tables were measured after a
+    # compute burst of collective_burst_s, whose skew they already hold
+    # (communication.py ``arrival_skew_s``). Fitted by ``planner calibrate`` on compute and
+    # all-reduces taking turns at several segment lengths; 0 where not measured (GPU jobs:
+    # kernels queued ahead of the host keep ranks in step).
+    collective_skew_sqrt_s: float = 0.0
+    collective_burst_s: float = 0.0
     # The calibrated machine's own collective times by size, ``"<tier>:<op>:<group size>"`` ->
     # ``[[bytes, seconds], ...]`` (planner calibrate's means after a compute burst), used for
     # groups inside one domain of that tier (cost_models/communication.py ``measured_s``).
@@ -74,6 +95,13 @@ class Profile:
     # receive: half a ping-pong's round trip (the same benchmark); 0 where not measured (the
     # ``send_recv`` alpha-beta, timed after a barrier and a compute burst, prices it then).
     p2p_latency_s: float = 0.0
+    # Host time of one expert dispatch's bookkeeping where the job solves the planner's
+    # real-time quotas on every MoE layer and micro-batch (the reference job's ``quota_solve``:
+    # quotas, dispatch matrix, each token's slot, the splits): dispatch_solve_s +
+    # dispatch_solve_per_expert_s * experts. Measured by ``planner calibrate``
+    # (planner/run/calibrate_job.py ``dispatch_cases``); 0 where not measured.
+    dispatch_solve_s: float = 0.0
+    dispatch_solve_per_expert_s: float = 0.0
     reserved_bytes: float = 2.5 * 2**30  # CUDA context, NCCL and cuBLAS workspaces
     fragmentation_fraction: float = 0.05  # allocator fragmentation, fraction of the rest
 
@@ -91,6 +119,9 @@ class Profile:
         if self.fp8_speedup < 1 or self.fragmentation_fraction >= 1:
             raise ValueError(f"profile fp8_speedup={self.fp8_speedup} must be >= 1 and "
                              f"fragmentation_fraction={self.fragmentation_fraction} < 1")
+        if self.stream_efficiency > 1:
+            raise ValueError(f"profile stream_efficiency={self.stream_efficiency} must be in "
+                             "(0, 1], or 0 for hbm_efficiency")
         for name in ("gemm_efficiency", "attention_efficiency", "hbm_efficiency"):
             value = getattr(self, name)
             if not 0 < value <= 1:
@@ -115,6 +146,12 @@ class Profile:
         for tier, value in self.link_efficiency.items():
             if not isinstance(value, (int, float)) or not 0 < value <= 1:
                 raise ValueError(f"profile link_efficiency.{tier}={value} must be in (0, 1]")
+
+    @property
+    def stream_eff(self) -> float:
+        """Efficiency of a long streaming pass (``stream_efficiency``, else
+        ``hbm_efficiency``)."""
+        return self.stream_efficiency or self.hbm_efficiency
 
     def link_eff(self, tier_name: str) -> float:
         """Efficiency of a tier named like ``ib`` or ``roce+spine`` (the transport decides)."""

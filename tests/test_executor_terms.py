@@ -66,10 +66,77 @@ def test_tables_come_from_the_collective_cases_and_the_switch_cost_from_interlea
     inter = [{"op": "all_reduce", "group_size": 2, "bytes": b, "compute_s": c,
               "interleaved_s": c + t + switch + noise}
              for (b, t), c, noise in zip(ROWS, (1e-3, 3e-3, 2e-3, 5e-3), (1e-5, -2e-5, 0, 3e-5))]
+    # a calibration written before the burst was recorded: the median extra, no skew
     assert fitting.fit_collective_switch(inter, link, "host", tables) == pytest.approx(
-        switch, abs=2e-5)
+        (switch, 0.0, 0.0), abs=2e-5)
     faster = [{**c, "interleaved_s": c["compute_s"]} for c in inter]  # never negative
-    assert fitting.fit_collective_switch(faster, link, "host", tables) == 0.0
+    assert fitting.fit_collective_switch(faster, link, "host", tables) == (0.0, 0.0, 0.0)
+
+
+def test_the_arrival_skew_is_fitted_from_interleaved_runs_of_several_segment_lengths():
+    """Rounds whose collective waits switch + skew * (sqrt(segment) - sqrt(burst)): the fit
+    finds both; without the sqrt growth (every segment pays the same extra) it finds no skew;
+    where the in-situ collective is faster than the tables at every length, neither."""
+    cases = [{"op": "all_reduce", "group_size": 2, "bytes": b, "time_s": t} for b, t in ROWS]
+    tables = fitting.collective_tables(cases, "host")
+    link = fitting.LinkFit(1e9, 1e-4, {}, {})
+    switch, skew, burst = 0.1e-3, 2e-3, 1e-4  # skew in s per sqrt(s)
+    segments = (2e-4, 1e-3, 8e-3, 5e-2)
+
+    def rounds(extra):
+        return [{"op": "all_reduce", "group_size": 2, "bytes": b, "compute_s": c,
+                 "interleaved_s": c + t + extra(c), "burst_s": burst}
+                for (b, t), c in zip(ROWS, segments)]
+    grown = rounds(lambda c: switch + skew * (math.sqrt(c) - math.sqrt(burst)))
+    assert fitting.fit_collective_switch(grown, link, "host", tables) == pytest.approx(
+        (switch, skew, burst), rel=1e-6)
+    flat = rounds(lambda c: 3e-4)
+    assert fitting.fit_collective_switch(flat, link, "host", tables) == pytest.approx(
+        (3e-4, 0.0, burst), abs=1e-9)
+    faster = rounds(lambda c: -1e-4)
+    assert fitting.fit_collective_switch(faster, link, "host", tables) == (0.0, 0.0, burst)
+
+
+def test_arrival_skew_grows_with_the_square_root_of_the_segment_and_starts_past_the_burst():
+    prof = Profile(collective_skew_sqrt_s=1e-3, collective_burst_s=1e-4)
+    assert comm.arrival_skew_s(1e-4, prof) == 0.0  # what the tables already hold
+    assert comm.arrival_skew_s(1e-5, prof) == 0.0  # never negative
+    assert comm.arrival_skew_s(0.04, prof) == pytest.approx(1e-3 * (0.2 - 0.01))
+    assert comm.arrival_skew_s(0.04, Profile()) == 0.0  # not measured: none
+
+
+def test_the_step_pays_arrival_skew_per_blocking_collective_and_once_before_a_lone_dp_sync():
+    """TP: 2 forward + 2 backward all-reduces per layer, each after its share of the layer's
+    pass; DP without TP, EP or a pipeline: one skew over the whole step's compute; a plan with
+    neither pays nothing; a profile without the term is unchanged."""
+    from cost_models.parallel import Degrees
+    from cost_models.training.config import TrainingConfig, Workload
+    from cost_models.training.data_parallel import backward_window_s
+    from cost_models.training.step import estimate
+    from planner.inputs.models import load_model
+    from topologies.standard import homogeneous_cluster
+
+    model = load_model("llama-3.1-8b")
+    cluster = homogeneous_cluster("H100-SXM5-80GB", 1)
+    workload = Workload(8, 1024)
+    skewed = Profile(collective_skew_sqrt_s=1e-3)
+    tp = TrainingConfig(degrees=Degrees(tp=8, pp=1, dp=1), micro_batch=1,
+                        sequence_parallel=True)
+    a, b = (estimate(model, cluster, workload, tp, p) for p in (Profile(), skewed))
+    cost = a.stages[0]
+    per_layer_fwd = cost.compute_s / model.num_layers / 3  # forward : backward = 1 : 2
+    calls = 2 * model.num_layers * tp.micro_batches(workload)  # per pass
+    want = calls * 1e-3 * (math.sqrt(per_layer_fwd / 2) + math.sqrt(2 * per_layer_fwd / 2))
+    assert b.time.tp_comm_s - a.time.tp_comm_s == pytest.approx(want, rel=0.02)
+    dp = TrainingConfig(degrees=Degrees(tp=1, pp=1, dp=8), micro_batch=1)
+    c, d = (estimate(model, cluster, workload, dp, p) for p in (Profile(), skewed))
+    m = dp.micro_batches(workload)
+    assert d.time.dp_comm_s - c.time.dp_comm_s == pytest.approx(
+        1e-3 * math.sqrt(m * c.stages[0].compute_s), rel=1e-6)
+    alone = TrainingConfig(degrees=Degrees(tp=1, pp=1, dp=1), micro_batch=1)
+    e, f = (estimate(model, cluster, workload, alone, p) for p in (Profile(), skewed))
+    assert e.time.step_s == f.time.step_s
+    assert backward_window_s(3.0) == 2.0  # the 1 : 2 split the expectation above uses
 
 
 def test_the_switch_cost_is_paid_per_blocking_collective_of_a_tp_layer():
@@ -132,3 +199,65 @@ def test_the_run_prediction_prices_the_jobs_expert_gradient_sync(tmp_path):
     assert job.dp_comm_s - plain.dp_comm_s == pytest.approx(3 * (per_layer + pack), rel=1e-9)
     assert job.step_s - plain.step_s == pytest.approx(3 * (per_layer + pack), rel=1e-9)
     assert model.moe.num_experts == 8
+
+
+def test_the_optimizer_streams_at_stream_efficiency_where_calibrated_else_hbm_efficiency():
+    """A calibrated profile measured the bandwidth on stream copies (stream_efficiency 1), and
+    fitted hbm_efficiency on whole layers: the optimizer step, one pass over flat buffers,
+    takes bytes / (bandwidth * 1) there, and bytes / (bandwidth * hbm_efficiency) with the
+    shipped profiles (stream_efficiency 0)."""
+    from cost_models.parallel import Degrees
+    from cost_models.training.config import TrainingConfig, Workload
+    from cost_models.training.step import estimate
+    from planner.inputs.models import load_model
+    from topologies.standard import homogeneous_cluster
+
+    model = load_model("llama-3.1-8b")
+    cluster = homogeneous_cluster("H100-SXM5-80GB", 1)
+    workload = Workload(8, 1024)
+    cfg = TrainingConfig(degrees=Degrees(tp=1, pp=1, dp=8), micro_batch=1)
+    shipped, streamed = (estimate(model, cluster, workload, cfg, p) for p in (
+        Profile(hbm_efficiency=0.4), Profile(hbm_efficiency=0.4, stream_efficiency=1.0)))
+    assert shipped.time.optimizer_s == pytest.approx(2.5 * streamed.time.optimizer_s)
+    assert Profile(hbm_efficiency=0.4).stream_eff == 0.4
+    with pytest.raises(ValueError, match="stream_efficiency"):
+        Profile(stream_efficiency=1.5)
+
+
+def test_dispatch_bookkeeping_is_fitted_linear_in_experts_and_priced_per_moe_layer_and_micro_batch(
+        tmp_path):
+    """calibrate's dispatch cases give a + b * experts; the run prediction pays it once per
+    MoE layer and micro-batch of the busiest stage (3 MoE layers x 2 micro-batches here), in
+    the step and in check-run's quota-solve row; without EP, or with a profile that measured
+    none, nothing."""
+    import json
+    from pathlib import Path
+
+    from plan_helpers import solve_to
+    from planner.run.check_run import compare
+    from planner.run.reference_job.shape import IMPLEMENTATION
+    from planner.training.run_prediction import predict_run
+
+    cases = [{"experts": e, "time_s": 2e-4 + 3e-5 * e} for e in (4, 16, 32, 64)]
+    assert fitting.fit_dispatch(cases) == pytest.approx((2e-4, 3e-5), rel=1e-9)
+    assert fitting.fit_dispatch([]) == (0.0, 0.0)
+
+    root = Path(__file__).resolve().parents[1]
+    path = solve_to(tmp_path / "plan.json", "--pp", "1", "--ep", "4", "--schedule", "1f1b",
+                    model=str(root / "tests" / "fixtures" / "tiny-moe.yaml"))
+    shape = {"num_layers": 4, "hidden": 256, "heads": 4, "vocab": 1024, "ffn": 1024,
+             "expert_ffn": 512, "seq_len": 64, "micro_batch": 1, "micro_batches": 2,
+             "dp": 4, "num_experts": 8, "top_k": 2, "moe_layers": [False, True, True, True]}
+    record = {"plan": json.loads(path.read_text()), "shape": shape,
+              "implementation": {**IMPLEMENTATION, "precision": "bf16"}}
+    measured = Profile(dispatch_solve_s=2e-4, dispatch_solve_per_expert_s=3e-5)
+    with_solve, without = predict_run(record, measured), predict_run(record, Profile())
+    per_dispatch = 2e-4 + 3e-5 * 8
+    assert with_solve.step_s - without.step_s == pytest.approx(3 * 2 * per_dispatch, rel=1e-9)
+    steps = [{"forward": 0.1, "backward": 0.2, "ep_comm": 0.01, "quota_solve": 0.004,
+              "dp_comm": 0.01, "optimizer": 0.001, "step": 0.33}] * 3
+    record_run = {**record, "step_times_max_s": [0.33] * 3,
+                  "rank_timings": [{"rank": r, "stage": 0, "steps": steps} for r in range(4)]}
+    row = next(r for r in compare(record_run, with_solve) if "quota solve" in r.what)
+    assert row.predicted_s == pytest.approx(3 * 2 * per_dispatch)
+    assert row.measured_s == pytest.approx(0.004)

@@ -10,7 +10,8 @@ Overlap assumptions (explicit, each a Megatron option in ``TrainingConfig``):
   forward and again before the backward, gradients reduce-scattered after it, each prefetched
   behind the neighbouring layers' compute.
 * The optimizer step is memory bound (``Workload.optimizer_bytes_per_param`` over HBM
-  bandwidth) and runs after the last reduction.
+  bandwidth at ``Profile.stream_eff``: one streaming pass over flat buffers, as fused Adam and
+  foreach SGD run it) and runs after the last reduction.
 
 The forward and backward windows split a stage's compute 1 : 2, the FLOP ratio of a
 transformer's forward and backward passes (Narayanan et al., SC'21, appendix: the backward pass
@@ -80,6 +81,16 @@ def optimizer_bytes_per_param(cfg: TrainingConfig, workload: Workload) -> int:
     return moved
 
 
+def _since_last_sync_s(cost: StageCost, micro_batches: int) -> float:
+    """Compute a stage's DP ranks run between their last blocking collective and the gradient
+    reduction (what their arrival skew grows over, ``communication.arrival_skew_s``): the whole
+    step's compute where the stage has no TP, EP or pipeline exchange, else one layer's
+    backward (the last exchange sits in the first layer's backward)."""
+    if cost.tp_comm_s == 0 and cost.ep_comm_s == 0 and cost.pp_comm_s == 0:
+        return micro_batches * cost.compute_s
+    return backward_window_s(cost.compute_s) / max(1, cost.layers)
+
+
 def stage_sync(ctx: StepContext, stage: int, layers: Sequence[int], cost: StageCost,
                micro_batches: int) -> StageSync:
     """Data-parallel communication and optimizer step of ``stage`` (module docstring)."""
@@ -89,11 +100,13 @@ def stage_sync(ctx: StepContext, stage: int, layers: Sequence[int], cost: StageC
     bwd_window = backward_window_s(cost.compute_s) if cfg.overlap_grad_reduce else 0.0
     fwd_window = forward_window_s(cost.compute_s) if cfg.overlap_param_gather else 0.0
     exposed = max(0.0, grads - bwd_window) + max(0.0, params - fwd_window)
+    if grads > 0:  # overlapped or not, the last bucket waits for the slowest rank
+        exposed += comm.arrival_skew_s(_since_last_sync_s(cost, m), ctx.prof)
     if cfg.zero >= 3:  # every micro-batch: gather, gather again, reduce-scatter
         fwd_c, bwd_c = forward_window_s(cost.compute_s), backward_window_s(cost.compute_s)
         exposed = m * (max(0.0, params - fwd_c) + max(0.0, params + grads - bwd_c))
         grads, params = m * grads, 2 * m * params
     shard = (dense / (d.dp * d.cp) + expert / d.expert_dp) if cfg.zero else dense + expert
     optimizer = shard * optimizer_bytes_per_param(cfg, ctx.workload) / (
-        ctx.rates.hbm_bytes_per_s * ctx.prof.hbm_efficiency)
+        ctx.rates.hbm_bytes_per_s * ctx.prof.stream_eff)
     return StageSync(exposed_s=exposed, total_s=grads + params, optimizer_s=optimizer)

@@ -98,7 +98,7 @@ def _layer_comm_fwd_shard(ctx: StepContext, views: GroupViews, layer: int,
     elem = ctx.rates.elem_bytes
     act_bytes = sh.tokens * m.hidden_size * elem
     moe_layer = m.is_moe_layer(layer)
-    tp_blocks = 1 + (0 if moe_layer and not m.moe.num_shared_experts else 1)
+    tp_blocks = _tp_blocks(ctx, layer)
     tp = 0.0
     if views.tp.size > 1:  # AR == AG + RS in bytes; each blocking call breaks the compute
         tp = tp_blocks * (comm.all_reduce_s(views.tp, act_bytes, prof) + prof.collective_switch_s)
@@ -118,6 +118,21 @@ def _layer_comm_fwd_shard(ctx: StepContext, views: GroupViews, layer: int,
             one = comm.all_to_all_s(views.ep, send, prof)
         ep = 2 * (one + prof.collective_switch_s)  # dispatch + combine
     return tp, cp, ep
+
+
+def _tp_blocks(ctx: StepContext, layer: int) -> int:
+    """Blocking TP all-reduces of one layer's forward (and again its backward): attention and
+    the MLP, or attention alone before a MoE block without shared experts."""
+    m = ctx.model
+    return 1 + (0 if m.is_moe_layer(layer) and not m.moe.num_shared_experts else 1)
+
+
+def _skew_s(ctx: StepContext, blocking: bool, count: int, compute_s: float) -> float:
+    """Arrival skew of ``count`` blocking collectives spread evenly over ``compute_s`` of one
+    pass (``communication.arrival_skew_s``; 0 unless the profile measured it)."""
+    if not blocking or count <= 0:
+        return 0.0
+    return count * comm.arrival_skew_s(compute_s / count, ctx.prof)
 
 
 def _ep_counts_s(ctx: StepContext, views: GroupViews, layer: int) -> float:
@@ -193,11 +208,13 @@ def layer_cost(ctx: StepContext, views: GroupViews, layer: int,
     if ctx.cfg.tp_comm_overlap:
         tp_fwd, tp_bwd = max(0.0, tp - t.gemm_s), max(0.0, tp - BWD_GEMM * t.gemm_s)
     else:
-        tp_fwd = tp_bwd = tp
+        tp_fwd, tp_bwd = (tp + _skew_s(ctx, tp > 0, _tp_blocks(ctx, layer), fwd),
+                          tp + _skew_s(ctx, tp > 0, _tp_blocks(ctx, layer), bwd))
     cp_fwd, cp_bwd = max(0.0, cp - t.attention_s), max(0.0, 2 * cp - BWD_ATTN * t.attention_s)
     # forward dispatch + combine, the same again in the backward, and the forward's exchange
     # of per-expert token counts that sizes the dispatch
-    ep_total = 2 * ep + _ep_counts_s(ctx, views, layer)
+    ep_total = (2 * ep + _ep_counts_s(ctx, views, layer)
+                + _skew_s(ctx, ep > 0, 2, fwd) + _skew_s(ctx, ep > 0, 2, bwd))
     if ctx.cfg.moe_a2a_overlap and ep > 0:  # never with full recompute (TrainingConfig)
         attn_f, attn_b = _attention_block_s(ctx, t)
         ep_total = a2a_exposed_s(ep / 2, attn_f, fwd - attn_f, attn_b, bwd - attn_b)

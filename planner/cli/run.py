@@ -116,6 +116,8 @@ def _calibration_tables(doc: dict, nproc: int, backend: str) -> tuple[Table, Tab
             ("link bandwidth (all-reduce)", f"{dev.get('intra_bw_GBps', 0):,.3f} GB/s"),
             ("link latency (all-reduce)", f"{dev.get('intra_latency_us', 0):,.1f} us"),
             ("collective_switch_s", f"{prof.get('collective_switch_s', 0.0) * 1e6:,.1f} us"),
+            ("collective_skew_sqrt_s (wait per sqrt(s) of compute)",
+             f"{prof.get('collective_skew_sqrt_s', 0.0) * 1e3:,.2f} ms"),
             ("resume_s (compute after a wait)", f"{prof.get('resume_s', 0.0) * 1e6:,.1f} us"),
             ("p2p_latency_s (receiver waits)",
              f"{prof.get('p2p_latency_s', 0.0) * 1e6:,.1f} us"),

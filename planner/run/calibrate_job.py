@@ -58,6 +58,9 @@ class Sizes:
     # the ping-pong of resume_cases: the block forward timed (batch, seq, hidden, heads), reps
     resume: tuple[int, int, int, int] = (1, 16, 96, 4)
     resume_reps: int = 200
+    # host-side work of one expert dispatch (the reference job's quota solve and bookkeeping):
+    # (logical experts, EP ranks, this rank's token-expert assignments)
+    dispatch: tuple[tuple[int, int, int], ...] = ()
 
 
 # A grid of shapes, not the jobs it is checked on: benchmarks/executor_prediction.py's
@@ -84,7 +87,9 @@ FULL = Sizes(
     decode_attention=((1, 8, 256, 64), (1, 8, 1024, 64), (1, 8, 4096, 64), (4, 8, 2048, 64),
                       (4, 8, 4096, 64), (8, 8, 4096, 64), (16, 8, 4096, 64)),
     interleave=((96, 16 * 2**10), (192, 48 * 2**10), (192, 320 * 2**10), (384, 96 * 2**10),
-                (384, 2**20)))
+                (384, 2**20), (768, 256 * 2**10), (1280, 2**20)),
+    # the MoE reference job runs 8 experts on 2 ranks with 256 assignments: none of these
+    dispatch=((4, 2, 128), (16, 2, 1024), (32, 4, 512), (64, 4, 2048)))
 QUICK = Sizes(
     gemm=((32, 32, 32), (128, 128, 128), (256, 256, 256), (256, 1024, 256)),
     attention=((1, 4, 64, 64), (2, 4, 128, 64)),
@@ -94,7 +99,7 @@ QUICK = Sizes(
     min_time_s=0.01, min_reps=2,
     decode_rows=(1, 16, 64), decode_dim=3072,  # a 36 MiB weight
     decode_attention=((1, 8, 1024, 64), (2, 8, 4096, 64), (4, 8, 4096, 64)),  # 4 to 64 MiB
-    interleave=((192, 48 * 2**10),), resume_reps=20)
+    interleave=((192, 48 * 2**10),), resume_reps=20, dispatch=((4, 2, 64), (16, 2, 256)))
 # On a GPU (bf16) the shapes must reach the tensor cores' plateau and the buffers must leave a
 # 50-60 MiB L2 (H100, H200) by far, with bytes that dwarf a launch (~10 us at 4 TB/s is 40 MB):
 # GEMMs 128 to 16384 per side, FlashAttention shapes of 512 to 8192 tokens, blocks from
@@ -217,6 +222,45 @@ def copy_cases(sizes: Sizes) -> list[dict]:
     return out
 
 
+def dispatch_cases(sizes: Sizes) -> list[dict]:
+    """The host-side work of one expert dispatch of the MoE reference job
+    (:func:`planner.run.reference_job.ep.dispatch_bookkeeping`: the real-time quotas, the
+    dispatch matrix, each assignment's slot, the splits) for E experts on ``ep`` ranks, each
+    GPU holding E / ep experts and one replica of the next GPU's first, with ``n`` skewed
+    assignments per rank (seeded). CPU work whatever the backend. As in a job, each timed call
+    follows compute that displaced its caches (a GEMM and a 4 MiB element-wise pass, untimed):
+    back to back, the same calls ran 30% faster on the 2-vCPU box than between compute."""
+    import numpy as np
+
+    from planner.run.reference_job.ep import dispatch_bookkeeping
+
+    out = []
+    rng = np.random.default_rng(0)
+    a = _rand(BURST_DIM, BURST_DIM)
+    big = torch.ones(2**20)
+    spill = torch.empty_like(big)
+    for experts, ep, n in sizes.dispatch:
+        per = experts // ep
+        phy2log = np.array([e for g in range(ep) for e in
+                            [*range(g * per, (g + 1) * per), ((g + 1) * per) % experts]])
+        weights = 1.0 / np.arange(1, experts + 1)  # Zipf-like loads
+        counts = np.stack([rng.multinomial(n, weights / weights.sum()) for _ in range(ep)])
+        mine = rng.permutation(np.repeat(np.arange(experts), counts[0]))
+        dispatch_bookkeeping(counts, mine, phy2log, per + 1, ep, 0)  # warm-up
+        times: list[float] = []
+        start = time.perf_counter()
+        while len(times) < sizes.min_reps or time.perf_counter() - start < sizes.min_time_s:
+            a @ a
+            torch.add(big, big, out=spill)
+            _sync()
+            t0 = time.perf_counter()
+            dispatch_bookkeeping(counts, mine, phy2log, per + 1, ep, 0)
+            times.append(time.perf_counter() - t0)
+        out.append({"experts": experts, "ep": ep, "assignments": n,
+                    "time_s": statistics.median(times)})
+    return out
+
+
 def decode_gemm_cases(sizes: Sizes) -> list[dict]:
     """A decode step's weight GEMMs: ``x[M, K] @ W[K, N]`` with M the batch's tokens (few) and a
     weight larger than the caches, so that few rows stream the weight from memory and many rows
@@ -330,6 +374,7 @@ def interleave_cases(sizes: Sizes, world: int, report) -> list[dict]:
     if world < 2:
         return []
     out = []
+    burst_s = _burst_s()
     for dim, nbytes in sizes.interleave:
         a = _rand(dim, dim)
         buf = torch.ones(nbytes // 4, device=DEVICE)
@@ -360,7 +405,7 @@ def interleave_cases(sizes: Sizes, world: int, report) -> list[dict]:
                 runs.append(float(elapsed) / k)
         out.append({"op": "all_reduce", "group_size": world, "bytes": nbytes, "dim": dim,
                     "rounds": k, "compute_s": statistics.median(alone),
-                    "interleaved_s": statistics.median(mixed)})
+                    "interleaved_s": statistics.median(mixed), "burst_s": burst_s})
         report(f"interleave {dim} {nbytes} B")
     return out
 
@@ -433,6 +478,20 @@ def resume_cases(sizes: Sizes, world: int, report) -> list[dict]:
 BURST_DIM = 256  # the compute burst before each timed collective: 4 GEMMs of this size
 
 
+def _burst_s() -> float:
+    """Seconds of the compute burst before each timed collective (:func:`_burst`), the median
+    of five: the collective tables hold the arrival skew of this much compute
+    (``Profile.collective_burst_s``)."""
+    a = _rand(BURST_DIM, BURST_DIM)
+    _burst(a)
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        _burst(a)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def _burst(a: torch.Tensor) -> None:
     """A little compute before each timed collective, as a job has between its collectives:
     every core busy, so the collective meets the scheduling a job's collectives meet."""
@@ -484,7 +543,8 @@ def main(argv: list[str] | None = None) -> None:
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     total = (len(sizes.gemm) + len(sizes.attention) + len(sizes.layer) + len(sizes.copy_bytes)
-             + len(sizes.decode_rows) + len(sizes.decode_attention) + _count_comm(sizes, world))
+             + len(sizes.decode_rows) + len(sizes.decode_attention) + len(sizes.dispatch)
+             + _count_comm(sizes, world))
     done = [0]
 
     def report(label: str) -> None:
@@ -500,7 +560,8 @@ def main(argv: list[str] | None = None) -> None:
                                ("copy", copy_cases, len(sizes.copy_bytes)),
                                ("decode_gemm", decode_gemm_cases, len(sizes.decode_rows)),
                                ("decode_attention", decode_attention_cases,
-                                len(sizes.decode_attention))):
+                                len(sizes.decode_attention)),
+                               ("dispatch", dispatch_cases, len(sizes.dispatch))):
         dist.barrier()
         results[name] = bench(sizes)
         for _ in range(count):

@@ -67,14 +67,15 @@ def compare(record: dict[str, Any], predicted: Any) -> list[Row]:
             return max((_median_steps(r["steps"], kind) for r in members), default=0.0)
         compute = max((_median_steps(r["steps"], "forward") + _median_steps(r["steps"], "backward")
                        for r in members), default=0.0)
-        own = m * (stage.compute_s + stage.recompute_s + stage.tp_comm_s + stage.ep_comm_s)
+        own = m * (stage.compute_s + stage.recompute_s + stage.tp_comm_s + stage.ep_comm_s
+                   + getattr(stage, "quota_solve_s", 0.0))
         rows.append(Row(f"stage {s}: compute ({stage.layers} layers)", m * stage.compute_s, compute))
         if predicted.tp > 1:
             rows.append(Row(f"stage {s}: TP all-reduce", m * stage.tp_comm_s, worst("tp_comm")))
         if predicted.ep > 1 and stage.ep_comm_s > 0:
             rows.append(Row(f"stage {s}: EP all-to-all", m * stage.ep_comm_s, worst("ep_comm")))
-            rows.append(Row(f"stage {s}: EP quota solve (not modelled)", None,
-                            worst("quota_solve")))
+            rows.append(Row(f"stage {s}: EP dispatch bookkeeping (quota solve)",
+                            m * getattr(stage, "quota_solve_s", 0.0), worst("quota_solve")))
         if predicted.pp > 1:
             idle = max(0.0, predicted.step_s - own - predicted.dp_comm_s
                        - predicted.optimizer_s)

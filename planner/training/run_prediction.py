@@ -34,6 +34,7 @@ class StagePrediction:
     recompute_s: float
     tp_comm_s: float
     ep_comm_s: float
+    quota_solve_s: float = 0.0  # the job's dispatch bookkeeping (``quota_solve_s``)
 
 
 @dataclass(frozen=True)
@@ -88,21 +89,26 @@ def estimate_record(record: dict[str, Any], profile: Profile | None, plan=None) 
                     tuple(plan.node_order) if getattr(plan, "node_order", None) else None)
 
 
-def prediction_of(est: Estimate, extra_dp_s: float = 0.0,
-                  extra_compute_s: float = 0.0) -> RunPrediction:
+def prediction_of(est: Estimate, extra_dp_s: float = 0.0, extra_compute_s: float = 0.0,
+                  quota_s: tuple[float, ...] = ()) -> RunPrediction:
     """The figures of ``est`` that a run record can be compared with; ``extra_dp_s``: DP
     synchronisation the job does beyond the step model's (exposed, no overlap), added to the
     DP all-reduce and the step; ``extra_compute_s``: per step, compute the job does beyond
-    the step model's on its most loaded stage (one stage: added to it and to the step)."""
+    the step model's on its most loaded stage (one stage: added to it and to the step);
+    ``quota_s``: per stage, the job's dispatch bookkeeping per micro-batch
+    (:func:`quota_solve_s`), the slowest stage's step total added to the step."""
     t = est.time
     degrees = est.config.degrees
     m = est.config.micro_batches(est.workload)
+    quota_s = quota_s or (0.0,) * len(est.stages)
     stages = tuple(StagePrediction(s.layers, s.compute_s, s.recompute_s, s.tp_comm_s,
-                                   s.ep_comm_s) for s in est.stages)
+                                   s.ep_comm_s, q) for s, q in zip(est.stages, quota_s))
     if extra_compute_s and len(stages) == 1:
         stages = (replace(stages[0], compute_s=stages[0].compute_s + extra_compute_s / m),)
+    solve = m * max(quota_s, default=0.0)
     return RunPrediction(
-        step_s=t.step_s + extra_dp_s + extra_compute_s, dp_comm_s=t.dp_comm_s + extra_dp_s,
+        step_s=t.step_s + extra_dp_s + extra_compute_s + solve,
+        dp_comm_s=t.dp_comm_s + extra_dp_s,
         dp_comm_total_s=est.dp_comm_total_s + extra_dp_s,
         optimizer_s=t.optimizer_s, tp=degrees.tp, pp=degrees.pp, dp=degrees.dp, ep=degrees.ep,
         stages=stages)
@@ -118,7 +124,7 @@ def expert_sync_extra_s(record: dict[str, Any], est: Estimate, plan, prof: Profi
     its all-reduce the job zeroes the buffer (E x W fp32 written), adds each local slot's
     gradient into it (its W read twice, written once) and copies the sum back into the slot's
     gradient (read, write): :func:`expert_pack_bytes`, at the GPU's memory bandwidth times
-    ``hbm_efficiency``."""
+    ``Profile.stream_eff`` (streaming passes over flat buffers)."""
     from cost_models import communication as comm
     from cost_models.groups import stage_views
     from cost_models.model_spec import mlp_params
@@ -136,7 +142,7 @@ def expert_sync_extra_s(record: dict[str, Any], est: Estimate, plan, prof: Profi
     views = stage_views(plan.cluster(), d, tuple(plan.node_order)
                         if getattr(plan, "node_order", None) else None)
     slots = _slots_per_gpu(record, d.ep)
-    stream = plan.cluster().slowest_gpu.hbm_bw_bytes_per_s * prof.hbm_efficiency
+    stream = plan.cluster().slowest_gpu.hbm_bw_bytes_per_s * prof.stream_eff
     pack_s = expert_pack_bytes(model.moe.num_experts, slots, per_expert) / stream
     extra = 0.0
     for stage, s in enumerate(est.stages):
@@ -209,6 +215,21 @@ def expert_loop_extra_s(record: dict[str, Any], est: Estimate, prof: Profile) ->
     return extra_calls * worst * busiest * prof.kernel_overhead_s
 
 
+def quota_solve_s(record: dict[str, Any], est: Estimate, prof: Profile) -> tuple[float, ...]:
+    """Per stage, per micro-batch: the host time of the job's expert dispatches
+    (``reference_job/ep.py`` ``dispatch_bookkeeping``, once per MoE layer and micro-batch on
+    every EP rank: the real-time quotas and the dispatch's splits) at ``prof``'s calibrated
+    ``dispatch_solve_s + dispatch_solve_per_expert_s * experts``; 0 without EP."""
+    shape = record["shape"]
+    d = est.config.degrees
+    if d.ep <= 1 or not shape.get("num_experts"):
+        return (0.0,) * len(est.stages)
+    moe = shape.get("moe_layers") or ()
+    one = prof.dispatch_solve_s + prof.dispatch_solve_per_expert_s * shape["num_experts"]
+    return tuple(one * sum(1 for i in _stage_layers(record, s) if i < len(moe) and moe[i])
+                 for s in range(len(est.stages)))
+
+
 def predict_run(record: dict[str, Any], profile: Profile | None) -> RunPrediction:
     """The prediction of the run ``record`` describes, with ``profile`` (else the plan's)."""
     from planner.plan.document import plan_from_dict
@@ -217,4 +238,4 @@ def predict_run(record: dict[str, Any], profile: Profile | None) -> RunPredictio
     prof = profile or plan.profile()
     est = estimate_record(record, prof, plan)
     return prediction_of(est, expert_sync_extra_s(record, est, plan, prof),
-                         expert_loop_extra_s(record, est, prof))
+                         expert_loop_extra_s(record, est, prof), quota_solve_s(record, est, prof))

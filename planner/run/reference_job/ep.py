@@ -20,7 +20,8 @@ from planner.run.kernels import expert_quotas
 from planner.run.reference_job.model import MoE
 from planner.run.reference_job.timers import Timers
 
-__all__ = ["ExpertDispatch", "grouping", "replica_ranges", "sync_expert_grads"]
+__all__ = ["ExpertDispatch", "dispatch_bookkeeping", "grouping", "replica_ranges",
+           "sync_expert_grads"]
 
 
 def replica_ranges(counts: np.ndarray, quota: np.ndarray, phy2log: np.ndarray) -> np.ndarray:
@@ -55,6 +56,40 @@ def grouping(received: np.ndarray) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
+def my_slots(experts: np.ndarray, counts: np.ndarray, quota: np.ndarray, phy2log: np.ndarray,
+             me: int) -> np.ndarray:
+    """Physical slot of each of EP rank ``me``'s (token, expert) assignments ``experts``."""
+    out = np.empty(experts.shape[0], dtype=np.int64)
+    for e in np.unique(experts):
+        reps = np.flatnonzero(phy2log == e)
+        bounds = np.cumsum(quota[reps])
+        mine = np.flatnonzero(experts == e)
+        pos = counts[:me, e].sum() + np.arange(mine.shape[0])
+        out[mine] = reps[np.searchsorted(bounds, pos, side="right")]
+    return out
+
+
+def dispatch_bookkeeping(counts: np.ndarray, experts: np.ndarray, phy2log: np.ndarray,
+                         slots_per_gpu: int, ep: int, me: int) -> tuple:
+    """The host-side work of one dispatch on EP rank ``me`` (timed as ``quota_solve``; what
+    ``planner calibrate`` times on a grid of expert counts, ``dispatch_cases``): from the
+    all-gathered ``counts[rank, expert]`` and this rank's assignments ``experts``, the quotas
+    (:func:`planner.run.kernels.expert_quotas`), the dispatch matrix (:func:`replica_ranges`),
+    each assignment's slot, and the all-to-all's splits. Returns (send order of the
+    assignments, send splits, receive splits, rows received per [source, local slot], the
+    grouping of received rows by local slot, the matrix)."""
+    S = slots_per_gpu
+    quota = expert_quotas(counts.sum(0), phy2log, S, ep)
+    matrix = replica_ranges(counts, quota, phy2log)
+    slot_of = my_slots(experts, counts, quota, phy2log, me)
+    order = np.lexsort((np.arange(slot_of.shape[0]), slot_of))
+    mine = range(me * S, (me + 1) * S)
+    send_splits = np.bincount(slot_of // S, minlength=ep).tolist()
+    recv_splits = [int(matrix[src, mine.start:mine.stop].sum()) for src in range(ep)]
+    received = matrix[:, mine.start:mine.stop]  # [source rank, local slot] rows
+    return order, send_splits, recv_splits, received, grouping(received), matrix
+
+
 class ExpertDispatch:
     """Expert-parallel forward of one MoE layer on one rank.
 
@@ -86,15 +121,9 @@ class ExpertDispatch:
             dist.all_gather(gathered, local, group=self.group)
         with self.timers.timed("quota_solve"):
             counts = torch.stack(gathered).numpy()
-            quota = expert_quotas(counts.sum(0), self.phy2log, self.S, self.ep)
-            matrix = replica_ranges(counts, quota, self.phy2log)
-            slot_of = self._my_slots(experts.numpy(), counts, quota)
-            order = np.lexsort((np.arange(slot_of.shape[0]), slot_of))
-            mine = range(self.me * self.S, (self.me + 1) * self.S)
-            send_splits = np.bincount(slot_of // self.S, minlength=self.ep).tolist()
-            recv_splits = [int(matrix[src, mine.start:mine.stop].sum()) for src in range(self.ep)]
-            received = matrix[:, mine.start:mine.stop]  # [source rank, local slot] rows
-            perm = grouping(received)
+            order, send_splits, recv_splits, received, perm, matrix = dispatch_bookkeeping(
+                counts, experts.numpy(), self.phy2log, self.S, self.ep, self.me)
+        mine = range(self.me * self.S, (self.me + 1) * self.S)
         tokens = torch.as_tensor(order // self.moe.top_k)
         recv = _AllToAll.apply(flat[tokens], recv_splits, send_splits, self.group, self.timers)
         # Megatron-Core's permute / unpermute: one gather puts each local slot's rows together,
@@ -111,16 +140,6 @@ class ExpertDispatch:
                          "received": {int(p): int(matrix[:, p].sum()) for p in mine}})
         return torch.zeros_like(flat).index_add(0, tokens, back * weights).view_as(x)
 
-    def _my_slots(self, experts: np.ndarray, counts: np.ndarray, quota: np.ndarray) -> np.ndarray:
-        """Physical slot of each of this rank's (token, expert) assignments."""
-        out = np.empty(experts.shape[0], dtype=np.int64)
-        for e in np.unique(experts):
-            reps = np.flatnonzero(self.phy2log == e)
-            bounds = np.cumsum(quota[reps])
-            mine = np.flatnonzero(experts == e)
-            pos = counts[:self.me, e].sum() + np.arange(mine.shape[0])
-            out[mine] = reps[np.searchsorted(bounds, pos, side="right")]
-        return out
 
 
 class _AllToAll(torch.autograd.Function):
