@@ -276,6 +276,14 @@ def fit_dispatch(cases: Sequence[dict]) -> tuple[float, float]:
                          [c["time_s"] for c in cases])
 
 
+def fit_eager_call(cases: Sequence[dict]) -> float:
+    """``Profile.eager_call_s``: the median over ``planner.run.calibrate_job.eager_cases`` of
+    a sequence's time over its torch calls (their math is negligible); 0 without cases."""
+    if not cases:
+        return 0.0
+    return statistics.median(c["time_s"] / c["calls"] for c in cases)
+
+
 def fit_resume(cases: Sequence[dict]) -> tuple[float, float]:
     """(``Profile.resume_s``, ``Profile.p2p_latency_s``) from the ping-pong cases
     (``planner.run.calibrate_job.resume_cases``): the median over pairs of what the forward
@@ -368,6 +376,7 @@ def fit_all(raw: dict, tier: str = "host", elem_bytes: int = 4) -> CalibrationFi
     layer_cases = median_cases([r["layer"] for r in compute])
     copy_cases = median_cases([r["copy"] for r in compute])
     dispatch_cases = median_cases([r.get("dispatch", []) for r in compute])
+    eager_cases = median_cases([r.get("eager", []) for r in compute])
     g = fit_gemm(gemm_cases)
     attn_eff, attn_half = fit_attention(attn_cases, g.peak_flops)
     bw = fit_bandwidth(copy_cases)
@@ -392,7 +401,8 @@ def fit_all(raw: dict, tier: str = "host", elem_bytes: int = 4) -> CalibrationFi
                       "collective_burst_s": burst, "collective_tables": tables,
                       # the bandwidth is the stream copies' own rate (fit_bandwidth)
                       "stream_efficiency": 1.0, "dispatch_solve_s": solve_s,
-                      "dispatch_solve_per_expert_s": solve_per_expert_s})
+                      "dispatch_solve_per_expert_s": solve_per_expert_s,
+                      "eager_call_s": fit_eager_call(eager_cases)})
     residuals = _residuals(gemm_cases, attn_cases, layer_cases, copy_cases, comm_cases, g,
                            rates, prof, link, tier)
     residuals += tuple(

@@ -21,7 +21,7 @@ _DICT_FIELDS = ("link_efficiency", "collective_latency_factor", "collective_bw_f
 # so plans and profiles written before they existed keep their form and hash.
 MEASURED_ONLY_FIELDS = ("collective_switch_s", "collective_tables", "resume_s", "p2p_latency_s",
                         "collective_skew_sqrt_s", "collective_burst_s", "stream_efficiency",
-                        "dispatch_solve_s", "dispatch_solve_per_expert_s")
+                        "dispatch_solve_s", "dispatch_solve_per_expert_s", "eager_call_s")
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,11 @@ class Profile:
     # (planner/run/calibrate_job.py ``dispatch_cases``); 0 where not measured.
     dispatch_solve_s: float = 0.0
     dispatch_solve_per_expert_s: float = 0.0
+    # One eager torch call on tiny tensors without autograd (a no-grad decode's dispatcher
+    # cost; ``kernel_overhead_s`` is fitted on training layers, autograd included). Measured
+    # by ``planner calibrate`` (planner/run/calibrate_job.py ``eager_cases``); 0 where not
+    # measured (then kernel_overhead_s prices such calls).
+    eager_call_s: float = 0.0
     reserved_bytes: float = 2.5 * 2**30  # CUDA context, NCCL and cuBLAS workspaces
     fragmentation_fraction: float = 0.05  # allocator fragmentation, fraction of the rest
 

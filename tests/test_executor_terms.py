@@ -261,3 +261,24 @@ def test_dispatch_bookkeeping_is_fitted_linear_in_experts_and_priced_per_moe_lay
     row = next(r for r in compare(record_run, with_solve) if "quota solve" in r.what)
     assert row.predicted_s == pytest.approx(3 * 2 * per_dispatch)
     assert row.measured_s == pytest.approx(0.004)
+
+
+def test_a_no_grad_call_costs_what_calibrate_timed_and_the_afd_prediction_uses_it():
+    """eager_call_s is a sequence's time over its calls (median over cases); the AFD
+    prediction charges it per torch call where the calibration has it, kernel_overhead_s
+    where it has not."""
+    from planner.serving.afd_run_prediction import machine_of
+
+    cases = [{"calls": 19, "time_s": 19 * 4e-6}, {"calls": 19, "time_s": 19 * 6e-6},
+             {"calls": 19, "time_s": 19 * 5e-6}]
+    assert fitting.fit_eager_call(cases) == pytest.approx(5e-6)
+    assert fitting.fit_eager_call([]) == 0.0
+    doc = {"schema": "planner.calibration/v1",
+           "profile": {"kernel_overhead_s": 1.3e-5, "eager_call_s": 5e-6},
+           "fit": {"peak_flops": 1e11, "memory_bw_bytes_per_s": 1e10,
+                   "link": {"bw_bytes_per_s": 1e9, "latency_s": 1e-4}},
+           "machine": {"world_size": 2, "threads": 1}}
+    assert machine_of(doc).call_s == 5e-6
+    older = {**doc, "profile": {"kernel_overhead_s": 1.3e-5}}
+    assert machine_of(older).call_s == 1.3e-5
+    assert machine_of(doc, eager_call_s=7e-6).call_s == 7e-6  # an explicit override wins

@@ -61,6 +61,9 @@ class Sizes:
     # host-side work of one expert dispatch (the reference job's quota solve and bookkeeping):
     # (logical experts, EP ranks, this rank's token-expert assignments)
     dispatch: tuple[tuple[int, int, int], ...] = ()
+    # eager no-grad torch calls on tiny tensors, as a decode step's expert loop makes them:
+    # (rows, width)
+    eager: tuple[tuple[int, int], ...] = ()
 
 
 # A grid of shapes, not the jobs it is checked on: benchmarks/executor_prediction.py's
@@ -89,7 +92,9 @@ FULL = Sizes(
     interleave=((96, 16 * 2**10), (192, 48 * 2**10), (192, 320 * 2**10), (384, 96 * 2**10),
                 (384, 2**20), (768, 256 * 2**10), (1280, 2**20)),
     # the MoE reference job runs 8 experts on 2 ranks with 256 assignments: none of these
-    dispatch=((4, 2, 128), (16, 2, 1024), (32, 4, 512), (64, 4, 2048)))
+    dispatch=((4, 2, 128), (16, 2, 1024), (32, 4, 512), (64, 4, 2048)),
+    # the AFD job decodes 8 rows of hidden 64 per rank: neither of these
+    eager=((4, 32), (32, 128)))
 QUICK = Sizes(
     gemm=((32, 32, 32), (128, 128, 128), (256, 256, 256), (256, 1024, 256)),
     attention=((1, 4, 64, 64), (2, 4, 128, 64)),
@@ -99,7 +104,8 @@ QUICK = Sizes(
     min_time_s=0.01, min_reps=2,
     decode_rows=(1, 16, 64), decode_dim=3072,  # a 36 MiB weight
     decode_attention=((1, 8, 1024, 64), (2, 8, 4096, 64), (4, 8, 4096, 64)),  # 4 to 64 MiB
-    interleave=((192, 48 * 2**10),), resume_reps=20, dispatch=((4, 2, 64), (16, 2, 256)))
+    interleave=((192, 48 * 2**10),), resume_reps=20, dispatch=((4, 2, 64), (16, 2, 256)),
+    eager=((4, 32),))
 # On a GPU (bf16) the shapes must reach the tensor cores' plateau and the buffers must leave a
 # 50-60 MiB L2 (H100, H200) by far, with bytes that dwarf a launch (~10 us at 4 TB/s is 40 MB):
 # GEMMs 128 to 16384 per side, FlashAttention shapes of 512 to 8192 tokens, blocks from
@@ -258,6 +264,37 @@ def dispatch_cases(sizes: Sizes) -> list[dict]:
             times.append(time.perf_counter() - t0)
         out.append({"experts": experts, "ep": ep, "assignments": n,
                     "time_s": statistics.median(times)})
+    return out
+
+
+EAGER_CALLS = 19  # torch calls of one eager_cases sequence (counted in its body)
+
+
+def eager_cases(sizes: Sizes) -> list[dict]:
+    """What one eager torch call costs without autograd on tiny tensors (the dispatcher, not
+    the math): a decode step's expert loop as the AFD job runs it, two experts of
+    ``rows x width`` (a zeros buffer; per expert a compare, nonzero, row gather, linear, GELU,
+    linear, gate gather, multiply, index_add_: 1 + 2 x 9 = :data:`EAGER_CALLS` calls) under
+    ``torch.no_grad``. The layer cases' ``kernel_overhead_s`` includes autograd's recording
+    and the backward's calls, which a no-grad decode does not pay."""
+    out = []
+    for rows, width in sizes.eager:
+        x = _rand(rows, width)
+        gates = _rand(rows, 1)
+        ids = torch.arange(rows, device=DEVICE) % 2
+        fc1 = torch.nn.Linear(width, 2 * width).to(DEVICE, DTYPE)
+        fc2 = torch.nn.Linear(2 * width, width).to(DEVICE, DTYPE)
+
+        def sequence() -> torch.Tensor:
+            acc = torch.zeros_like(x)
+            for e in range(2):
+                picked = (ids == e).nonzero(as_tuple=True)[0]
+                y = fc2(F.gelu(fc1(x[picked])))
+                acc.index_add_(0, picked, y * gates[picked])
+            return acc
+        with torch.no_grad():
+            t = _timeit(sequence, sizes.min_time_s, sizes.min_reps)
+        out.append({"rows": rows, "width": width, "calls": EAGER_CALLS, "time_s": t})
     return out
 
 
@@ -544,6 +581,7 @@ def main(argv: list[str] | None = None) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     total = (len(sizes.gemm) + len(sizes.attention) + len(sizes.layer) + len(sizes.copy_bytes)
              + len(sizes.decode_rows) + len(sizes.decode_attention) + len(sizes.dispatch)
+             + len(sizes.eager)
              + _count_comm(sizes, world))
     done = [0]
 
@@ -561,7 +599,8 @@ def main(argv: list[str] | None = None) -> None:
                                ("decode_gemm", decode_gemm_cases, len(sizes.decode_rows)),
                                ("decode_attention", decode_attention_cases,
                                 len(sizes.decode_attention)),
-                               ("dispatch", dispatch_cases, len(sizes.dispatch))):
+                               ("dispatch", dispatch_cases, len(sizes.dispatch)),
+                               ("eager", eager_cases, len(sizes.eager))):
         dist.barrier()
         results[name] = bench(sizes)
         for _ in range(count):

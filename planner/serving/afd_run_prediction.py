@@ -12,7 +12,9 @@ top-k, shared experts, batch per attention rank, context, micro-batches, attenti
 ranks). It uses only what ``planner calibrate`` measures: the GEMM efficiency curve
 (``peak_flops``, ``gemm_efficiency``, ``gemm_half_dim``), attention efficiency, memory
 bandwidth (``memory_bw_bytes_per_s`` at ``hbm_efficiency``), the per-kernel overhead
-(``kernel_overhead_s``), the point-to-point alpha-beta of this machine's link (``send_recv``:
+(``kernel_overhead_s``, or ``eager_call_s`` where calibrate measured it: a no-grad call on
+tiny tensors, without the autograd recording the training layers' fit includes), the
+point-to-point alpha-beta of this machine's link (``send_recv``:
 the fitted link latency and bandwidth times their ``send_recv`` factors) and the machine's
 cores (calibrate runs one process of ``threads`` threads per core: ``world_size * threads``).
 Nothing is fitted to the job's own timings.
@@ -23,7 +25,7 @@ Per MoE layer (a *round*) and micro-batch, the four stages of ``cost_models.serv
    micro-batch between taking the previous round's results and posting this round's
    dispatch: the previous MoE layer's result assembly and residual, the attention of each
    layer over the KV cache, dense layers, the router, the shared experts, and building and
-   posting the messages. Each call pays ``kernel_overhead_s`` (the eager dispatch; counted
+   posting the messages. Each call pays ``call_s`` (the eager dispatch; counted
    from the job's code, constants below), each GEMM its FLOPs at the calibrated efficiency
    curve (``cost_models.compute.gemm_time_s``, memory roofline included), the decode
    attention the larger of its FLOPs at ``attention_efficiency`` and its KV bytes at the
@@ -146,7 +148,8 @@ class CalibratedMachine:
 
     @property
     def call_s(self) -> float:
-        """What one torch call of the job costs: ``kernel_overhead_s`` (or the override)."""
+        """What one torch call of the job costs: the override, else ``kernel_overhead_s``
+        (``machine_of`` passes the calibration's ``eager_call_s`` as the override)."""
         return self.profile.kernel_overhead_s if self.eager_call_s is None else self.eager_call_s
 
 
@@ -185,6 +188,8 @@ def machine_of(calibration: Mapping[str, Any], cores: float | None = None,
         cores = float(machine["world_size"]) * float(machine.get("threads", 1))
     if message_latency_s is None and prof.p2p_latency_s > 0:
         message_latency_s = prof.p2p_latency_s  # measured as the job meets it: receiver waits
+    if eager_call_s is None and prof.eager_call_s > 0:
+        eager_call_s = prof.eager_call_s  # the job decodes under no_grad, as calibrate timed it
     return CalibratedMachine(prof, float(fit["peak_flops"]), float(fit["memory_bw_bytes_per_s"]),
                              float(link["bw_bytes_per_s"]), float(link["latency_s"]),
                              float(cores), str(machine.get("device", "")), message_latency_s,
