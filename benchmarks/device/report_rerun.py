@@ -56,8 +56,7 @@ def executor_parts(folder: Path) -> list[dict]:
                         and x["predicted_s"] is not None]
                 if not rows:
                     continue
-                pick = max if name in ("compute", "pipeline wait") else sum
-                if pick is max:
+                if name in ("compute", "pipeline wait"):  # the slowest stage's
                     row = max(rows, key=lambda x: x["measured_s"])
                     parts[name] = (row["predicted_s"], row["measured_s"])
                 else:

@@ -51,7 +51,8 @@ def compare(record: dict[str, Any], predicted: Any) -> list[Row]:
 
     ``predicted``: a ``planner.training.run_prediction.RunPrediction`` (plain numbers: the
     step's ``step_s``, ``dp_comm_s``, ``dp_comm_total_s``, ``optimizer_s``, the degrees, and
-    per stage ``layers``, ``compute_s``, ``recompute_s``, ``tp_comm_s``, ``ep_comm_s``)."""
+    per stage ``layers``, ``compute_s``, ``recompute_s``, ``tp_comm_s``, ``ep_comm_s``,
+    ``quota_solve_s``)."""
     ranks = record["rank_timings"]
     shape = record["shape"]  # per-stage rows: the busiest DP replica's micro-batches
     m = max(shape.get("replica_micro_batches") or [shape["micro_batches"]])
@@ -68,14 +69,14 @@ def compare(record: dict[str, Any], predicted: Any) -> list[Row]:
         compute = max((_median_steps(r["steps"], "forward") + _median_steps(r["steps"], "backward")
                        for r in members), default=0.0)
         own = m * (stage.compute_s + stage.recompute_s + stage.tp_comm_s + stage.ep_comm_s
-                   + getattr(stage, "quota_solve_s", 0.0))
+                   + stage.quota_solve_s)
         rows.append(Row(f"stage {s}: compute ({stage.layers} layers)", m * stage.compute_s, compute))
         if predicted.tp > 1:
             rows.append(Row(f"stage {s}: TP all-reduce", m * stage.tp_comm_s, worst("tp_comm")))
         if predicted.ep > 1 and stage.ep_comm_s > 0:
             rows.append(Row(f"stage {s}: EP all-to-all", m * stage.ep_comm_s, worst("ep_comm")))
             rows.append(Row(f"stage {s}: EP dispatch bookkeeping (quota solve)",
-                            m * getattr(stage, "quota_solve_s", 0.0), worst("quota_solve")))
+                            m * stage.quota_solve_s, worst("quota_solve")))
         if predicted.pp > 1:
             idle = max(0.0, predicted.step_s - own - predicted.dp_comm_s
                        - predicted.optimizer_s)
