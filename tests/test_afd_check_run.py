@@ -5,6 +5,7 @@ cores suffice, and a real short run (gloo, CPU) is compared end to end."""
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import random
 
@@ -125,15 +126,27 @@ def test_op_counts_are_the_torch_calls_the_job_makes(fake_dist):
                                                          + OPS["dispatch_per_rank_tokens"])
         n, _ = counted(lambda: link.combine(inflight, shape.hidden), fake_dist)
         assert n == OPS["combine_once"] + ffn_ranks * OPS["combine_per_part"]
-    for att_ranks in (1, 2):
+    # an FFN rank without tokens: its (empty) tokens message goes only where it pre-posts
+    homes = torch.tensor([e * 2 // 8 for e in range(8)])
+    low = torch.tensor([[0, 1], [2, 3], [1, 2], [3, 0]])  # experts 0-3: FFN rank 0 only
+    for preposted in (True, False):
+        link = AttentionLink((1, 2), homes, Groups(None, None), timers, preposted)
+        n, inflight = counted(lambda: link.dispatch(flat, low, gates), fake_dist)
+        assert n == (OPS["dispatch_once"] + 2 * OPS["dispatch_per_rank"]
+                     + OPS["dispatch_per_rank_tokens"] + (1 if preposted else 0))
+        assert len(inflight.parts) == 1  # results come back from FFN rank 0 only
+    for att_ranks, preposted in itertools.product((1, 2), (True, False)):
         flink = FfnLink(tuple(range(att_ranks)), shape.hidden, shape.top_k, Groups(None, None),
-                        timers)
-        n, counts = counted(flink.post_counts, fake_dist)
-        assert n == att_ranks * OPS["post_counts_per_rank"]
-        for buf, _ in counts:
-            buf.fill_(3)
-        n, bufs = counted(lambda: flink.receive(counts), fake_dist)
-        assert n == att_ranks * (OPS["receive_per_rank"] + OPS["receive_per_rank_tokens"])
+                        timers, preposted=preposted)
+        n, posted = counted(lambda: flink.post_next(4), fake_dist)
+        assert n == att_ranks * (OPS["post_per_rank"]
+                                 + (OPS["post_per_rank_preposted"] if preposted else 0))
+        for p in posted:
+            p.count.fill_(3)
+        n, bufs = counted(lambda: flink.receive(posted), fake_dist)
+        assert n == att_ranks * (OPS["receive_per_rank"]
+                                 + (0 if preposted else OPS["receive_per_rank_tokens"]))
+        assert [b.shape[0] for b in bufs] == [3] * att_ranks
         n, (xs, ids, gs) = counted(lambda: unpack_tokens(torch.cat(bufs), shape.top_k))
         out = torch.randn(3 * att_ranks, shape.hidden)
         m, results = counted(lambda: out.split([b.shape[0] for b in bufs]))
@@ -186,6 +199,7 @@ def _record(**shape) -> dict:
             "seed": 0}
     base.update(shape)
     return {"shape": base, "config": {"units": 1},
+            "implementation": {"token_receives": "pre-posted"},
             "rank_timings": [{"threads": 1}] * (base["attention_ranks"] + base["ffn_ranks"])}
 
 

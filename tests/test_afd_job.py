@@ -286,6 +286,19 @@ def test_two_attention_two_ffn_ranks_decode_as_one_process(plan_2x2, tmp_path):
         assert held[0] == afd_role(plan, t["rank"]).experts
 
 
+def test_empty_dispatches_keep_the_pre_posted_receives_paired(plan_2x2, tmp_path):
+    # one sequence per micro-batch: a decode token often picks no expert of an FFN rank, so
+    # attention ranks send empty tokens messages into the FFN ranks' pre-posted receives
+    record_path = tmp_path / "run.json"
+    result = _torchrun(plan_2x2, 4, record_path, "--micro-batches", "4", "--batch", "4",
+                       "--steps", "4")
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads(record_path.read_text())
+    assert record["implementation"]["token_receives"] == "pre-posted"
+    assert sum(t.get("empty_dispatches", 0) for t in record["rank_timings"]) > 0
+    _check_against_reference(record)
+
+
 @pytest.mark.parametrize("micro_batches", [1, 3])
 def test_one_attention_one_ffn_rank_decode_as_one_process(plan_1x1, tmp_path, micro_batches):
     record_path = tmp_path / "run.json"

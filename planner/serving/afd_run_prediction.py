@@ -31,9 +31,12 @@ Per MoE layer (a *round*) and micro-batch, the four stages of ``cost_models.serv
    attention the larger of its FLOPs at ``attention_efficiency`` and its KV bytes at the
    bandwidth, every element-wise kernel its bytes at the bandwidth;
 2. **dispatch**: to each FFN rank of the unit, the count (one int64) then the tokens with at
-   least one chosen expert there (``hidden + 2 top_k`` fp32 values each); the FFN rank posts
-   the tokens' receive only once the count has arrived, so the two messages are paid one
-   after the other, each at ``send_recv``'s alpha-beta;
+   least one chosen expert there (``hidden + 2 top_k`` fp32 values each). Under gloo the FFN
+   rank has both receives posted before they arrive (``planner.run.afd_job.link``), so the
+   two travel back to back: one latency, both messages' bytes at ``send_recv``'s bandwidth.
+   Where it posts the tokens' receive only once the count has arrived (NCCL, and records
+   from before the job pre-posted; the record's ``implementation.token_receives``), the two
+   are paid one after the other, each at ``send_recv``'s alpha-beta;
 3. **experts** (an FFN rank's CPU): receiving every attention rank's counts and tokens,
    unpacking, each (top-k column, held expert) pair of the routed tokens through its expert,
    and posting the results back (calls, GEMMs, as above); the busiest FFN rank;
@@ -102,6 +105,8 @@ OPS: Mapping[str, int] = {
     "dispatch_once": 1,
     "dispatch_per_rank": 13,
     # ... and where it has tokens: isend(tokens), new_empty(result buffer), irecv(result)
+    # (the isend(tokens) also without tokens where the FFN ranks pre-post: an empty message;
+    # priced as if every FFN rank had tokens)
     "dispatch_per_rank_tokens": 3,
     # AttentionLink.combine: torch.zeros, then one index_add_ per FFN rank's part
     "combine_once": 1,
@@ -112,9 +117,12 @@ OPS: Mapping[str, int] = {
     "logits": 3,
     # once per step: torch.cat(logits), argmax, tokens[:, 0], .cpu()
     "step_once": 4,
-    # FfnLink.post_counts, per attention rank: torch.zeros, irecv(count)
-    "post_counts_per_rank": 2,
-    # FfnLink.receive, per attention rank: item(), torch.empty; irecv(tokens) where non-empty
+    # FfnLink.post_next, per attention rank: torch.zeros, irecv(count); pre-posted (gloo)
+    # also torch.empty, irecv(tokens)
+    "post_per_rank": 2,
+    "post_per_rank_preposted": 2,
+    # FfnLink.receive, per attention rank: item(), then the slice of the pre-posted buffer
+    # or (posted after the count) torch.empty and, where non-empty, irecv(tokens)
     "receive_per_rank": 2,
     "receive_per_rank_tokens": 1,
     # ffn_step: torch.cat(bufs) + unpack_tokens (3 slices, round, long); out.split
@@ -232,9 +240,11 @@ def _shape_get(shape: Mapping[str, Any], key: str, default: Any) -> Any:
     return default if v is None else v
 
 
-def job_costs(shape: Mapping[str, Any], units: int, mc: CalibratedMachine) -> JobCosts:
+def job_costs(shape: Mapping[str, Any], units: int, mc: CalibratedMachine,
+              preposted: bool = True) -> JobCosts:
     """Per micro-batch work and transfers of the job ``shape`` (a recorded ``AfdShape``) on
-    ``mc``; the micro-batch is the mean ``batch / micro_batches`` sequences."""
+    ``mc``; the micro-batch is the mean ``batch / micro_batches`` sequences. ``preposted``:
+    the FFN ranks post the tokens' receives with the counts (module docstring, 2.)."""
     prof, rates = mc.profile, mc.rates
     op = mc.call_s
     h, heads = int(shape["hidden"]), int(shape["heads"])
@@ -301,19 +311,25 @@ def job_costs(shape: Mapping[str, Any], units: int, mc: CalibratedMachine) -> Jo
     pair_rows = T * k * held / E  # (token, chosen expert) rows held here
     per_pair = pair_rows / pairs if pairs > 0 else 0.0
     arrived = A_u * n_f  # tokens received
-    receive = A_u * (OPS["receive_per_rank"] + OPS["receive_per_rank_tokens"])
-    post = A_u * OPS["post_counts_per_rank"]
+    if preposted:
+        receive = A_u * OPS["receive_per_rank"]
+        post = A_u * (OPS["post_per_rank"] + OPS["post_per_rank_preposted"])
+    else:
+        receive = A_u * (OPS["receive_per_rank"] + OPS["receive_per_rank_tokens"])
+        post = A_u * OPS["post_per_rank"]
     run = (OPS["experts_once"] + k * OPS["experts_per_column"] + pairs * OPS["experts_per_pair"])
     reply = A_u * OPS["reply_per_rank"]
     ffn_ops = receive + OPS["unpack"] + run + OPS["split"] + reply
     expert_math = (gemm(per_pair, 2 * h, h, pairs) + gemm(per_pair, h, 2 * h, pairs)
                    + stream(ELEM * (arrived * (2 * (h + 2 * k) + h)
                                     + pair_rows * (2 * h + 2 * 2 * h + 3 * h))))
-    # every round posts the next micro-batch's count receives (the first ones are posted
-    # before round 0, the last round's last micro-batch posts none: m R posts per step)
+    # every round posts the next micro-batch's receives (the first ones are posted before
+    # round 0, the last round's last micro-batch posts none: m R posts per step)
     experts = (ffn_ops + post) * op + expert_math
 
-    dispatch = mc.message_s(INDEX) + mc.message_s(ELEM * n_f * (h + 2 * k))
+    tokens_bytes = ELEM * n_f * (h + 2 * k)
+    dispatch = (mc.message_s(INDEX + tokens_bytes) if preposted
+                else mc.message_s(INDEX) + mc.message_s(tokens_bytes))
     combine = mc.message_s(ELEM * n_f * h)
     rounds = len(segments)
     ops_att = m * (OPS["embed"] + len(moe) * OPS["attend"] + moe.count(False) * OPS["dense"]
@@ -370,7 +386,8 @@ def predict_afd_run(record: Mapping[str, Any], calibration: Mapping[str, Any],
     shape = record["shape"]
     units = int(record.get("config", {}).get("units", 1) or 1)
     threads = max((int(r.get("threads", 1)) for r in record.get("rank_timings", [])), default=1)
-    c = job_costs(shape, units, mc)
+    preposted = record.get("implementation", {}).get("token_receives") == "pre-posted"
+    c = job_costs(shape, units, mc, preposted)
     m = int(shape["micro_batches"])
     A, F = int(shape["attention_ranks"]), int(shape["ffn_ranks"])
     att_rounds = [c.first_s, *c.between_s]

@@ -40,6 +40,10 @@ IMPLEMENTATION: Mapping[str, Any] = {
     "expert_placement": "contiguous blocks (planner.run.runtime.afd_expert_homes)",
     "prefill": "the prompts through the decode pools (the plan's prefill pool is not run)"}
 
+# How an FFN rank receives the tokens (planner.run.afd_job.link's docstring); records before
+# this key posted them after the count.
+TOKEN_RECEIVES = {True: "pre-posted", False: "after the count"}
+
 
 def job_experts(shape: AfdShape, role: AfdRole) -> dict[int, tuple[int, ...]]:
     """The job model's experts an FFN rank holds, per MoE layer: the one-replica contiguous
@@ -95,26 +99,34 @@ def attention_step(side: AttentionSide, cache: KVCache, tokens: torch.Tensor, po
 
 
 @torch.no_grad()
-def ffn_step(bank: ExpertBank, shape: AfdShape, link: FfnLink, timers: AfdTimers) -> None:
-    """This FFN rank's part of one forward pass: per round (MoE layer) and micro-batch, the
-    tokens of every attention rank of its unit together through its experts, the results
-    back. The next micro-batch's counts are posted before this one's tokens are waited for."""
+def ffn_step(bank: ExpertBank, shape: AfdShape, link: FfnLink, timers: AfdTimers,
+             tokens_per_sequence: int = 1) -> None:
+    """This FFN rank's part of one forward pass (``tokens_per_sequence``: the prompt length
+    in the prefill, 1 in a decode step): per round (MoE layer) and micro-batch, the tokens of
+    every attention rank of its unit together through its experts, the results back. The
+    next micro-batch's receives are posted before this one's tokens are waited for."""
+    bounds = shape.micro_batch_rows()
     rounds = [(layer, j) for layer in shape.moe_layer_ids for j in range(shape.micro_batches)]
-    counts = link.post_counts()
+
+    def capacity(n: int) -> int:  # the most tokens one attention rank sends in round n
+        start, stop = bounds[rounds[n][1]]
+        return (stop - start) * tokens_per_sequence
+
+    posted = link.post_next(capacity(0))
     for n, (layer, _) in enumerate(rounds):
         following: list = []
 
         def post_next() -> None:
             if n + 1 < len(rounds):
-                following.append(link.post_counts())
+                following.append(link.post_next(capacity(n + 1)))
 
-        bufs = link.receive(counts, post_next)
+        bufs = link.receive(posted, post_next)
         with timers.timed("experts"):
             x, ids, gates = unpack_tokens(torch.cat(bufs), shape.top_k)
             out = run_experts(bank.of_layer(layer), x, ids, gates)
             results = out.split([b.shape[0] for b in bufs])
         link.reply(list(results))
-        counts = following[0] if following else []
+        posted = following[0] if following else []
     link.finish()
 
 
@@ -153,7 +165,8 @@ def run(plan_path: str, overrides: Mapping[str, Any], out: str | None,
     dist.init_process_group(backend=chosen, rank=rank, world_size=world)
     groups = Groups(dist.new_group(list(range(world))), dist.new_group(list(range(world))))
     timers = AfdTimers(torch.cuda.synchronize if device.type == "cuda" else None)
-    mine = _run_rank(shape, role, groups, timers, device, keep_logits)
+    preposted = chosen == "gloo"  # pre-posted token receives (link.py's docstring)
+    mine = _run_rank(shape, role, groups, timers, device, keep_logits, preposted)
     gathered: list = [None] * world
     dist.all_gather_object(gathered, mine)
     result = None
@@ -161,14 +174,14 @@ def run(plan_path: str, overrides: Mapping[str, Any], out: str | None,
         ranks = sorted(gathered, key=lambda r: r["rank"])
         result = [seq for r in ranks if r["role"] == "attention" for seq in r["tokens"]]
         if out is not None:
-            _write_record(Path(out), plan, shape, ranks, chosen, keep_logits)
+            _write_record(Path(out), plan, shape, ranks, chosen, keep_logits, preposted)
     dist.barrier()
     dist.destroy_process_group()
     return result
 
 
 def _run_rank(shape: AfdShape, role: AfdRole, groups: Groups, timers: AfdTimers,
-              device: torch.device, keep_logits: bool) -> dict[str, Any]:
+              device: torch.device, keep_logits: bool, preposted: bool) -> dict[str, Any]:
     """Prefill and ``shape.steps`` decode steps on this rank; its gathered object."""
     held = job_experts(shape, role)
     mine: dict[str, Any] = {"rank": role.rank, "role": role.role, "index": role.index,
@@ -179,13 +192,14 @@ def _run_rank(shape: AfdShape, role: AfdRole, groups: Groups, timers: AfdTimers,
         cache = KVCache(shape, shape.batch, device)
         homes = torch.tensor(afd_expert_homes(shape.num_experts, len(role.ffn_ranks)),
                              device=device)
-        link = AttentionLink(role.ffn_ranks, homes, groups, timers)
+        link = AttentionLink(role.ffn_ranks, homes, groups, timers, preposted)
         a = role.index
         tokens = prompts(shape)[a * shape.batch:(a + 1) * shape.batch].to(device)
         pos, generated, logits = 0, [], None
     else:
         bank = ExpertBank(shape, held).to(device)
-        flink = FfnLink(role.attention_ranks, shape.hidden, shape.top_k, groups, timers, device)
+        flink = FfnLink(role.attention_ranks, shape.hidden, shape.top_k, groups, timers, device,
+                        preposted)
     for step in range(shape.steps + 1):  # the prefill, then the decode steps
         start = time.perf_counter()
         if role.role == "attention":
@@ -195,7 +209,7 @@ def _run_rank(shape: AfdShape, role: AfdRole, groups: Groups, timers: AfdTimers,
                 tokens = logits.argmax(-1, keepdim=True)
                 generated.append(tokens[:, 0].cpu())
         else:
-            ffn_step(bank, shape, flink, timers)
+            ffn_step(bank, shape, flink, timers, shape.context if step == 0 else 1)
         elapsed = time.perf_counter() - start
         if step == 0:
             mine["prefill"] = {**timers.discard_step(), "step": elapsed}
@@ -203,6 +217,7 @@ def _run_rank(shape: AfdShape, role: AfdRole, groups: Groups, timers: AfdTimers,
             timers.end_step(elapsed)
     mine["steps"] = timers.steps
     if role.role == "attention":
+        mine["empty_dispatches"] = link.empty_dispatches
         mine["tokens"] = torch.stack(generated, 1).tolist()
         if keep_logits:
             mine["final_logits"] = logits.cpu().tolist()
@@ -210,7 +225,7 @@ def _run_rank(shape: AfdShape, role: AfdRole, groups: Groups, timers: AfdTimers,
 
 
 def _write_record(out: Path, plan, shape: AfdShape, ranks: list[dict], backend: str,
-                  keep_logits: bool) -> None:
+                  keep_logits: bool, preposted: bool) -> None:
     """Rank 0's run record (``planner.afd-run-record/v1``): the plan, the shape, every
     sequence's generated ids, the step times and every rank's busy/idle split."""
     import json
@@ -222,7 +237,7 @@ def _write_record(out: Path, plan, shape: AfdShape, ranks: list[dict], backend: 
     attention = [r for r in ranks if r["role"] == "attention"]
     steps = len(ranks[0]["steps"])
     timings = [{**{k: r[k] for k in ("rank", "role", "index", "unit", "experts", "threads",
-                                     "prefill", "steps")},
+                                     "prefill", "steps", "empty_dispatches") if k in r},
                 "busy_idle": busy_idle(r["steps"])} for r in ranks]
     record = {
         "schema": RECORD_SCHEMA, "plan_inputs_hash": plan.inputs_hash, "world_size": A + F,
@@ -233,7 +248,8 @@ def _write_record(out: Path, plan, shape: AfdShape, ranks: list[dict], backend: 
         "prefill_s": max(r["prefill"]["step"] for r in ranks),
         "step_times_s": [s["step"] for s in ranks[0]["steps"]],
         "step_times_max_s": [max(r["steps"][i]["step"] for r in ranks) for i in range(steps)],
-        "rank_timings": timings, "implementation": dict(IMPLEMENTATION),
+        "rank_timings": timings,
+        "implementation": {**IMPLEMENTATION, "token_receives": TOKEN_RECEIVES[preposted]},
         "environment": {"python": platform.python_version(), "host": platform.node(),
                         "torch": torch.__version__, "backend": backend,
                         "threads": torch.get_num_threads(),

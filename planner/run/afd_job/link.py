@@ -16,6 +16,24 @@ Per MoE layer round ``r`` and micro-batch ``j``, between attention rank ``a`` an
 2. **combine** (``f -> a``): the gated sum of ``f``'s experts for those ``n`` tokens,
    ``[n, hidden]``; ``a`` adds the parts of every FFN rank.
 
+**Pre-posted token receives (gloo).** Under gloo an FFN rank posts the receive of the
+next micro-batch's tokens together with its count, into a buffer of the micro-batch's
+capacity (every token of it; gloo fills the front of a longer receive and the count says
+how many rows are valid). gloo sends a message at once only if its receive is already
+posted; otherwise the sender announces it and the data leaves only when the receiver's
+post has reached the sender's transport thread (``gloo/transport/tcp/pair.cc``:
+``Pair::send``, ``Pair::recv``, ``handleRemotePendingRecv``), a round trip through both
+ranks' transport threads. Posted after the count, every tokens message took that round
+trip while both ranks computed, and on a 2-core box each leg waited for a core; meanwhile a
+transport thread that finds the pair's lock held by a post skips the event and polls again
+at once (``Pair::handleEvents``' ``try_lock``; ``strace`` showed thousands of
+``epoll_wait`` calls a second): the step grew with the micro-batch count instead of
+overlapping. DeepEP's kernels likewise receive into buffers sized for the most tokens a
+rank can send (``num_max_dispatch_tokens_per_rank``, https://github.com/deepseek-ai/DeepEP).
+So that receives and messages pair up one to one, the tokens message is then sent even when
+it has no row. NCCL needs a receive of the message's exact size, so there the FFN rank
+posts it once the count has arrived, and an empty tokens message is not sent.
+
 Tags (``TAG_*``) keep counts, tokens and results apart under gloo; between one pair every
 kind is sent and received in the same order (rounds, then micro-batches), which is what
 NCCL needs (it ignores tags). Dispatch and combine travel in two process groups of their
@@ -38,7 +56,7 @@ import torch.distributed as dist
 from planner.run.afd_job.timers import AfdTimers
 
 __all__ = ["TAG_COUNT", "TAG_RESULT", "TAG_TOKENS", "AttentionLink", "FfnLink", "Groups",
-           "Inflight", "pack_tokens", "unpack_tokens"]
+           "Inflight", "Posted", "pack_tokens", "unpack_tokens"]
 
 TAG_COUNT, TAG_TOKENS, TAG_RESULT = 1, 2, 3
 
@@ -77,14 +95,29 @@ class Inflight:
     parts: list[tuple[torch.Tensor, torch.Tensor, object]] = field(default_factory=list)
 
 
+@dataclass
+class Posted:
+    """An FFN rank's receives of one attention rank's next micro-batch: the count and, when
+    pre-posted (module docstring), the tokens into a buffer of the micro-batch's capacity."""
+
+    count: torch.Tensor
+    count_work: object
+    tokens: torch.Tensor | None = None
+    tokens_work: object = None
+
+
 class AttentionLink:
     """An attention rank's side: :meth:`dispatch` (non-blocking) and :meth:`combine` (waits).
-    ``homes[e]``: the position in ``ffn_ranks`` of the FFN rank serving expert ``e``."""
+    ``homes[e]``: the position in ``ffn_ranks`` of the FFN rank serving expert ``e``;
+    ``preposted``: the FFN ranks pre-post token receives, so a tokens message goes to every
+    FFN rank, empty or not (module docstring)."""
 
     def __init__(self, ffn_ranks: tuple[int, ...], homes: torch.Tensor, groups: Groups,
-                 timers: AfdTimers) -> None:
+                 timers: AfdTimers, preposted: bool = True) -> None:
         self.ffn_ranks, self.homes, self.groups, self.timers = ffn_ranks, homes, groups, timers
+        self.preposted = preposted
         self.sends: list[tuple[torch.Tensor, object]] = []
+        self.empty_dispatches = 0  # (micro-batch, FFN rank) pairs without a token
 
     def dispatch(self, flat: torch.Tensor, idx: torch.Tensor, gates: torch.Tensor) -> Inflight:
         """Post the counts and tokens of one micro-batch to every FFN rank of the unit, and
@@ -96,8 +129,10 @@ class AttentionLink:
                 rows, payload = pack_tokens(flat, idx, gates, where == i)
                 count = torch.tensor([rows.numel()], dtype=torch.int64, device=flat.device)
                 self._send(count, dst, TAG_COUNT)
-                if rows.numel():
+                self.empty_dispatches += rows.numel() == 0
+                if self.preposted or rows.numel():
                     self._send(payload, dst, TAG_TOKENS)
+                if rows.numel():
                     buf = flat.new_empty(rows.numel(), flat.shape[1])
                     work = dist.irecv(buf, src=dst, group=self.groups.combine, tag=TAG_RESULT)
                     out.parts.append((rows, buf, work))
@@ -128,34 +163,50 @@ class AttentionLink:
 
 class FfnLink:
     """An FFN rank's side: receive one micro-batch of every attention rank of the unit, hand
-    back the results."""
+    back the results. ``preposted``: post the tokens' receives with the counts (gloo; module
+    docstring)."""
 
     def __init__(self, attention_ranks: tuple[int, ...], width: int, k: int, groups: Groups,
-                 timers: AfdTimers, device: torch.device | str = "cpu") -> None:
+                 timers: AfdTimers, device: torch.device | str = "cpu",
+                 preposted: bool = True) -> None:
         self.attention_ranks, self.width, self.k = attention_ranks, width, k
         self.groups, self.timers, self.device = groups, timers, device
+        self.preposted = preposted
         self.sends: list[tuple[torch.Tensor, object]] = []
 
-    def post_counts(self) -> list[tuple[torch.Tensor, object]]:
-        """Post the count receives of the next micro-batch (one per attention rank)."""
+    def post_next(self, capacity_rows: int) -> list[Posted]:
+        """Post the receives of the next micro-batch, of at most ``capacity_rows`` tokens per
+        attention rank: its counts and, when pre-posted, its tokens."""
         out = []
         for src in self.attention_ranks:
-            buf = torch.zeros(1, dtype=torch.int64, device=self.device)
-            out.append((buf, dist.irecv(buf, src=src, group=self.groups.dispatch, tag=TAG_COUNT)))
+            count = torch.zeros(1, dtype=torch.int64, device=self.device)
+            posted = Posted(count, dist.irecv(count, src=src, group=self.groups.dispatch,
+                                              tag=TAG_COUNT))
+            if self.preposted:
+                posted.tokens = torch.empty(capacity_rows, self.width + 2 * self.k,
+                                            device=self.device)
+                posted.tokens_work = dist.irecv(posted.tokens, src=src,
+                                                group=self.groups.dispatch, tag=TAG_TOKENS)
+            out.append(posted)
         return out
 
-    def receive(self, counts: list[tuple[torch.Tensor, object]],
-                then=None) -> list[torch.Tensor]:
-        """Wait for ``counts``, post and wait for the tokens (``then()`` runs between: it posts
-        the next micro-batch's counts); one payload per attention rank (maybe empty)."""
+    def receive(self, posted: list[Posted], then=None) -> list[torch.Tensor]:
+        """Wait for the counts, then for the tokens (posting them now unless pre-posted);
+        ``then()`` runs between: it posts the next micro-batch's receives. One payload per
+        attention rank (maybe empty)."""
         with self.timers.timed("dispatch_wait"):
-            for _, work in counts:
-                work.wait()
+            for p in posted:
+                p.count_work.wait()
         with self.timers.timed("pack"):
-            sizes = [int(buf.item()) for buf, _ in counts]
-            bufs = [torch.empty(n, self.width + 2 * self.k, device=self.device) for n in sizes]
-            works = [dist.irecv(b, src=src, group=self.groups.dispatch, tag=TAG_TOKENS)
-                     for b, src in zip(bufs, self.attention_ranks) if b.shape[0]]
+            sizes = [int(p.count.item()) for p in posted]
+            if self.preposted:
+                bufs = [p.tokens[:n] for p, n in zip(posted, sizes)]
+                works = [p.tokens_work for p in posted]
+            else:
+                bufs = [torch.empty(n, self.width + 2 * self.k, device=self.device)
+                        for n in sizes]
+                works = [dist.irecv(b, src=src, group=self.groups.dispatch, tag=TAG_TOKENS)
+                         for b, src in zip(bufs, self.attention_ranks) if b.shape[0]]
             if then is not None:
                 then()
         with self.timers.timed("dispatch_wait"):
