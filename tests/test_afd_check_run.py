@@ -22,7 +22,8 @@ torch = pytest.importorskip("torch")
 from torch.overrides import TorchFunctionMode  # noqa: E402
 
 from planner.run.afd_job import link as afd_link  # noqa: E402
-from planner.run.afd_job.link import AttentionLink, FfnLink, Groups, unpack_tokens  # noqa: E402
+from planner.run.afd_job.link import (AttentionLink, FfnLink, Groups,  # noqa: E402
+                                      unpack_tokens, with_header)
 from planner.run.afd_job.model import (AttentionSide, ExpertBank, KVCache,  # noqa: E402
                                        run_experts)
 from planner.run.afd_job.shape import AfdShape  # noqa: E402
@@ -118,35 +119,46 @@ def test_op_counts_are_the_torch_calls_the_job_makes(fake_dist):
 
     timers = AfdTimers()
     idx = torch.tensor([[0, 1], [2, 3], [4, 5], [6, 7]])  # every FFN rank gets tokens
-    for ffn_ranks in (1, 2):
+    message = {True: OPS["dispatch_message_preposted"],
+               False: OPS["dispatch_message"] + OPS["dispatch_message_tokens"]}
+    for ffn_ranks, preposted in itertools.product((1, 2), (True, False)):
         homes = torch.tensor([e * ffn_ranks // 8 for e in range(8)])
-        link = AttentionLink(tuple(range(1, 1 + ffn_ranks)), homes, Groups(None, None), timers)
+        link = AttentionLink(tuple(range(1, 1 + ffn_ranks)), homes, Groups(None, None), timers,
+                             preposted)
         n, inflight = counted(lambda: link.dispatch(flat, idx, gates), fake_dist)
         assert n == OPS["dispatch_once"] + ffn_ranks * (OPS["dispatch_per_rank"]
+                                                         + message[preposted]
                                                          + OPS["dispatch_per_rank_tokens"])
         n, _ = counted(lambda: link.combine(inflight, shape.hidden), fake_dist)
         assert n == OPS["combine_once"] + ffn_ranks * OPS["combine_per_part"]
-    # an FFN rank without tokens: its (empty) tokens message goes only where it pre-posts
+    # an FFN rank without tokens still gets its (empty) message where it pre-posts; after the
+    # count, no tokens message and no result receive
     homes = torch.tensor([e * 2 // 8 for e in range(8)])
     low = torch.tensor([[0, 1], [2, 3], [1, 2], [3, 0]])  # experts 0-3: FFN rank 0 only
     for preposted in (True, False):
         link = AttentionLink((1, 2), homes, Groups(None, None), timers, preposted)
         n, inflight = counted(lambda: link.dispatch(flat, low, gates), fake_dist)
-        assert n == (OPS["dispatch_once"] + 2 * OPS["dispatch_per_rank"]
-                     + OPS["dispatch_per_rank_tokens"] + (1 if preposted else 0))
+        empty = OPS["dispatch_message_preposted"] if preposted else OPS["dispatch_message"]
+        assert n == (OPS["dispatch_once"] + 2 * OPS["dispatch_per_rank"] + message[preposted]
+                     + OPS["dispatch_per_rank_tokens"] + empty)
         assert len(inflight.parts) == 1  # results come back from FFN rank 0 only
     for att_ranks, preposted in itertools.product((1, 2), (True, False)):
         flink = FfnLink(tuple(range(att_ranks)), shape.hidden, shape.top_k, Groups(None, None),
                         timers, preposted=preposted)
         n, posted = counted(lambda: flink.post_next(4), fake_dist)
-        assert n == att_ranks * (OPS["post_per_rank"]
-                                 + (OPS["post_per_rank_preposted"] if preposted else 0))
-        for p in posted:
-            p.count.fill_(3)
+        assert n == att_ranks * OPS["post_per_rank"]
+        sent = [torch.randn(3, shape.hidden + 2 * shape.top_k) for _ in posted]
+        for p, payload in zip(posted, sent):  # three tokens arrived from every attention rank
+            if preposted:
+                p.buf[:4] = with_header(payload)
+            else:
+                p.buf.fill_(3)
         n, bufs = counted(lambda: flink.receive(posted), fake_dist)
-        assert n == att_ranks * (OPS["receive_per_rank"]
-                                 + (0 if preposted else OPS["receive_per_rank_tokens"]))
+        assert n == att_ranks * (OPS["receive_per_rank_preposted"] if preposted
+                                 else OPS["receive_per_rank"] + OPS["receive_per_rank_tokens"])
         assert [b.shape[0] for b in bufs] == [3] * att_ranks
+        if preposted:  # the rows behind the header, exactly
+            assert all(torch.equal(b, payload) for b, payload in zip(bufs, sent))
         n, (xs, ids, gs) = counted(lambda: unpack_tokens(torch.cat(bufs), shape.top_k))
         out = torch.randn(3 * att_ranks, shape.hidden)
         m, results = counted(lambda: out.split([b.shape[0] for b in bufs]))
@@ -199,7 +211,7 @@ def _record(**shape) -> dict:
             "seed": 0}
     base.update(shape)
     return {"shape": base, "config": {"units": 1},
-            "implementation": {"token_receives": "pre-posted"},
+            "implementation": {"token_receives": "pre-posted, header row"},
             "rank_timings": [{"threads": 1}] * (base["attention_ranks"] + base["ffn_ranks"])}
 
 

@@ -30,13 +30,13 @@ Per MoE layer (a *round*) and micro-batch, the four stages of ``cost_models.serv
    curve (``cost_models.compute.gemm_time_s``, memory roofline included), the decode
    attention the larger of its FLOPs at ``attention_efficiency`` and its KV bytes at the
    bandwidth, every element-wise kernel its bytes at the bandwidth;
-2. **dispatch**: to each FFN rank of the unit, the count (one int64) then the tokens with at
-   least one chosen expert there (``hidden + 2 top_k`` fp32 values each). Under gloo the FFN
-   rank has both receives posted before they arrive (``planner.run.afd_job.link``), so the
-   two travel back to back: one latency, both messages' bytes at ``send_recv``'s bandwidth.
-   Where it posts the tokens' receive only once the count has arrived (NCCL, and records
-   from before the job pre-posted; the record's ``implementation.token_receives``), the two
-   are paid one after the other, each at ``send_recv``'s alpha-beta;
+2. **dispatch**: to each FFN rank of the unit, the tokens with at least one chosen expert
+   there (``hidden + 2 top_k`` fp32 values each). Under gloo one message carries them behind
+   a header row holding their count, into a receive the FFN rank posted before it arrives
+   (``planner.run.afd_job.link``): one message at ``send_recv``'s alpha-beta. Under NCCL,
+   and in records from before (the record's ``implementation.token_receives``), the count
+   (one int64) goes first and the FFN rank posts the tokens' receive only once it has
+   arrived: two messages paid one after the other;
 3. **experts** (an FFN rank's CPU): receiving every attention rank's counts and tokens,
    unpacking, each (top-k column, held expert) pair of the routed tokens through its expert,
    and posting the results back (calls, GEMMs, as above); the busiest FFN rank;
@@ -101,13 +101,15 @@ OPS: Mapping[str, int] = {
     "shared_expert": 3,
     # AttentionLink.dispatch: ``homes[idx]`` once, then per FFN rank: ``where == i``,
     # pack_tokens (any, nonzero, where, full_like, [rows], cat, flat[rows], to, mul, [rows]),
-    # torch.tensor(count), isend(count)
+    # and the message: pre-posted (gloo) with_header (new_full, cat) and isend, else
+    # torch.tensor(count) and isend(count), then isend(tokens) where it has tokens
     "dispatch_once": 1,
-    "dispatch_per_rank": 13,
-    # ... and where it has tokens: isend(tokens), new_empty(result buffer), irecv(result)
-    # (the isend(tokens) also without tokens where the FFN ranks pre-post: an empty message;
-    # priced as if every FFN rank had tokens)
-    "dispatch_per_rank_tokens": 3,
+    "dispatch_per_rank": 11,
+    "dispatch_message_preposted": 3,
+    "dispatch_message": 2,
+    "dispatch_message_tokens": 1,
+    # ... and where it has tokens: new_empty(result buffer), irecv(result)
+    "dispatch_per_rank_tokens": 2,
     # AttentionLink.combine: torch.zeros, then one index_add_ per FFN rank's part
     "combine_once": 1,
     "combine_per_part": 1,
@@ -117,12 +119,12 @@ OPS: Mapping[str, int] = {
     "logits": 3,
     # once per step: torch.cat(logits), argmax, tokens[:, 0], .cpu()
     "step_once": 4,
-    # FfnLink.post_next, per attention rank: torch.zeros, irecv(count); pre-posted (gloo)
-    # also torch.empty, irecv(tokens)
+    # FfnLink.post_next, per attention rank: torch.empty (the message, pre-posted) or
+    # torch.zeros (the count), irecv
     "post_per_rank": 2,
-    "post_per_rank_preposted": 2,
-    # FfnLink.receive, per attention rank: item(), then the slice of the pre-posted buffer
-    # or (posted after the count) torch.empty and, where non-empty, irecv(tokens)
+    # FfnLink.receive, per attention rank: pre-posted: buf[0, 0], item(), buf[1:n + 1]; else
+    # item(), torch.empty and, where non-empty, irecv(tokens)
+    "receive_per_rank_preposted": 3,
     "receive_per_rank": 2,
     "receive_per_rank_tokens": 1,
     # ffn_step: torch.cat(bufs) + unpack_tokens (3 slices, round, long); out.split
@@ -244,7 +246,8 @@ def job_costs(shape: Mapping[str, Any], units: int, mc: CalibratedMachine,
               preposted: bool = True) -> JobCosts:
     """Per micro-batch work and transfers of the job ``shape`` (a recorded ``AfdShape``) on
     ``mc``; the micro-batch is the mean ``batch / micro_batches`` sequences. ``preposted``:
-    the FFN ranks post the tokens' receives with the counts (module docstring, 2.)."""
+    one dispatch message with a header row into a pre-posted receive (module docstring,
+    2.)."""
     prof, rates = mc.profile, mc.rates
     op = mc.call_s
     h, heads = int(shape["hidden"]), int(shape["heads"])
@@ -282,7 +285,9 @@ def job_costs(shape: Mapping[str, Any], units: int, mc: CalibratedMachine,
 
     p_f = tokens_to_rank(E, k, _held(E, F_u))
     n_f = b * p_f  # tokens of one attention rank's micro-batch bound for one FFN rank
-    dispatch_ops = OPS["dispatch_once"] + F_u * (OPS["dispatch_per_rank"]
+    message_ops = (OPS["dispatch_message_preposted"] if preposted
+                   else OPS["dispatch_message"] + OPS["dispatch_message_tokens"])
+    dispatch_ops = OPS["dispatch_once"] + F_u * (OPS["dispatch_per_rank"] + message_ops
                                                  + OPS["dispatch_per_rank_tokens"])
     pack = dispatch_ops * op + stream(F_u * ELEM * n_f * (2 * h + 4 * k))
     parts = F_u  # result parts an attention rank assembles
@@ -311,12 +316,9 @@ def job_costs(shape: Mapping[str, Any], units: int, mc: CalibratedMachine,
     pair_rows = T * k * held / E  # (token, chosen expert) rows held here
     per_pair = pair_rows / pairs if pairs > 0 else 0.0
     arrived = A_u * n_f  # tokens received
-    if preposted:
-        receive = A_u * OPS["receive_per_rank"]
-        post = A_u * (OPS["post_per_rank"] + OPS["post_per_rank_preposted"])
-    else:
-        receive = A_u * (OPS["receive_per_rank"] + OPS["receive_per_rank_tokens"])
-        post = A_u * OPS["post_per_rank"]
+    receive = A_u * (OPS["receive_per_rank_preposted"] if preposted
+                     else OPS["receive_per_rank"] + OPS["receive_per_rank_tokens"])
+    post = A_u * OPS["post_per_rank"]
     run = (OPS["experts_once"] + k * OPS["experts_per_column"] + pairs * OPS["experts_per_pair"])
     reply = A_u * OPS["reply_per_rank"]
     ffn_ops = receive + OPS["unpack"] + run + OPS["split"] + reply
@@ -327,9 +329,9 @@ def job_costs(shape: Mapping[str, Any], units: int, mc: CalibratedMachine,
     # round 0, the last round's last micro-batch posts none: m R posts per step)
     experts = (ffn_ops + post) * op + expert_math
 
-    tokens_bytes = ELEM * n_f * (h + 2 * k)
-    dispatch = (mc.message_s(INDEX + tokens_bytes) if preposted
-                else mc.message_s(INDEX) + mc.message_s(tokens_bytes))
+    row_bytes = ELEM * (h + 2 * k)
+    dispatch = (mc.message_s(row_bytes * (n_f + 1)) if preposted  # + the header row
+                else mc.message_s(INDEX) + mc.message_s(row_bytes * n_f))
     combine = mc.message_s(ELEM * n_f * h)
     rounds = len(segments)
     ops_att = m * (OPS["embed"] + len(moe) * OPS["attend"] + moe.count(False) * OPS["dense"]
@@ -386,7 +388,8 @@ def predict_afd_run(record: Mapping[str, Any], calibration: Mapping[str, Any],
     shape = record["shape"]
     units = int(record.get("config", {}).get("units", 1) or 1)
     threads = max((int(r.get("threads", 1)) for r in record.get("rank_timings", [])), default=1)
-    preposted = record.get("implementation", {}).get("token_receives") == "pre-posted"
+    preposted = (record.get("implementation", {}).get("token_receives")
+                 == "pre-posted, header row")
     c = job_costs(shape, units, mc, preposted)
     m = int(shape["micro_batches"])
     A, F = int(shape["attention_ranks"]), int(shape["ffn_ranks"])

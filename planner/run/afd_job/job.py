@@ -42,7 +42,7 @@ IMPLEMENTATION: Mapping[str, Any] = {
 
 # How an FFN rank receives the tokens (planner.run.afd_job.link's docstring); records before
 # this key posted them after the count.
-TOKEN_RECEIVES = {True: "pre-posted", False: "after the count"}
+TOKEN_RECEIVES = {True: "pre-posted, header row", False: "after the count"}
 
 
 def job_experts(shape: AfdShape, role: AfdRole) -> dict[int, tuple[int, ...]]:

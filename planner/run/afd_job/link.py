@@ -6,33 +6,35 @@ transfer is done; the tensor must stay alive until then).
 Per MoE layer round ``r`` and micro-batch ``j``, between attention rank ``a`` and FFN rank
 ``f`` of one unit:
 
-1. **dispatch** (``a -> f``): the number ``n`` of ``a``'s tokens with at least one chosen
-   expert on ``f`` (one int64), then, if ``n > 0``, those tokens as rows ``[n, hidden + 2k]``:
-   the MoE input, the k expert ids (``-1`` where that choice lives on another FFN rank) and
-   the k gates (0 there). Each token goes once per destination GPU, as the cost model prices
-   it (``cost_models/serving/afd.py``) and as DeepEP's dispatch does; DeepEP's normal kernels
-   also exchange the per-rank counts first ("notify dispatch"), so the receiver sizes its
-   buffers: every message has a size both sides know, and nothing is padded.
+1. **dispatch** (``a -> f``): the ``n`` tokens of ``a`` with at least one chosen expert on
+   ``f`` as rows ``[n, hidden + 2k]``: the MoE input, the k expert ids (``-1`` where that
+   choice lives on another FFN rank) and the k gates (0 there). Each token goes once per
+   destination GPU, as the cost model prices it (``cost_models/serving/afd.py``) and as
+   DeepEP's dispatch does. The receiver must learn ``n``: under gloo one message carries a
+   header row (``n`` in its first value) before the rows, into a receive the FFN rank
+   posted ahead (below); under NCCL, whose receives must match the message's size, the
+   count goes first (one int64) and the rows follow only if ``n > 0``, as DeepEP's normal
+   kernels exchange per-rank counts first ("notify dispatch") so the receiver sizes its
+   buffers. Nothing is padded.
 2. **combine** (``f -> a``): the gated sum of ``f``'s experts for those ``n`` tokens,
    ``[n, hidden]``; ``a`` adds the parts of every FFN rank.
 
-**Pre-posted token receives (gloo).** Under gloo an FFN rank posts the receive of the
-next micro-batch's tokens together with its count, into a buffer of the micro-batch's
-capacity (every token of it; gloo fills the front of a longer receive and the count says
-how many rows are valid). gloo sends a message at once only if its receive is already
-posted; otherwise the sender announces it and the data leaves only when the receiver's
-post has reached the sender's transport thread (``gloo/transport/tcp/pair.cc``:
-``Pair::send``, ``Pair::recv``, ``handleRemotePendingRecv``), a round trip through both
-ranks' transport threads. Posted after the count, every tokens message took that round
-trip while both ranks computed, and on a 2-core box each leg waited for a core; meanwhile a
-transport thread that finds the pair's lock held by a post skips the event and polls again
-at once (``Pair::handleEvents``' ``try_lock``; ``strace`` showed thousands of
-``epoll_wait`` calls a second): the step grew with the micro-batch count instead of
-overlapping. DeepEP's kernels likewise receive into buffers sized for the most tokens a
-rank can send (``num_max_dispatch_tokens_per_rank``, https://github.com/deepseek-ai/DeepEP).
-So that receives and messages pair up one to one, the tokens message is then sent even when
-it has no row. NCCL needs a receive of the message's exact size, so there the FFN rank
-posts it once the count has arrived, and an empty tokens message is not sent.
+**Pre-posted receives (gloo).** Under gloo an FFN rank posts the receive of an attention
+rank's next micro-batch before it arrives, into a buffer of the micro-batch's capacity
+(every token of it, plus the header row; gloo fills the front of a longer receive). gloo
+sends a message at once only if its receive is already posted; otherwise the sender
+announces it and the data leaves only when the receiver's post has reached the sender's
+transport thread (``gloo/transport/tcp/pair.cc``: ``Pair::send``, ``Pair::recv``,
+``handleRemotePendingRecv``), a round trip through both ranks' transport threads. Posted
+after a count message, every tokens message took that round trip while both ranks
+computed, and on a 2-core box each leg waited for a core; meanwhile a transport thread that
+finds the pair's lock held by a post skips the event and polls again at once
+(``Pair::handleEvents``' ``try_lock``; ``strace`` showed thousands of ``epoll_wait`` calls
+a second): the step grew with the micro-batch count instead of overlapping. DeepEP's
+kernels likewise receive into buffers sized for the most tokens a rank can send
+(``num_max_dispatch_tokens_per_rank``, https://github.com/deepseek-ai/DeepEP). Every
+attention rank sends every FFN rank of its unit one message per micro-batch, empty or not,
+so receives and messages pair up one to one.
 
 Tags (``TAG_*``) keep counts, tokens and results apart under gloo; between one pair every
 kind is sent and received in the same order (rounds, then micro-batches), which is what
@@ -56,7 +58,7 @@ import torch.distributed as dist
 from planner.run.afd_job.timers import AfdTimers
 
 __all__ = ["TAG_COUNT", "TAG_RESULT", "TAG_TOKENS", "AttentionLink", "FfnLink", "Groups",
-           "Inflight", "Posted", "pack_tokens", "unpack_tokens"]
+           "Inflight", "Posted", "pack_tokens", "unpack_tokens", "with_header"]
 
 TAG_COUNT, TAG_TOKENS, TAG_RESULT = 1, 2, 3
 
@@ -79,6 +81,12 @@ def pack_tokens(flat: torch.Tensor, idx: torch.Tensor, gates: torch.Tensor,
     return rows, payload
 
 
+def with_header(payload: torch.Tensor) -> torch.Tensor:
+    """The gloo dispatch message: a header row holding the row count (exact in fp32 up to
+    2**24 rows), then ``payload``."""
+    return torch.cat([payload.new_full((1, payload.shape[1]), payload.shape[0]), payload])
+
+
 def unpack_tokens(payload: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Inverse of :func:`pack_tokens`' payload: rows, expert ids (int64), gates."""
     h = payload.shape[1] - 2 * k
@@ -97,20 +105,20 @@ class Inflight:
 
 @dataclass
 class Posted:
-    """An FFN rank's receives of one attention rank's next micro-batch: the count and, when
-    pre-posted (module docstring), the tokens into a buffer of the micro-batch's capacity."""
+    """An FFN rank's receive of one attention rank's next micro-batch: the count (NCCL) or
+    the whole message with its header row, into a buffer of the micro-batch's capacity
+    (gloo, pre-posted; module docstring)."""
 
-    count: torch.Tensor
-    count_work: object
-    tokens: torch.Tensor | None = None
-    tokens_work: object = None
+    buf: torch.Tensor
+    work: object
 
 
 class AttentionLink:
     """An attention rank's side: :meth:`dispatch` (non-blocking) and :meth:`combine` (waits).
     ``homes[e]``: the position in ``ffn_ranks`` of the FFN rank serving expert ``e``;
-    ``preposted``: the FFN ranks pre-post token receives, so a tokens message goes to every
-    FFN rank, empty or not (module docstring)."""
+    ``preposted``: the FFN ranks pre-post their receives (gloo): one message with a header
+    row to every FFN rank, empty or not; else the count, then the tokens if any (module
+    docstring)."""
 
     def __init__(self, ffn_ranks: tuple[int, ...], homes: torch.Tensor, groups: Groups,
                  timers: AfdTimers, preposted: bool = True) -> None:
@@ -127,11 +135,14 @@ class AttentionLink:
             where = self.homes[idx]
             for i, dst in enumerate(self.ffn_ranks):
                 rows, payload = pack_tokens(flat, idx, gates, where == i)
-                count = torch.tensor([rows.numel()], dtype=torch.int64, device=flat.device)
-                self._send(count, dst, TAG_COUNT)
                 self.empty_dispatches += rows.numel() == 0
-                if self.preposted or rows.numel():
-                    self._send(payload, dst, TAG_TOKENS)
+                if self.preposted:
+                    self._send(with_header(payload), dst, TAG_TOKENS)
+                else:
+                    count = torch.tensor([rows.numel()], dtype=torch.int64, device=flat.device)
+                    self._send(count, dst, TAG_COUNT)
+                    if rows.numel():
+                        self._send(payload, dst, TAG_TOKENS)
                 if rows.numel():
                     buf = flat.new_empty(rows.numel(), flat.shape[1])
                     work = dist.irecv(buf, src=dst, group=self.groups.combine, tag=TAG_RESULT)
@@ -176,37 +187,41 @@ class FfnLink:
 
     def post_next(self, capacity_rows: int) -> list[Posted]:
         """Post the receives of the next micro-batch, of at most ``capacity_rows`` tokens per
-        attention rank: its counts and, when pre-posted, its tokens."""
+        attention rank: the whole message when pre-posted, else its count."""
         out = []
         for src in self.attention_ranks:
-            count = torch.zeros(1, dtype=torch.int64, device=self.device)
-            posted = Posted(count, dist.irecv(count, src=src, group=self.groups.dispatch,
-                                              tag=TAG_COUNT))
             if self.preposted:
-                posted.tokens = torch.empty(capacity_rows, self.width + 2 * self.k,
-                                            device=self.device)
-                posted.tokens_work = dist.irecv(posted.tokens, src=src,
-                                                group=self.groups.dispatch, tag=TAG_TOKENS)
-            out.append(posted)
+                buf = torch.empty(capacity_rows + 1, self.width + 2 * self.k, device=self.device)
+                tag = TAG_TOKENS
+            else:
+                buf, tag = torch.zeros(1, dtype=torch.int64, device=self.device), TAG_COUNT
+            out.append(Posted(buf, dist.irecv(buf, src=src, group=self.groups.dispatch, tag=tag)))
         return out
 
     def receive(self, posted: list[Posted], then=None) -> list[torch.Tensor]:
-        """Wait for the counts, then for the tokens (posting them now unless pre-posted);
-        ``then()`` runs between: it posts the next micro-batch's receives. One payload per
-        attention rank (maybe empty)."""
+        """Wait for the micro-batch ``posted`` and return one payload per attention rank
+        (maybe empty). ``then()`` posts the next micro-batch's receives: at once when
+        pre-posted; else between taking the counts and waiting for the tokens (posted now),
+        so that every pair posts its receives in the order the messages come (NCCL matches
+        them in order)."""
+        if self.preposted:
+            with self.timers.timed("pack"):
+                if then is not None:
+                    then()
+            with self.timers.timed("dispatch_wait"):
+                for p in posted:
+                    p.work.wait()
+            with self.timers.timed("pack"):
+                sizes = [int(p.buf[0, 0].item()) for p in posted]
+                return [p.buf[1:n + 1] for p, n in zip(posted, sizes)]
         with self.timers.timed("dispatch_wait"):
             for p in posted:
-                p.count_work.wait()
+                p.work.wait()
         with self.timers.timed("pack"):
-            sizes = [int(p.count.item()) for p in posted]
-            if self.preposted:
-                bufs = [p.tokens[:n] for p, n in zip(posted, sizes)]
-                works = [p.tokens_work for p in posted]
-            else:
-                bufs = [torch.empty(n, self.width + 2 * self.k, device=self.device)
-                        for n in sizes]
-                works = [dist.irecv(b, src=src, group=self.groups.dispatch, tag=TAG_TOKENS)
-                         for b, src in zip(bufs, self.attention_ranks) if b.shape[0]]
+            sizes = [int(p.buf.item()) for p in posted]
+            bufs = [torch.empty(n, self.width + 2 * self.k, device=self.device) for n in sizes]
+            works = [dist.irecv(b, src=src, group=self.groups.dispatch, tag=TAG_TOKENS)
+                     for b, src in zip(bufs, self.attention_ranks) if b.shape[0]]
             if then is not None:
                 then()
         with self.timers.timed("dispatch_wait"):
