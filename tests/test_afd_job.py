@@ -295,6 +295,8 @@ def test_empty_dispatches_keep_the_pre_posted_receives_paired(plan_2x2, tmp_path
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads(record_path.read_text())
     assert record["implementation"]["token_receives"] == "pre-posted, header row"
+    # every rank's gloo transport threads (default, dispatch and combine groups) went idle
+    assert all(t["idle_transport_threads"] >= 3 for t in record["rank_timings"])
     assert sum(t.get("empty_dispatches", 0) for t in record["rank_timings"]) > 0
     _check_against_reference(record)
 

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 from planner.files import write_atomic
 from planner.run.calibrate import available_cores
+from planner.run.transport_threads import idle_transport_threads
 
 
 @dataclass(frozen=True)
@@ -369,6 +370,7 @@ def collective_cases(sizes: Sizes, rank: int, world: int, report) -> list[dict]:
             continue
         members = list(range(g))
         group = dist.new_group(members)  # every rank creates every group, in the same order
+        _idle_transport()  # the new group's transport thread too
         mine = rank in members
         me = members.index(rank) if mine else -1
         for nbytes in sizes.comm_bytes:
@@ -579,6 +581,7 @@ def main(argv: list[str] | None = None) -> None:
         torch.cuda.set_device(DEVICE)
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
+    idle = _idle_transport()
     total = (len(sizes.gemm) + len(sizes.attention) + len(sizes.layer) + len(sizes.copy_bytes)
              + len(sizes.decode_rows) + len(sizes.decode_attention) + len(sizes.dispatch)
              + len(sizes.eager)
@@ -610,7 +613,8 @@ def main(argv: list[str] | None = None) -> None:
     comm = collective_cases(sizes, rank, world, report)
     interleave = interleave_cases(sizes, world, report)
     resume = resume_cases(sizes, world, report)
-    conditions.update(load_after=_load(), **_machine_conditions(args.backend, world))
+    conditions.update(load_after=_load(), **_machine_conditions(args.backend, world),
+                      idle_transport_threads=idle)
     if rank == 0:
         record = {"schema": "planner.calibration-raw/v1", "world_size": world,
                   "backend": args.backend, "threads": torch.get_num_threads(),
@@ -622,6 +626,12 @@ def main(argv: list[str] | None = None) -> None:
         write_atomic(Path(args.out), json.dumps(record, indent=1) + "\n")
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _idle_transport() -> int:
+    """gloo's transport threads under SCHED_IDLE, as the jobs calibrate measures for run
+    them (:mod:`planner.run.transport_threads`); the number changed (0 on NCCL)."""
+    return idle_transport_threads() if dist.get_backend() == "gloo" else 0
 
 
 def _load() -> float | None:

@@ -26,6 +26,7 @@ from planner.run.afd_job.model import (AttentionSide, ExpertBank, KVCache, promp
                                        run_experts)
 from planner.run.afd_job.shape import AfdShape, afd_shape
 from planner.run.afd_job.timers import AfdTimers, busy_idle
+from planner.run.transport_threads import idle_transport_threads
 from planner.run.runtime import (AfdRole, WorldMismatch, afd_expert_homes, afd_role, afd_world,
                                  node_backend)
 
@@ -164,9 +165,11 @@ def run(plan_path: str, overrides: Mapping[str, Any], out: str | None,
         torch.cuda.set_device(device)
     dist.init_process_group(backend=chosen, rank=rank, world_size=world)
     groups = Groups(dist.new_group(list(range(world))), dist.new_group(list(range(world))))
+    idle = idle_transport_threads() if chosen == "gloo" else 0  # planner.run.transport_threads
     timers = AfdTimers(torch.cuda.synchronize if device.type == "cuda" else None)
     preposted = chosen == "gloo"  # pre-posted token receives (link.py's docstring)
     mine = _run_rank(shape, role, groups, timers, device, keep_logits, preposted)
+    mine["idle_transport_threads"] = idle
     gathered: list = [None] * world
     dist.all_gather_object(gathered, mine)
     result = None
@@ -236,8 +239,9 @@ def _write_record(out: Path, plan, shape: AfdShape, ranks: list[dict], backend: 
     A, F = afd_world(plan)
     attention = [r for r in ranks if r["role"] == "attention"]
     steps = len(ranks[0]["steps"])
-    timings = [{**{k: r[k] for k in ("rank", "role", "index", "unit", "experts", "threads",
-                                     "prefill", "steps", "empty_dispatches") if k in r},
+    kept = ("rank", "role", "index", "unit", "experts", "threads", "prefill", "steps",
+            "empty_dispatches", "idle_transport_threads")
+    timings = [{**{k: r[k] for k in kept if k in r},
                 "busy_idle": busy_idle(r["steps"])} for r in ranks]
     record = {
         "schema": RECORD_SCHEMA, "plan_inputs_hash": plan.inputs_hash, "world_size": A + F,

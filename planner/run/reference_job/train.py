@@ -24,6 +24,7 @@ from planner.run.reference_job.shape import IMPLEMENTATION, JobShape, plan_share
 from planner.run.reference_job.timers import Timers
 from planner.run.reference_job.tp import shard_block
 from planner.run.runtime import degrees_of, expert_maps, init
+from planner.run.transport_threads import idle_transport_threads
 
 __all__ = ["build_stage", "train"]
 
@@ -55,6 +56,7 @@ def train(plan_path: str, shape_overrides: dict, out: str | None,
     if os.environ.get("OMP_NUM_THREADS"):  # torchrun sets 1 for nproc > 1; torch usually obeys
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     rt = init(plan_path, backend="gloo")  # the job's tensors live on the CPU
+    idle_transport_threads()  # every group exists now (planner.run.transport_threads)
     view = rt.view
     shape = _job_shape(rt, shape_overrides)
     timers, log = Timers(), []
