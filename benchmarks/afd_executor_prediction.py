@@ -193,8 +193,10 @@ def _ranks(values: list[float]) -> list[int]:
 
 # The ablation: the prediction without the ping-pong benchmark's two terms.
 def without_pingpong(caldoc: dict) -> dict:
-    """``caldoc`` with ``p2p_latency_s`` and ``resume_s`` unset (0: not measured)."""
-    return {**caldoc, "profile": {**caldoc["profile"], "p2p_latency_s": 0.0, "resume_s": 0.0}}
+    """``caldoc`` with ``p2p_latency_s``, ``resume_s`` and ``late_read_s`` unset (0: not
+    measured)."""
+    return {**caldoc, "profile": {**caldoc["profile"], "p2p_latency_s": 0.0, "resume_s": 0.0,
+                                  "late_read_s": 0.0}}
 
 
 VARIANTS = {"without_pingpong_terms": without_pingpong}
@@ -266,7 +268,10 @@ def render(out: dict) -> list[str]:
     lines += ["", "Without calibrate's ping-pong terms (messages at send_recv's latency, "
               f"{out['send_recv_latency_s'] * 1e6:.0f} us, instead of p2p_latency_s "
               f"{prof.get('p2p_latency_s', 0.0) * 1e6:.0f} us; no resume_s, "
-              f"{prof.get('resume_s', 0.0) * 1e6:.0f} us, after a wait):", "",
+              f"{prof.get('resume_s', 0.0) * 1e6:.0f} us, after a wait"
+              + (f"; no late_read_s, {prof['late_read_s'] * 1e6:.0f} us, for a micro-batch that "
+                 "came while its rank computed" if prof.get("late_read_s") else "")
+              + "):", "",
               "| plan | measured median s | predicted s | error | rank |",
               "|---|---:|---:|---:|---:|"]
     for r in results:
@@ -287,6 +292,7 @@ def history_entry(out: dict) -> dict:
             "kernel_overhead_s": prof["kernel_overhead_s"],
             "eager_call_s": prof.get("eager_call_s", 0.0),
             "p2p_latency_s": prof.get("p2p_latency_s", 0.0), "resume_s": prof.get("resume_s", 0.0),
+            "late_read_s": prof.get("late_read_s", 0.0),
             "errors": {r["plan"]: r["error"] for r in out["results"]},
             "spreads": {r["plan"]: r["spread"] for r in out["results"]},
             "within_15_percent": out["summary"]["within_15_percent"],
@@ -299,13 +305,15 @@ def render_history(history: list[dict]) -> list[str]:
     lines = ["Every run of this benchmark since the ping-pong terms (each with its own "
              "`planner calibrate`): prediction error per plan (run-to-run spread of its "
              "repeats), plans within 15%, same ranking.", "",
-             "| run | torch call | p2p_latency_s | resume_s | "
+             "| run | torch call | p2p_latency_s | resume_s | late_read_s | "
              + " | ".join(plans) + " | within 15% | same ranking |",
-             "|---|---:|---:|---:|" + "---:|" * len(plans) + "---:|---|"]
+             "|---|---:|---:|---:|---:|" + "---:|" * len(plans) + "---:|---|"]
     for h in history:
         cells = [f"{h['errors'][p]:+.1%} ({h['spreads'][p]:.0%})" for p in plans]
+        late = f"{h['late_read_s'] * 1e6:.0f} us" if h.get("late_read_s") else "-"
         lines.append(f"| {h['date']} | {_call_us(h):.1f} us | "
                      f"{h['p2p_latency_s'] * 1e6:.0f} us | {h['resume_s'] * 1e6:.0f} us | "
+                     f"{late} | "
                      + " | ".join(cells) + f" | {h['within_15_percent']} of {len(plans)} | "
                      f"{'yes' if h['same_ranking'] else 'no'} |")
     return lines

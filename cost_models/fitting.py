@@ -295,6 +295,14 @@ def fit_resume(cases: Sequence[dict]) -> tuple[float, float]:
     return max(0.0, extra), statistics.median(c["one_way_s"] for c in cases)
 
 
+def fit_late_read(cases: Sequence[dict]) -> float:
+    """``Profile.late_read_s``: the median over pairs of the wait for a message that arrived
+    while its receiver computed (``planner.run.calibrate_job.resume_cases``' ``late_wait_s``);
+    0 without such cases (calibrations before it)."""
+    waits = [c["late_wait_s"] for c in cases if "late_wait_s" in c]
+    return max(0.0, statistics.median(waits)) if waits else 0.0
+
+
 def predict_collective(case: dict, link: LinkFit, tier: str = "host",
                        tables: dict | None = None) -> float:
     """The collective of ``case`` priced by the fitted link (alpha-beta with the op's
@@ -395,6 +403,7 @@ def fit_all(raw: dict, tier: str = "host", elem_bytes: int = 4) -> CalibrationFi
     solve_s, solve_per_expert_s = fit_dispatch(dispatch_cases)
     prof = Profile(**{**prof.__dict__, "kernel_overhead_s": overhead, "hbm_efficiency": hbm_eff,
                       "resume_s": resume_s, "p2p_latency_s": p2p_latency_s,
+                      "late_read_s": fit_late_read(raw.get("resume", [])),
                       "collective_latency_factor": link.latency_factor,
                       "collective_bw_factor": link.bw_factor,
                       "collective_switch_s": switch, "collective_skew_sqrt_s": skew,

@@ -21,7 +21,8 @@ _DICT_FIELDS = ("link_efficiency", "collective_latency_factor", "collective_bw_f
 # so plans and profiles written before they existed keep their form and hash.
 MEASURED_ONLY_FIELDS = ("collective_switch_s", "collective_tables", "resume_s", "p2p_latency_s",
                         "collective_skew_sqrt_s", "collective_burst_s", "stream_efficiency",
-                        "dispatch_solve_s", "dispatch_solve_per_expert_s", "eager_call_s")
+                        "dispatch_solve_s", "dispatch_solve_per_expert_s", "eager_call_s",
+                        "late_read_s")
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,14 @@ class Profile:
     # receive: half a ping-pong's round trip (the same benchmark); 0 where not measured (the
     # ``send_recv`` alpha-beta, timed after a barrier and a compute burst, prices it then).
     p2p_latency_s: float = 0.0
+    # What a process waits for a message that arrived while it computed, once it blocks for
+    # it: planner's jobs run gloo's transport threads only on idle cores
+    # (planner/run/transport_threads.py), so such a message is read after the receiver blocks
+    # (wake-ups, the read). Measured by ``planner calibrate`` (the same pairs: a message sent
+    # while both ranks compute, waited for later; calibrate_job.py ``resume_cases``); 0 where
+    # not measured. Used where the AFD job's stages take messages that came while they were
+    # busy (solvers/serving/pingpong.py ``rounds_s``'s ``late_s``).
+    late_read_s: float = 0.0
     # Host time of one expert dispatch's bookkeeping where the job solves the planner's
     # real-time quotas on every MoE layer and micro-batch (the reference job's ``quota_solve``:
     # quotas, dispatch matrix, each token's slot, the splits): dispatch_solve_s +

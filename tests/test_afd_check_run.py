@@ -188,6 +188,10 @@ def test_shared_cores_is_the_ping_pong_recursion_when_cores_suffice():
         resume = (rng.uniform(0, 0.5), 0.0, rng.uniform(0, 0.5), 0.0)
         got = shared_rounds(rounds, m, [1, 0, 1, 0], 2.0, resume)
         assert got.finish_s == pytest.approx(rounds_s(rounds, m, resume), rel=1e-9, abs=1e-12)
+        late = (rng.uniform(0, 0.5), 0.0, rng.uniform(0, 0.5), 0.0)
+        got = shared_rounds(rounds, m, [1, 0, 1, 0], 2.0, resume, late)
+        assert got.finish_s == pytest.approx(rounds_s(rounds, m, resume, late), rel=1e-9,
+                                             abs=1e-12)
 
 
 def test_oversubscribed_cores_stretch_the_overlapped_stages():

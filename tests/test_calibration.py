@@ -164,6 +164,10 @@ def test_calibrate_solve_launch_check_run(tmp_path):
     assert 0 < pair["hot_s"] and 0 < pair["after_wait_s"] and 0 < pair["one_way_s"]
     assert prof["p2p_latency_s"] == pair["one_way_s"]
     assert prof.get("resume_s", 0.0) == max(0.0, pair["after_wait_s"] - pair["hot_s"])
+    # the late read: a message that came while the receiver computed, waited for afterwards
+    assert pair["late_wait_s"] >= 0 and prof.get("late_read_s", 0.0) == pair["late_wait_s"]
+    # every gloo transport thread of the measurement ran idle (planner.run.transport_threads)
+    assert doc["raw"]["conditions"]["idle_transport_threads"] >= 1
     # the serving fit: the decode benchmarks ran and set the KV read efficiency
     assert "kv_read_efficiency" in result.output and "decode_attention" in result.output
     assert 0 < doc["serving"]["kv_read_efficiency"] <= 1

@@ -282,3 +282,33 @@ def test_a_no_grad_call_costs_what_calibrate_timed_and_the_afd_prediction_uses_i
     older = {**doc, "profile": {"kernel_overhead_s": 1.3e-5}}
     assert machine_of(older).call_s == 1.3e-5
     assert machine_of(doc, eager_call_s=7e-6).call_s == 7e-6  # an explicit override wins
+
+
+def test_the_late_read_is_the_median_wait_and_the_afd_prediction_pays_it_where_measured():
+    """late_read_s is the median over pairs of calibrate's late wait (0 for calibrations
+    without it); the AFD prediction of an overlapped plan grows with it, an m = 1 plan (no
+    micro-batch ever comes early) does not."""
+    from planner.serving.afd_run_prediction import predict_afd_run
+
+    cases = [{"late_wait_s": 3e-4}, {"late_wait_s": 1e-4}, {"late_wait_s": 2e-4}, {}]
+    assert fitting.fit_late_read(cases) == pytest.approx(2e-4)
+    assert fitting.fit_late_read([{"one_way_s": 1e-4}]) == 0.0
+    doc = {"schema": "planner.calibration/v1",
+           "profile": {"kernel_overhead_s": 1e-5, "hbm_efficiency": 0.5,
+                       "gemm_efficiency": 0.9, "gemm_half_dim": 10.0,
+                       "attention_efficiency": 0.3, "link_efficiency": {"host": 1.0}},
+           "fit": {"peak_flops": 8e10, "memory_bw_bytes_per_s": 2e10,
+                   "link": {"bw_bytes_per_s": 2e9, "latency_s": 2e-4}},
+           "machine": {"world_size": 2, "threads": 1}}
+    late = {**doc, "profile": {**doc["profile"], "late_read_s": 5e-4}}
+    shape = {"moe_layers": [False, True, True], "num_experts": 8, "top_k": 2,
+             "attention_ranks": 1, "ffn_ranks": 1, "shared_experts": 1, "hidden": 64,
+             "heads": 4, "vocab": 128, "batch": 8, "context": 16, "steps": 4, "seed": 0}
+
+    def record(m: int) -> dict:
+        return {"shape": {**shape, "micro_batches": m}, "config": {"units": 1},
+                "rank_timings": [{"threads": 1}] * 2}
+    four = predict_afd_run(record(4), doc).step_s
+    assert predict_afd_run(record(4), late).step_s > four
+    assert predict_afd_run(record(1), late).step_s == pytest.approx(
+        predict_afd_run(record(1), doc).step_s)

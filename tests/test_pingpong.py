@@ -93,3 +93,28 @@ def test_resume_costs_never_shorten_and_cost_at_most_one_per_task():
         resume = [rng.uniform(0, 0.3), 0.0, rng.uniform(0, 0.3), 0.0]
         base, got = rounds_s(rounds, m), rounds_s(rounds, m, resume)
         assert base <= got <= base + m * n * (resume[0] + resume[2]) + 1e-12
+
+
+def test_a_micro_batch_that_came_while_its_stage_was_busy_pays_the_late_read():
+    # m = 2, slow experts: micro-batch 1's dispatch arrives at 2.1 while the experts work on
+    # micro-batch 0 until 4.1, so they read it late (+0.1): 4.1 + 0.1 + 3 + 0.1 (combine)
+    stages = [1.0, 0.1, 3.0, 0.1]
+    late = (0.1, 0.0, 0.1, 0.0)
+    assert rounds_s([stages], 2) == pytest.approx(7.2)
+    assert rounds_s([stages], 2, late_s=late) == pytest.approx(7.3)
+    # the first round's attention takes no message: m micro-batches queued at time 0 pay none
+    assert rounds_s([[1.0, 0.0, 0.0, 0.0]], 3, late_s=late) == pytest.approx(3.0)
+    # a stage that waited pays the resume, never the late read (m = 1: nothing is ever early)
+    assert rounds_s([stages, stages], 1, late_s=late) == pytest.approx(rounds_s([stages] * 2, 1))
+
+
+def test_late_reads_never_shorten_and_cost_at_most_one_per_task():
+    # alone (with resumes too, a later arrival can trade a late read for a smaller resume, so
+    # the step is not monotone in them together)
+    rng = random.Random(12)
+    for _ in range(300):
+        m, n = rng.randint(1, 5), rng.randint(1, 4)
+        rounds = [[rng.uniform(0.01, 1.0) for _ in range(4)] for _ in range(n)]
+        late = [rng.uniform(0, 0.3), 0.0, rng.uniform(0, 0.3), 0.0]
+        base, got = rounds_s(rounds, m), rounds_s(rounds, m, late_s=late)
+        assert base <= got <= base + m * n * (late[0] + late[2]) + 1e-12

@@ -121,6 +121,7 @@ def _calibration_tables(doc: dict, nproc: int, backend: str) -> tuple[Table, Tab
             ("resume_s (compute after a wait)", f"{prof.get('resume_s', 0.0) * 1e6:,.1f} us"),
             ("p2p_latency_s (receiver waits)",
              f"{prof.get('p2p_latency_s', 0.0) * 1e6:,.1f} us"),
+            ("late_read_s (came while busy)", f"{prof.get('late_read_s', 0.0) * 1e6:,.1f} us"),
             *_serving_rows(doc)):
         table.add_row(name, value)
     fits = Table(title="Fit residuals (predicted / measured - 1)")
@@ -291,7 +292,9 @@ def _check_afd_run(record: Path, calibration: Optional[Path],
                   f"{comb * 1e3:.3f} ms (bound: {pred.bound}); {pred.ops_attention:.0f} / "
                   f"{pred.ops_ffn:.0f} torch calls per step (attention / FFN rank) at "
                   f"{pred.kernel_overhead_s * 1e6:.1f} us; message latency "
-                  f"{pred.message_latency_s * 1e6:.0f} us; {sharing}")
+                  f"{pred.message_latency_s * 1e6:.0f} us, resume after a wait "
+                  f"{pred.resume_s * 1e6:.0f} us, late read {pred.late_read_s * 1e6:.0f} us; "
+                  f"{sharing}")
 
 
 def _comparison(table: Table, rows, digits: int) -> Table:

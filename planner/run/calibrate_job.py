@@ -459,10 +459,14 @@ def resume_cases(sizes: Sizes, world: int, report) -> list[dict]:
     (``hot``), sends 4 bytes, blocks in its receive while its peer computes for
     :data:`RESUME_GAP_S` (the peer was blocked too, and resumes), and times the same forward
     right after the answer arrived (``after_wait``). The round trip less the gap is two
-    one-way latencies of a message whose receiver waits (both wake-ups included). Means over
-    the repeats (a job pays every stall); one case per pair, from its even rank. Nothing with
-    one process. ``cost_models.fitting.fit_resume`` turns them into ``Profile.resume_s`` and
-    ``Profile.p2p_latency_s``."""
+    one-way latencies of a message whose receiver waits (both wake-ups included). Then the
+    late read (``late_wait_s``): the even rank posts a receive and both ranks compute; the
+    odd rank sends halfway through the even rank's compute; the even rank's wait afterwards
+    is what reading a message that came while it computed costs (with gloo's transport
+    threads idle-priority, as in the jobs). Means over the repeats (a job pays every stall);
+    one case per pair, from its even rank. Nothing with one process.
+    ``cost_models.fitting.fit_resume`` turns them into ``Profile.resume_s`` and
+    ``Profile.p2p_latency_s``, ``fit_late_read`` into ``Profile.late_read_s``."""
     from planner.run.reference_job.model import Block
 
     if world < 2:
@@ -481,7 +485,7 @@ def resume_cases(sizes: Sizes, world: int, report) -> list[dict]:
         _sync()
         return time.perf_counter() - t0
 
-    hot, after, trips = [], [], []
+    hot, after, trips, late = [], [], [], []
     with torch.no_grad():
         for _ in range(3):
             forward()
@@ -504,14 +508,41 @@ def resume_cases(sizes: Sizes, world: int, report) -> list[dict]:
                     torch.mm(spin, spin)
                 _sync()
                 dist.send(msg, dst=peer)
+        # a message that arrives while its receiver computes: the even rank posts the
+        # receive, both compute, the odd rank sends halfway through the even rank's compute
+        # and computes on; the even rank's wait afterwards is the late read
+        dist.barrier()
+        for _ in range(sizes.resume_reps if peer < world else 0):
+            if rank % 2 == 0:
+                work = dist.irecv(msg, src=peer)
+                _spin(spin, 2 * RESUME_GAP_S)
+                t0 = time.perf_counter()
+                work.wait()
+                _sync()
+                late.append(time.perf_counter() - t0)
+            else:
+                _spin(spin, RESUME_GAP_S)
+                work = dist.isend(msg, dst=peer)
+                _spin(spin, 2 * RESUME_GAP_S)
+                work.wait()
+            dist.barrier()
     mine = ({"pair": [rank, peer], "batch": b, "seq": s, "hidden": h, "heads": heads,
              "reps": len(hot), "hot_s": statistics.fmean(hot),
              "after_wait_s": statistics.fmean(after),
-             "one_way_s": max(0.0, statistics.fmean(trips) / 2.0)} if hot else None)
+             "one_way_s": max(0.0, statistics.fmean(trips) / 2.0),
+             "late_wait_s": statistics.fmean(late)} if hot else None)
     cases: list = [None] * world
     dist.all_gather_object(cases, mine)
     report("resume after a wait")
     return [c for c in cases if c is not None]
+
+
+def _spin(spin: torch.Tensor, seconds: float) -> None:
+    """Compute (small GEMMs) for ``seconds``."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        torch.mm(spin, spin)
+    _sync()
 
 
 BURST_DIM = 256  # the compute burst before each timed collective: 4 GEMMs of this size

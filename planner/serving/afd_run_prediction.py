@@ -62,7 +62,11 @@ does, where the calibration has them: a message whose receiver already waits cos
 ``Profile.p2p_latency_s`` one way (in place of ``send_recv``'s latency, which calibrate times
 after a barrier and a compute burst on both ranks), and a rank that stood idle until its
 micro-batch arrived adds ``Profile.resume_s`` to that stage (it resumes on cold caches; on
-this 2-vCPU VM a forward after a blocking receive took 1.5-2.8x its back-to-back time).
+this 2-vCPU VM a forward after a blocking receive took 1.5-2.8x its back-to-back time). A
+third, from the same pairs, prices the opposite case: a rank whose micro-batch arrived while
+it was still computing the one before adds ``Profile.late_read_s`` (the job's gloo transport
+threads run only on idle cores, ``planner.run.transport_threads``, so the message is read
+once the rank blocks for it).
 """
 from __future__ import annotations
 
@@ -370,6 +374,7 @@ class AfdRunPrediction:
     kernel_overhead_s: float
     message_latency_s: float  # one point-to-point message's latency (alpha)
     resume_s: float  # what a rank's compute adds after it waited (Profile.resume_s)
+    late_read_s: float  # ... to a micro-batch that came while it computed (late_read_s)
     tokens_to_rank: float
     unpipelined_step_s: float  # no overlap at all: every stage of every micro-batch in turn
 
@@ -399,11 +404,13 @@ def predict_afd_run(record: Mapping[str, Any], calibration: Mapping[str, Any],
     rounds.append([c.tail_s, 0.0, 0.0, 0.0])  # the layers after the last MoE layer, the head
     procs = [A * threads, 0, F * threads, 0]
     shared = (A + F) * threads > mc.cores
-    # a rank that waited for its micro-batch resumes on cold caches (Profile.resume_s)
+    # a rank that waited for its micro-batch resumes on cold caches (Profile.resume_s); one
+    # whose micro-batch came while it computed reads it once it blocks (late_read_s)
     resume = (mc.profile.resume_s, 0.0, mc.profile.resume_s, 0.0)
+    late = (mc.profile.late_read_s, 0.0, mc.profile.late_read_s, 0.0)
     # enough cores: the recursion of rounds_s (equal when the cores suffice, a test checks)
     cores = mc.cores if shared else float(sum(procs))
-    run = shared_rounds(rounds, m, procs, cores, resume)
+    run = shared_rounds(rounds, m, procs, cores, resume, late)
     pipeline, busy = run.finish_s, run.busy_s
     step = pipeline + c.step_once_s
     att_busy = busy[0] + c.step_once_s
@@ -429,5 +436,6 @@ def predict_afd_run(record: Mapping[str, Any], calibration: Mapping[str, Any],
         processes=(A + F), cores=mc.cores, shared_cores=shared, ops_attention=c.ops_attention,
         ops_ffn=c.ops_ffn, kernel_overhead_s=mc.call_s,
         message_latency_s=mc.message_s(1.0), resume_s=mc.profile.resume_s,
+        late_read_s=mc.profile.late_read_s,
         tokens_to_rank=c.tokens_to_rank,
         unpipelined_step_s=unpipelined)

@@ -71,7 +71,8 @@ def pipeline_s(rounds: Sequence[tuple[Sequence[float], int]], micro_batches: int
 
 
 def rounds_s(rounds: Sequence[Sequence[float]], micro_batches: int,
-             resume_s: Sequence[float] | None = None) -> float:
+             resume_s: Sequence[float] | None = None,
+             late_s: Sequence[float] | None = None) -> float:
     """Exact finish time of ``rounds`` (each a list of stage times, one round per layer) by the
     event recursion, all micro-batches starting at time 0 at the first stage.
 
@@ -79,17 +80,28 @@ def rounds_s(rounds: Sequence[Sequence[float]], micro_batches: int,
     standing idle (the micro-batch arrived after the stage had finished the one before): a
     process that blocked in a receive resumes on cold caches and a woken core
     (``Profile.resume_s``, measured by ``planner calibrate``). A stage's first micro-batch
-    at time 0 finds it busy from before (the previous step) and pays nothing."""
+    at time 0 finds it busy from before (the previous step) and pays nothing.
+
+    ``late_s[i]`` (default 0): what stage ``i`` adds to a micro-batch that arrived while it
+    was still busy with the one before (the message waited for it; ``Profile.late_read_s``:
+    where transport threads run only on an idle core, the message is read once the process
+    blocks for it). Not paid by the first round's first stage, whose micro-batches are no
+    message."""
     m = micro_batches
     stages = max((len(r) for r in rounds), default=0)
     resume = list(resume_s or ()) + [0.0] * (stages - len(resume_s or ()))
+    late = list(late_s or ()) + [0.0] * (stages - len(late_s or ()))
     free = [0.0] * stages  # when each stage finished its last micro-batch
     ready = [0.0] * m  # when each micro-batch finished its last stage
-    for r in rounds:
+    for n, r in enumerate(rounds):
         for j in range(m):
             t = ready[j]
             for i, dur in enumerate(r):
-                extra = resume[i] if dur > 0 and stood_idle(t, free[i]) else 0.0
+                extra = 0.0
+                if dur > 0 and stood_idle(t, free[i]):
+                    extra = resume[i]
+                elif dur > 0 and (n > 0 or i > 0) and stood_idle(free[i], t):
+                    extra = late[i]
                 t = max(t, free[i]) + dur + extra
                 free[i] = t
             ready[j] = t

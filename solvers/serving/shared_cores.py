@@ -39,12 +39,14 @@ class SharedRun:
 
 def shared_rounds(rounds: Sequence[Sequence[float]], micro_batches: int,
                   procs: Sequence[int], cores: float,
-                  resume_s: Sequence[float] | None = None) -> SharedRun:
+                  resume_s: Sequence[float] | None = None,
+                  late_s: Sequence[float] | None = None) -> SharedRun:
     """Finish time of ``rounds`` (each a list of stage *work* times, seconds at full speed,
     one round per layer) for ``micro_batches`` micro-batches all ready at time 0, stage ``i``
     run by ``procs[i]`` processes (0: a link, no core) on ``cores`` shared cores.
-    ``resume_s[i]``: work stage ``i`` adds to a micro-batch it starts after standing idle, as
-    in :func:`solvers.serving.pingpong.rounds_s`."""
+    ``resume_s[i]``: work stage ``i`` adds to a micro-batch it starts after standing idle, and
+    ``late_s[i]`` to one that arrived while it was busy, as in
+    :func:`solvers.serving.pingpong.rounds_s`."""
     m = micro_batches
     if m < 1:
         raise ValueError(f"micro_batches must be >= 1, got {m}")
@@ -61,6 +63,7 @@ def shared_rounds(rounds: Sequence[Sequence[float]], micro_batches: int,
     started: dict[tuple[int, int, int], float] = {}
     busy = [0.0] * stages
     resume = list(resume_s or ()) + [0.0] * (stages - len(resume_s or ()))
+    late = list(late_s or ()) + [0.0] * (stages - len(late_s or ()))
     last_done = [0.0] * stages  # when each stage finished its last task
     now = 0.0
 
@@ -68,6 +71,12 @@ def shared_rounds(rounds: Sequence[Sequence[float]], micro_batches: int,
         if i > 0:
             return (r, j, i - 1) in done_at
         return r == 0 or (r - 1, j, stages - 1) in done_at
+
+    def arrived(r: int, j: int, i: int) -> float | None:
+        """When task (r, j, i)'s input came (None: the first round's first stage)."""
+        if i > 0:
+            return done_at[(r, j, i - 1)]
+        return done_at[(r - 1, j, stages - 1)] if r > 0 else None
 
     while True:
         progress = True
@@ -85,8 +94,11 @@ def shared_rounds(rounds: Sequence[Sequence[float]], micro_batches: int,
                     done_at[(r, j, i)] = now
                     last_done[i] = now
                 else:
+                    came = arrived(r, j, i)
                     if stood_idle(now, last_done[i]):  # it resumes first
                         work[r][j][i] += resume[i]
+                    elif came is not None and stood_idle(now, came):  # its input waited
+                        work[r][j][i] += late[i]
                     running[(r, j, i)] = work[r][j][i]
                 progress = True
         if not running:
