@@ -199,7 +199,22 @@ def without_pingpong(caldoc: dict) -> dict:
                                   "late_read_s": 0.0}}
 
 
-VARIANTS = {"without_pingpong_terms": without_pingpong}
+def without_late_read(caldoc: dict) -> dict:
+    """``caldoc`` with ``late_read_s`` unset."""
+    return {**caldoc, "profile": {**caldoc["profile"], "late_read_s": 0.0}}
+
+
+def unchanged(caldoc: dict) -> dict:
+    return caldoc
+
+
+# key -> (calibration change, predict_afd_run options): the default model without parts of
+# it, and a model under evaluation (messages advance only while a core is idle)
+VARIANTS = {"without_pingpong_terms": (without_pingpong, {}),
+            "idle_links": (unchanged, {"idle_links": True}),
+            "idle_links_no_late_read": (without_late_read, {"idle_links": True})}
+VARIANT_NAMES = {"idle_links": "idle links + late read",
+                 "idle_links_no_late_read": "idle links, no late read"}
 
 
 def summarise(name: str, runs: list[dict], caldoc: dict) -> dict:
@@ -208,8 +223,8 @@ def summarise(name: str, runs: list[dict], caldoc: dict) -> dict:
     pred = runs[0]["prediction"]
     record = json.loads((ROOT / runs[0]["record"]).read_text())
     variants = {}
-    for key, change in VARIANTS.items():
-        step = predict_afd_run(record, change(caldoc)).step_s
+    for key, (change, options) in VARIANTS.items():
+        step = predict_afd_run(record, change(caldoc), **options).step_s
         variants[key] = {"predicted_step_s": step, "error": step / med - 1.0}
     rows = {}
     for what in [r["what"] for r in runs[0]["rows"]]:
@@ -282,6 +297,23 @@ def render(out: dict) -> list[str]:
     lines += ["", f"Without them: within 15%: {sm['within_15_percent']} of {summary['plans']} "
               f"(worst {sm['worst_abs_error']:.1%}); same ranking: "
               f"{'yes' if sm['same_ranking'] else 'no'}."]
+    shown = [k for k in VARIANT_NAMES if all(k in r["variants"] for r in results)]
+    if shown:
+        lines += ["", "A model under evaluation, on the same runs: messages advance only while "
+                  "a core is idle (`shared_rounds(idle_links=True)`; the jobs run gloo's "
+                  "transport threads at idle priority). Error per plan:", "",
+                  "| plan | default | " + " | ".join(VARIANT_NAMES[k] for k in shown) + " |",
+                  "|---|---:|" + "---:|" * len(shown)]
+        for r in results:
+            lines.append(f"| {r['plan']} | {r['error']:+.1%} | "
+                         + " | ".join(f"{r['variants'][k]['error']:+.1%}" for k in shown)
+                         + " |")
+        lines.append("| within 15%, same ranking | "
+                     f"{summary['within_15_percent']}, "
+                     f"{'yes' if summary['same_ranking'] else 'no'} | "
+                     + " | ".join(f"{summary[k]['within_15_percent']}, "
+                                  f"{'yes' if summary[k]['same_ranking'] else 'no'}"
+                                  for k in shown) + " |")
     return lines
 
 
@@ -294,6 +326,8 @@ def history_entry(out: dict) -> dict:
             "p2p_latency_s": prof.get("p2p_latency_s", 0.0), "resume_s": prof.get("resume_s", 0.0),
             "late_read_s": prof.get("late_read_s", 0.0),
             "errors": {r["plan"]: r["error"] for r in out["results"]},
+            "variant_errors": {k: {r["plan"]: r["variants"][k]["error"] for r in out["results"]
+                                   if k in r["variants"]} for k in VARIANT_NAMES},
             "spreads": {r["plan"]: r["spread"] for r in out["results"]},
             "within_15_percent": out["summary"]["within_15_percent"],
             "same_ranking": out["summary"]["same_ranking"]}

@@ -194,6 +194,24 @@ def test_shared_cores_is_the_ping_pong_recursion_when_cores_suffice():
                                              abs=1e-12)
 
 
+def test_idle_links_stall_while_every_core_computes():
+    # m = 3 of [1, 0.5, 1, 0.5], one attention and one FFN process on 2 cores: micro-batch 1's
+    # dispatch (from 2.0) finds attention (micro-batch 2) and experts (micro-batch 0) both
+    # computing, so it waits until the experts finish at 2.5 and lands at 3.0, not 2.5; the
+    # rest follows: 5.5 against 5.0
+    stages = [[1.0, 0.5, 1.0, 0.5]]
+    assert shared_rounds(stages, 3, [1, 0, 1, 0], 2.0).finish_s == pytest.approx(5.0)
+    assert shared_rounds(stages, 3, [1, 0, 1, 0], 2.0, idle_links=True).finish_s == \
+        pytest.approx(5.5)
+    # with a core to spare the links never stall: the plain recursion
+    rng = random.Random(6)
+    for _ in range(200):
+        m, n = rng.randint(1, 5), rng.randint(1, 4)
+        rounds = [[rng.uniform(0.01, 2.0) for _ in range(4)] for _ in range(n)]
+        got = shared_rounds(rounds, m, [1, 0, 1, 0], 3.0, idle_links=True)
+        assert got.finish_s == pytest.approx(rounds_s(rounds, m), rel=1e-9, abs=1e-12)
+
+
 def test_oversubscribed_cores_stretch_the_overlapped_stages():
     # two attention processes and one FFN process on 2 cores, m = 2: the second micro-batch's
     # attention runs beside the first one's experts, three processes on two cores

@@ -384,11 +384,14 @@ class AfdRunPrediction:
 
 def predict_afd_run(record: Mapping[str, Any], calibration: Mapping[str, Any],
                     cores: float | None = None, message_latency_s: float | None = None,
-                    eager_call_s: float | None = None) -> AfdRunPrediction:
+                    eager_call_s: float | None = None,
+                    idle_links: bool = False) -> AfdRunPrediction:
     """The prediction of the AFD job run ``record`` (``planner.afd-run-record/v1``) describes,
     on the machine of ``calibration`` (``planner.calibration/v1``; see module docstring).
     ``cores``, ``message_latency_s`` and ``eager_call_s`` override the calibration's (see
-    :func:`machine_of`)."""
+    :func:`machine_of`). ``idle_links``: the messages advance only while one of the
+    machine's cores is idle (:func:`solvers.serving.shared_cores.shared_rounds`; a model
+    under evaluation, off by default)."""
     mc = machine_of(calibration, cores, message_latency_s, eager_call_s)
     shape = record["shape"]
     units = int(record.get("config", {}).get("units", 1) or 1)
@@ -408,9 +411,10 @@ def predict_afd_run(record: Mapping[str, Any], calibration: Mapping[str, Any],
     # whose micro-batch came while it computed reads it once it blocks (late_read_s)
     resume = (mc.profile.resume_s, 0.0, mc.profile.resume_s, 0.0)
     late = (mc.profile.late_read_s, 0.0, mc.profile.late_read_s, 0.0)
-    # enough cores: the recursion of rounds_s (equal when the cores suffice, a test checks)
-    cores = mc.cores if shared else float(sum(procs))
-    run = shared_rounds(rounds, m, procs, cores, resume, late)
+    # enough cores: the recursion of rounds_s (equal when the cores suffice, a test checks);
+    # idle links need the machine's real cores to know when one is idle
+    cores = mc.cores if shared or idle_links else float(sum(procs))
+    run = shared_rounds(rounds, m, procs, cores, resume, late, idle_links)
     pipeline, busy = run.finish_s, run.busy_s
     step = pipeline + c.step_once_s
     att_busy = busy[0] + c.step_once_s

@@ -40,13 +40,17 @@ class SharedRun:
 def shared_rounds(rounds: Sequence[Sequence[float]], micro_batches: int,
                   procs: Sequence[int], cores: float,
                   resume_s: Sequence[float] | None = None,
-                  late_s: Sequence[float] | None = None) -> SharedRun:
+                  late_s: Sequence[float] | None = None,
+                  idle_links: bool = False) -> SharedRun:
     """Finish time of ``rounds`` (each a list of stage *work* times, seconds at full speed,
     one round per layer) for ``micro_batches`` micro-batches all ready at time 0, stage ``i``
     run by ``procs[i]`` processes (0: a link, no core) on ``cores`` shared cores.
     ``resume_s[i]``: work stage ``i`` adds to a micro-batch it starts after standing idle, and
     ``late_s[i]`` to one that arrived while it was busy, as in
-    :func:`solvers.serving.pingpong.rounds_s`."""
+    :func:`solvers.serving.pingpong.rounds_s`. ``idle_links``: a link advances only while a
+    core is idle (the busy compute processes fewer than the cores), as messages do whose
+    transport threads run at idle priority (``planner.run.transport_threads``); a model under
+    evaluation (``benchmarks/afd_executor_prediction.py`` reports it beside the default)."""
     m = micro_batches
     if m < 1:
         raise ValueError(f"micro_batches must be >= 1, got {m}")
@@ -105,8 +109,10 @@ def shared_rounds(rounds: Sequence[Sequence[float]], micro_batches: int,
             break
         load = sum(procs[t[2]] for t in running)
         share = min(1.0, cores / load) if load > 0 else 1.0
-        rates = {t: (share if procs[t[2]] > 0 else 1.0) for t in running}
-        first = min(running, key=lambda t: running[t] / rates[t])
+        link = 0.0 if idle_links and load >= cores else 1.0
+        rates = {t: (share if procs[t[2]] > 0 else link) for t in running}
+        moving = [t for t in running if rates[t] > 0]  # a stalled link waits for compute
+        first = min(moving, key=lambda t: running[t] / rates[t])
         dt = running[first] / rates[first]
         now += dt
         for t in list(running):
