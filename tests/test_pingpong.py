@@ -85,14 +85,17 @@ def test_a_stage_that_waited_pays_its_resume_cost_once_per_wait():
     assert with_resume == pytest.approx(plain + 0.2)  # only the last micro-batch's wait shows
 
 
-def test_resume_costs_never_shorten_and_cost_at_most_one_per_task():
-    rng = random.Random(11)
+@pytest.mark.parametrize("term", ["resume_s", "late_s"])
+def test_waiting_costs_never_shorten_and_cost_at_most_one_per_task(term):
+    # each alone (together, a later arrival can trade a late read for a smaller resume, so the
+    # step is not monotone in both at once)
+    rng = random.Random(11 if term == "resume_s" else 12)
     for _ in range(300):
         m, n = rng.randint(1, 5), rng.randint(1, 4)
         rounds = [[rng.uniform(0.01, 1.0) for _ in range(4)] for _ in range(n)]
-        resume = [rng.uniform(0, 0.3), 0.0, rng.uniform(0, 0.3), 0.0]
-        base, got = rounds_s(rounds, m), rounds_s(rounds, m, resume)
-        assert base <= got <= base + m * n * (resume[0] + resume[2]) + 1e-12
+        extra = [rng.uniform(0, 0.3), 0.0, rng.uniform(0, 0.3), 0.0]
+        base, got = rounds_s(rounds, m), rounds_s(rounds, m, **{term: extra})
+        assert base <= got <= base + m * n * (extra[0] + extra[2]) + 1e-12
 
 
 def test_a_micro_batch_that_came_while_its_stage_was_busy_pays_the_late_read():
@@ -106,15 +109,3 @@ def test_a_micro_batch_that_came_while_its_stage_was_busy_pays_the_late_read():
     assert rounds_s([[1.0, 0.0, 0.0, 0.0]], 3, late_s=late) == pytest.approx(3.0)
     # a stage that waited pays the resume, never the late read (m = 1: nothing is ever early)
     assert rounds_s([stages, stages], 1, late_s=late) == pytest.approx(rounds_s([stages] * 2, 1))
-
-
-def test_late_reads_never_shorten_and_cost_at_most_one_per_task():
-    # alone (with resumes too, a later arrival can trade a late read for a smaller resume, so
-    # the step is not monotone in them together)
-    rng = random.Random(12)
-    for _ in range(300):
-        m, n = rng.randint(1, 5), rng.randint(1, 4)
-        rounds = [[rng.uniform(0.01, 1.0) for _ in range(4)] for _ in range(n)]
-        late = [rng.uniform(0, 0.3), 0.0, rng.uniform(0, 0.3), 0.0]
-        base, got = rounds_s(rounds, m), rounds_s(rounds, m, late_s=late)
-        assert base <= got <= base + m * n * (late[0] + late[2]) + 1e-12
