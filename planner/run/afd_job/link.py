@@ -103,7 +103,7 @@ class Inflight:
     parts: list[tuple[torch.Tensor, torch.Tensor, object]] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Posted:
     """An FFN rank's receive of one attention rank's next micro-batch: the count (NCCL) or
     the whole message with its header row, into a buffer of the micro-batch's capacity
