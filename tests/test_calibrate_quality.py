@@ -106,6 +106,17 @@ def test_check_run_names_each_condition_that_differs():
     assert len(warned) == 5
 
 
+def test_check_run_names_ranks_pinned_in_one_and_not_the_other():
+    from planner.run.check_run import condition_warnings
+
+    cal = {"backend": "gloo", "cores": 2, "pinned": True}
+    assert condition_warnings(cal, {"backend": "gloo", "cores": 2, "pinned": True}) == []
+    assert condition_warnings(cal, {"backend": "gloo", "cores": 2}) == []  # an older record
+    warned = condition_warnings(cal, {"backend": "gloo", "cores": 2, "pinned": False})
+    assert warned == ["the run's ranks were not pinned, the calibration's pinned to cores of "
+                      "their own (planner.run.affinity)"]
+
+
 def test_refit_fits_the_same_measurement_to_the_same_profile(tmp_path):
     pytest.importorskip("torch")
     first = tmp_path / "first.json"

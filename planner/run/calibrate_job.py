@@ -36,7 +36,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from planner.files import write_atomic
-from planner.run.calibrate import available_cores
+from planner.run.affinity import Pinning, not_pinned, pin_local_rank
 from planner.run.transport_threads import idle_transport_threads
 
 
@@ -200,20 +200,33 @@ def attention_cases(sizes: Sizes) -> list[dict]:
     return out
 
 
+# Blocks timed as one stack, each layer's time being the stack's over this count: in a model
+# the other layers' work evicts a layer's weights from the caches before its next forward or
+# backward, which a block timed alone on repeat never sees (its 3 MB of fp32 weights at hidden
+# 256 stay in a 4 MB L2). On the 2-vCPU Xeon, two processes at once, hidden 256, 128 tokens
+# (2026-11-28): 6.4 ms a block alone on repeat, 6.8 ms a block in a stack of 4.
+LAYER_STACK = 4
+
+
 def layer_cases(sizes: Sizes) -> list[dict]:
-    """Forward + backward of one small transformer block (the reference job's): dominated by
-    per-kernel overheads, from which the fit takes ``kernel_overhead_s``."""
+    """Forward + backward of a stack of :data:`LAYER_STACK` small transformer blocks (the
+    reference job's, each with weights of its own), per block: dominated by per-kernel
+    overheads at small sizes, from which the fit takes ``kernel_overhead_s``."""
     from planner.run.reference_job.model import Block
 
     out = []
     for b, s, h, heads in sizes.layer:
-        block = Block(h, heads).to(DEVICE, DTYPE)
+        blocks = [Block(h, heads).to(DEVICE, DTYPE) for _ in range(LAYER_STACK)]
         x = _rand(b, s, h, requires_grad=True)
 
         def run():
-            block(x).sum().backward()
+            y = x
+            for block in blocks:
+                y = block(y)
+            y.sum().backward()
         out.append({"batch": b, "seq": s, "hidden": h, "heads": heads, "ffn": 4 * h,
-                    "time_s": _timeit(run, sizes.min_time_s, sizes.min_reps)})
+                    "stack": LAYER_STACK,
+                    "time_s": _timeit(run, sizes.min_time_s, sizes.min_reps) / LAYER_STACK})
     return out
 
 
@@ -610,6 +623,8 @@ def main(argv: list[str] | None = None) -> None:
         DEVICE = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         DTYPE = torch.bfloat16
         torch.cuda.set_device(DEVICE)
+    # gloo ranks on cores of their own, as the jobs run them (planner.run.affinity)
+    pinning = pin_local_rank() if args.backend == "gloo" else not_pinned("GPU ranks (nccl)")
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     idle = _idle_transport()
@@ -644,7 +659,7 @@ def main(argv: list[str] | None = None) -> None:
     comm = collective_cases(sizes, rank, world, report)
     interleave = interleave_cases(sizes, world, report)
     resume = resume_cases(sizes, world, report)
-    conditions.update(load_after=_load(), **_machine_conditions(args.backend, world),
+    conditions.update(load_after=_load(), **_machine_conditions(args.backend, world, pinning),
                       idle_transport_threads=idle)
     if rank == 0:
         record = {"schema": "planner.calibration-raw/v1", "world_size": world,
@@ -673,10 +688,10 @@ def _load() -> float | None:
         return None
 
 
-def _machine_conditions(backend: str, world: int) -> dict:
+def _machine_conditions(backend: str, world: int, pinning: Pinning) -> dict:
     """What the measurement ran under, for ``check-run`` to compare against a run's."""
-    out = {"cores": available_cores(), "cpu_count": os.cpu_count(), "processes": world,
-           "threads": torch.get_num_threads(), "backend": backend, "torch": torch.__version__}
+    out = {"cpu_count": os.cpu_count(), "processes": world, "threads": torch.get_num_threads(),
+           "backend": backend, "torch": torch.__version__, **pinning.record()}
     if backend == "nccl" and torch.cuda.is_available():
         out["cuda"] = torch.version.cuda
         try:

@@ -142,6 +142,11 @@ def condition_warnings(calibrated: dict, run: dict) -> list[str]:
     cal_cores, run_cores = both("cores")
     if cal_cores and run_cores and cal_cores != run_cores:
         out.append(f"the run had {run_cores} cores, the calibration {cal_cores}")
+    cal_pinned, run_pinned = both("pinned")
+    if cal_pinned is not None and run_pinned is not None and cal_pinned != run_pinned:
+        yes_no = {True: "pinned to cores of their own", False: "not pinned"}
+        out.append(f"the run's ranks were {yes_no[run_pinned]}, the calibration's "
+                   f"{yes_no[cal_pinned]} (planner.run.affinity)")
     procs, threads = run.get("processes"), run.get("threads")
     crowded = run_cores and procs and threads and oversubscribed(
         run.get("backend", "gloo"), procs, threads, run_cores)

@@ -20,12 +20,12 @@ import torch
 import torch.distributed as dist
 
 from planner.files import write_atomic
-from planner.run.calibrate import available_cores
 from planner.run.afd_job.link import AttentionLink, FfnLink, Groups, unpack_tokens
 from planner.run.afd_job.model import (AttentionSide, ExpertBank, KVCache, prompts,
                                        run_experts)
 from planner.run.afd_job.shape import AfdShape, afd_shape
 from planner.run.afd_job.timers import AfdTimers, busy_idle
+from planner.run.affinity import Pinning, not_pinned, pin_local_rank
 from planner.run.transport_threads import idle_transport_threads
 from planner.run.runtime import (AfdRole, WorldMismatch, afd_expert_homes, afd_role, afd_world,
                                  node_backend)
@@ -163,6 +163,8 @@ def run(plan_path: str, overrides: Mapping[str, Any], out: str | None,
     if chosen == "nccl":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
+    # gloo ranks on cores of their own where they fit (planner.run.affinity)
+    pinning = pin_local_rank() if chosen == "gloo" else not_pinned("GPU ranks (nccl)")
     dist.init_process_group(backend=chosen, rank=rank, world_size=world)
     groups = Groups(dist.new_group(list(range(world))), dist.new_group(list(range(world))))
     idle = idle_transport_threads() if chosen == "gloo" else 0  # planner.run.transport_threads
@@ -170,6 +172,7 @@ def run(plan_path: str, overrides: Mapping[str, Any], out: str | None,
     preposted = chosen == "gloo"  # pre-posted token receives (link.py's docstring)
     mine = _run_rank(shape, role, groups, timers, device, keep_logits, preposted)
     mine["idle_transport_threads"] = idle
+    mine["pinned"] = bool(pinning.pinned)
     gathered: list = [None] * world
     dist.all_gather_object(gathered, mine)
     result = None
@@ -177,7 +180,7 @@ def run(plan_path: str, overrides: Mapping[str, Any], out: str | None,
         ranks = sorted(gathered, key=lambda r: r["rank"])
         result = [seq for r in ranks if r["role"] == "attention" for seq in r["tokens"]]
         if out is not None:
-            _write_record(Path(out), plan, shape, ranks, chosen, keep_logits, preposted)
+            _write_record(Path(out), plan, shape, ranks, chosen, keep_logits, preposted, pinning)
     dist.barrier()
     dist.destroy_process_group()
     return result
@@ -228,9 +231,10 @@ def _run_rank(shape: AfdShape, role: AfdRole, groups: Groups, timers: AfdTimers,
 
 
 def _write_record(out: Path, plan, shape: AfdShape, ranks: list[dict], backend: str,
-                  keep_logits: bool, preposted: bool) -> None:
+                  keep_logits: bool, preposted: bool, pinning: Pinning) -> None:
     """Rank 0's run record (``planner.afd-run-record/v1``): the plan, the shape, every
-    sequence's generated ids, the step times and every rank's busy/idle split."""
+    sequence's generated ids, the step times and every rank's busy/idle split; ``pinning``
+    is rank 0's (the machine's cores before it, whether the ranks were pinned)."""
     import json
     import platform
 
@@ -240,7 +244,7 @@ def _write_record(out: Path, plan, shape: AfdShape, ranks: list[dict], backend: 
     attention = [r for r in ranks if r["role"] == "attention"]
     steps = len(ranks[0]["steps"])
     kept = ("rank", "role", "index", "unit", "experts", "threads", "prefill", "steps",
-            "empty_dispatches", "idle_transport_threads")
+            "empty_dispatches", "idle_transport_threads", "pinned")
     timings = [{**{k: r[k] for k in kept if k in r},
                 "busy_idle": busy_idle(r["steps"])} for r in ranks]
     record = {
@@ -258,7 +262,7 @@ def _write_record(out: Path, plan, shape: AfdShape, ranks: list[dict], backend: 
                         "torch": torch.__version__, "backend": backend,
                         "threads": torch.get_num_threads(),
                         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-                        "cores": available_cores(), "processes": len(ranks)}}
+                        "processes": len(ranks), **pinning.record()}}
     if keep_logits:
         record["final_logits"] = [row for r in attention for row in r["final_logits"]]
     write_atomic(out, json.dumps(record, indent=1, sort_keys=True) + "\n")

@@ -24,6 +24,7 @@ from planner.run.reference_job.shape import IMPLEMENTATION, JobShape, plan_share
 from planner.run.reference_job.timers import Timers
 from planner.run.reference_job.tp import shard_block
 from planner.run.runtime import degrees_of, expert_maps, init
+from planner.run.affinity import Pinning, pin_local_rank
 from planner.run.transport_threads import idle_transport_threads
 
 __all__ = ["build_stage", "train"]
@@ -55,6 +56,7 @@ def train(plan_path: str, shape_overrides: dict, out: str | None,
     scaled by ``1 + grad_error`` before each optimizer step."""
     if os.environ.get("OMP_NUM_THREADS"):  # torchrun sets 1 for nproc > 1; torch usually obeys
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    pinning = pin_local_rank()  # a core of its own (planner.run.affinity), before gloo's threads
     rt = init(plan_path, backend="gloo")  # the job's tensors live on the CPU
     idle_transport_threads()  # every group exists now (planner.run.transport_threads)
     view = rt.view
@@ -85,9 +87,9 @@ def train(plan_path: str, shape_overrides: dict, out: str | None,
     dist.all_gather_object(ranks, {"rank": view.rank, "ep": view.coords["ep"], "stage": view.stage,
                                    "events": log, "coords": dict(view.coords),
                                    "threads": torch.get_num_threads(), "steps": timers.steps,
-                                   "micro_batches": forwards})
+                                   "micro_batches": forwards, "pinned": bool(pinning.pinned)})
     if out is not None and view.rank == 0:
-        _write_record(out, rt, shape, losses, times, ranks)
+        _write_record(out, rt, shape, losses, times, ranks, pinning)
     dist.barrier()
     dist.destroy_process_group()
     return losses
@@ -128,14 +130,15 @@ def build_stage(rt, shape: JobShape, log: list, timers: Timers) -> Stage:
 
 
 def _write_record(out: str, rt, shape: JobShape, losses: list[float], times: list[float],
-                  ranks: list[dict]) -> None:
-    """``ranks``: every rank's gathered object (expert events, coordinates, threads, timings)."""
-    from planner.run.calibrate import available_cores
+                  ranks: list[dict], pinning: Pinning) -> None:
+    """``ranks``: every rank's gathered object (expert events, coordinates, threads, timings);
+    ``pinning``: rank 0's (the machine's cores before it, whether the ranks were pinned)."""
     from planner.run.launch import write_run_record
 
     ranks = sorted(ranks, key=lambda r: r["rank"])
     events = [{k: r[k] for k in ("rank", "ep", "stage", "events")} for r in ranks]
-    timings = [{k: r[k] for k in ("rank", "stage", "coords", "threads", "steps", "micro_batches")}
+    timings = [{k: r[k] for k in ("rank", "stage", "coords", "threads", "steps", "micro_batches",
+                                  "pinned")}
                for r in ranks]
     step_max = [max(r["steps"][i]["step"] for r in ranks) for i in range(len(times))]
     write_run_record(Path(out), rt.plan,
@@ -148,4 +151,4 @@ def _write_record(out: str, rt, shape: JobShape, losses: list[float], times: lis
                      {"torch": torch.__version__, "backend": dist.get_backend(),
                       "threads": torch.get_num_threads(),
                       "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-                      "cores": available_cores(), "processes": dist.get_world_size()})
+                      "processes": dist.get_world_size(), **pinning.record()})
