@@ -58,50 +58,53 @@ PLANS = {
 STEPS = 10
 LIMITS = [
     "What limits the accuracy (from `check-run` of these runs, single-process timings and "
-    "2-process probes on this box, 2026-11-26 and 2026-11-27; the box has been a 2-vCPU Xeon "
+    "2-process probes on this box, 2026-11-26 to 2026-11-28; the box has been a 2-vCPU Xeon "
     "since the evening of 2026-11-27, an AMD EPYC before):",
     "",
-    "* This VM's speed drifts between minutes, and the calibration with it: the same plan "
-    "measured 0.55, 0.65 and 0.93 s (TP2, micro-batch 1) and 0.49-0.59 s (EP2) in repetitions "
-    "minutes apart, while the same plan's prediction moved by up to 20% between calibrations. "
-    "A plan within 15% in one repetition misses in the next. The idle 16-core host of the GPU "
-    "session (two pinned cores; `docs/benchmarks.md`, GPU session) put all five DP/PP/TP "
-    "plans of the time within 15%; re-run there at 870105e, alone on the machine, 5 of 9 with "
-    "DP2 at -30% (`docs/benchmarks.md`, `device_prediction_rerun`).",
-    "* TP2: until 2026-11-27 the job cloned every tensor before its TP all-reduce (128 "
-    "fresh 128 KiB buffers a step at micro-batch 1; Megatron all-reduces in place), work the "
-    "step model does not have. In place, on the EPYC box, TP2 errors were -2%, -9%, -12% at micro-batch 1 "
-    "(were -35%, -24%, -7%) and +5%, -15%, -17% at micro-batch 4 (were -15%, -20%, -10%).",
-    "* EP2 and TP2 are the worst plans (this run: EP2 -22%, -19%, -20%; TP2 -13% to -28%). "
-    "Since 2026-11-27 the job groups the received rows by expert slot with one gather and "
-    "restores their order with another (Megatron-Core's permute and unpermute), its packing "
-    "of every expert's gradient around the all-reduce is priced, and (since the evening of 2026-11-27) so is the "
-    "host work of each dispatch (quotas, splits: `dispatch_solve_s` + "
-    "`dispatch_solve_per_expert_s` x experts, timed by calibrate on 4 to 64 experts). "
-    "`check-run` of the last repetition: compute (4 layers) 0.150 s predicted against 0.187 s "
-    "measured, the all-to-alls 0.041 against 0.040 s (the previous run, before gloo's "
-    "transport threads went idle: 0.049 against 0.065 s), the dispatch bookkeeping 8.2 "
-    "against 10.8 ms, the DP all-reduce 0.031 against 0.043 s. Its compute, like TP2's (-27% "
-    "at micro-batch 1, -13% at 4) and DP2's (-15%), is what the calibration of that moment "
-    "under-predicts: every plan's error was negative in all three repetitions of this run, "
-    "and the same plan's compute row moves by 15-20% between repetitions on this box.",
-    "* Since 2026-11-27 23:45 UTC the jobs and calibrate's measurement run gloo's transport "
-    "threads under `SCHED_IDLE` (`planner/run/transport_threads.py`): such a thread polls "
-    "without pause while the main thread holds its socket's lock, and at normal priority "
-    "that polling took cores from the ranks. Same-moment A/B runs (two pairs, 10 steps): "
-    "TP2 342 and 325 ms a step at normal priority, 308 and 319 ms idle; EP2 334 and 326 "
-    "against 305 and 300 ms.",
+    "* This VM's speed drifts between minutes, and the calibration with it. Four runs of the "
+    "same TP2 compute, no communication, one after the other (2026-11-28): 139, 165, 161 and "
+    "160 ms a step. Three calibrations minutes apart predicted DP2 at micro-batch 1 at 0.109, "
+    "0.114 and 0.119 s while it measured 0.123-0.127 s; the layer cases of three calibrations "
+    "in a row moved by up to 14% (hidden 320, 4 sequences: 37.7 to 43.0 ms). A plan within 15% "
+    "in one repetition misses in the next.",
+    "* Since 2026-11-28 each rank runs on a core of its own (`planner/run/affinity.py`, in the "
+    "jobs and in calibrate). Unpinned, one TP all-reduce in six waited a whole compute segment "
+    "for the peer's transport thread (mean 0.93 ms against 0.30 ms pinned, two GEMMs of 384 "
+    "and 96 KiB a round), which calibrate's tables, timed after a barrier, never saw: TP2's "
+    "all-reduce row went from -35..-39% to -5%, its step from 0.26 to 0.20-0.21 s.",
+    "* Since 2026-11-28 calibrate times its layer cases as a stack of 4 blocks: a block timed "
+    "alone on repeat keeps its weights in the 4 MB L2, which a model's layers evict from each "
+    "other (two processes, hidden 256, 128 tokens: 6.4 ms a block alone, 6.8 ms in a stack). "
+    "In one repetition right after the change (unpinned) DP2 at micro-batch 1 went from -13% "
+    "to -6%, EP2 from -20% to -13%.",
+    "* TP2 at micro-batch 1 is still -20% to -24%, all in its compute row: the TP-sharded "
+    "block alone runs 0.59 of the full block's time, as the model says (single process, "
+    "hidden 256, 128 tokens), but the TP job's compute, even with its all-reduces replaced by "
+    "nothing, took 139-165 ms against 124 ms predicted.",
+    "* EP2 is -24%, three quarters of it compute: its MoE layers run the same GEMM FLOPs as "
+    "the dense MLP in many more small operations (per expert GELU, gathers, `index_add`, "
+    "`cat`, fills), and the CPU spends more per operation on them than the per-kernel "
+    "overhead the dense layer cases fit: a single-process profile of the MoE stage against "
+    "the dense one, same GEMMs within 6%, took 43 ms more CPU for its 12 MoE layer passes (the "
+    "experts' GELU and its backward alone 4.7 ms more for the same elements, in 52 calls "
+    "instead of 16). Its dispatch bookkeeping (-38%) and DP all-reduce of the expert gradients "
+    "(-28%) add the rest.",
+    "* gloo's transport threads run under `SCHED_IDLE` (`planner/run/transport_threads.py`, "
+    "since 2026-11-27): such a thread polls without pause while the main thread holds its "
+    "socket's lock, and at normal priority that polling took cores from the ranks (TP2 342 and "
+    "325 ms a step at normal priority, 308 and 319 ms idle).",
     "* Blocking collectives wait for the slower rank: calibrate's interleaved rounds give the "
-    "arrival skew (`collective_skew_sqrt_s`, ~ sqrt of the compute before the collective; "
-    "0.005-0.016 s per sqrt(s) here), which the DP all-reduce after a whole step's compute "
-    "pays once (5 ms) and each TP all-reduce and EP all-to-all over its share of a layer. The "
-    "DP rows are still -5% to -38%, the TP rows -16% to -28%.",
+    "arrival skew (`collective_skew_sqrt_s`, ~ sqrt of the compute before the collective), "
+    "which the DP all-reduce after a whole step's compute pays once and each TP all-reduce "
+    "and EP all-to-all over its share of a layer.",
     "* Pipeline plans: a stage computing alone runs a block's forward + backward 2-15% faster "
-    "than with both processes busy, which is what calibrate measures.",
-    "* Element-wise kernels (GELU, LayerNorm) are compute-bound on a CPU: the layer fit gives "
-    "them 0.2-0.4 of the streaming bandwidth (`hbm_efficiency`). The optimizer step (a pure "
-    "stream) got the same until the evening of 2026-11-27 and was predicted 2-3x too slow; it is now priced "
-    "at the stream copies' bandwidth (`stream_efficiency`), within 15% in every plan.",
+    "than with both processes busy, which is what calibrate measures; PP2 at micro-batch 1 "
+    "is -14% to -20% in this run, from both stages' compute (-7% to -10%) and stage 0's "
+    "bubble.",
+    "* The optimizer step (a pure stream) is priced at the stream copies' bandwidth "
+    "(`stream_efficiency`), within 20% in every plan; the element-wise kernels (GELU, "
+    "LayerNorm) at the layer fit's `hbm_efficiency` (0.35-0.5 here), since they are "
+    "compute-bound on a CPU.",
 ]
 
 
