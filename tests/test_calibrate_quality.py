@@ -85,6 +85,9 @@ def test_oversubscribed_calibration_warns_says_why_and_records_its_conditions(tm
     assert cond["processes"] == nproc and cond["cores"] == available_cores()
     assert cond["backend"] == "gloo" and cond["torch"] and cond["other_load_cores"] is not None
     assert doc["quality"]["compute_cases"] > 0
+    # more ranks than cores: none is pinned (planner.run.affinity), and the output says so
+    assert cond["pinned"] is False and "local ranks on" in cond["not_pinned"]
+    assert "not pinned to cores" in " ".join(result.output.split())
 
 
 def test_check_run_names_each_condition_that_differs():

@@ -141,6 +141,8 @@ def _quality_line(doc: dict) -> str:
     if comm is not None:
         text += f", {comm:.1%} over {quality['collective_cases']} collective cases"
     text += f"; measured with {cond.get('processes')} process(es) on {cond.get('cores')} core(s)"
+    if cond.get("pinned") is not None:
+        text += ", each on cores of its own" if cond["pinned"] else ", not pinned to cores"
     if cond.get("other_load_cores") is not None:
         text += f", other processes busy on {cond['other_load_cores']:.2f} cores"
     return text
