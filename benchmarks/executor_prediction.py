@@ -77,18 +77,28 @@ LIMITS = [
     "other (two processes, hidden 256, 128 tokens: 6.4 ms a block alone, 6.8 ms in a stack). "
     "In one repetition right after the change (unpinned) DP2 at micro-batch 1 went from -13% "
     "to -6%, EP2 from -20% to -13%.",
-    "* TP2 at micro-batch 1 is still -20% to -24%, all in its compute row: the TP-sharded "
-    "block alone runs 0.59 of the full block's time, as the model says (single process, "
-    "hidden 256, 128 tokens), but the TP job's compute, even with its all-reduces replaced by "
-    "nothing, took 139-165 ms against 124 ms predicted.",
-    "* EP2 is -24%, three quarters of it compute: its MoE layers run the same GEMM FLOPs as "
-    "the dense MLP in many more small operations (per expert GELU, gathers, `index_add`, "
-    "`cat`, fills), and the CPU spends more per operation on them than the per-kernel "
-    "overhead the dense layer cases fit: a single-process profile of the MoE stage against "
-    "the dense one, same GEMMs within 6%, took 43 ms more CPU for its 12 MoE layer passes (the "
-    "experts' GELU and its backward alone 4.7 ms more for the same elements, in 52 calls "
-    "instead of 16). Its dispatch bookkeeping (-38%) and DP all-reduce of the expert gradients "
-    "(-28%) add the rest.",
+    "* Since 2026-11-28 (the third run of that day, the one above) each blocking collective "
+    "inside a layer (TP's all-reduces, EP's count exchange and all-to-alls) costs "
+    "`resume_s` of compute after it (`cost_models/training/stage.py` `_restarts`): "
+    "calibrate's ping-pong pairs time a block's forward after a blocking receive against the "
+    "same forward back to back (0.12-0.15 ms here). TP2's compute at micro-batch 1, its 128 "
+    "blocking all-reduces a step replaced by nothing, by 4-byte ones and by the real 128 KiB "
+    "ones, three alternating runs each: 117-130, 132-146 and 135-143 ms, 0.08-0.16 ms more "
+    "per all-reduce whatever its size. Before it (the same runs re-predicted) TP2 was -21% "
+    "at micro-batch 1 and -10% at 4, EP2 -24%; with it -14%, -8% and -21%.",
+    "* EP2 is the plan furthest off (-13% to -18%): its compute (-12%), all-to-alls (-16%), "
+    "dispatch bookkeeping (-25%) and DP all-reduce of the expert gradients (-24%) are all "
+    "under-predicted. Its MoE layers run the same GEMM FLOPs as the dense MLP in many more "
+    "small operations (per expert GELU, gathers, `index_add`, `cat`, fills), and the CPU "
+    "spends more per operation on them than the per-kernel overhead the dense layer cases "
+    "fit: a single-process profile of the MoE stage against the dense one, same GEMMs within "
+    "6%, took 43 ms more CPU for its 12 MoE layer passes (the experts' GELU and its backward "
+    "alone 4.7 ms more for the same elements, in 52 calls instead of 16).",
+    "* The DP all-reduce rows are -14% to -28% in every plan: the bucket's all-reduce after "
+    "the backward takes longer than calibrate's tables (timed after a barrier and a short "
+    "burst) plus the arrival skew say; 2-4 ms a step.",
+    "* The ranking: the plans in the wrong order measured 1-4% apart (the table above), "
+    "within the box's run-to-run spread.",
     "* gloo's transport threads run under `SCHED_IDLE` (`planner/run/transport_threads.py`, "
     "since 2026-11-27): such a thread polls without pause while the main thread holds its "
     "socket's lock, and at normal priority that polling took cores from the ranks (TP2 342 and "
@@ -144,6 +154,24 @@ def _ranks(values: list[float]) -> list[int]:
     for r, i in enumerate(order):
         out[i] = r + 1
     return out
+
+
+def discordant(results: list[dict]) -> tuple[float, list[str]]:
+    """(Kendall's tau of predicted against measured step times, the pairs predicted in the
+    wrong order, each with how far apart they measured)."""
+    pairs, score, wrong = 0, 0, []
+    for i, a in enumerate(results):
+        for b in results[i + 1:]:
+            dp = a["predicted_step_s"] - b["predicted_step_s"]
+            dm = a["measured_step_s"] - b["measured_step_s"]
+            pairs += 1
+            if dp * dm > 0:
+                score += 1
+            elif dp * dm < 0:
+                score -= 1
+                lo, hi = sorted((a["measured_step_s"], b["measured_step_s"]))
+                wrong.append(f"{a['plan']} / {b['plan']} (measured {hi / lo - 1:.0%} apart)")
+    return (score / pairs if pairs else 1.0), wrong
 
 
 def one_repetition(skip_calibrate: bool, plans: dict = PLANS) -> tuple[list[dict], dict]:
@@ -232,19 +260,22 @@ def render(out: dict) -> list[str]:
     for r in results:
         lines.append(f"| {r['plan']} | {r['predicted_step_s']:.4f} | {r['measured_step_s']:.4f} "
                      f"| {r['error']:+.1%} | {r['predicted_rank']} | {r['measured_rank']} |")
+    tau, wrong = discordant(results)
     lines += ["", f"Within 15%: {summary['within_15_percent']} of {len(results)} plans (worst "
               f"{summary['worst_abs_error']:.1%}); same ranking: "
-              f"{'yes' if summary['same_ranking'] else 'no'}.", "",
+              f"{'yes' if summary['same_ranking'] else 'no'} (Kendall tau {tau:+.2f}"
+              + (f"; in the wrong order: {'; '.join(wrong)}" if wrong else "") + ").", "",
               f"Every repetition ({len(repetitions)}, each calibrating afresh; the table above "
               "is the last), error per plan:", "",
               "| repetition | " + " | ".join(r["plan"] for r in results)
-              + " | within 15% | same ranking |",
-              "|---|" + "---:|" * len(results) + "---:|---|"]
+              + " | within 15% | same ranking | Kendall tau |",
+              "|---|" + "---:|" * len(results) + "---:|---|---:|"]
     for i, rep in enumerate(repetitions):
         errs = " | ".join(f"{r['error']:+.1%}" for r in rep["results"])
         sm = rep["summary"]
         lines.append(f"| {i + 1} | {errs} | {sm['within_15_percent']} of {sm['plans']} | "
-                     f"{'yes' if sm['same_ranking'] else 'no'} |")
+                     f"{'yes' if sm['same_ranking'] else 'no'} | "
+                     f"{discordant(rep['results'])[0]:+.2f} |")
     lines += ["", "Per-part comparison of each run: `planner check-run "
               "benchmarks/results/executor_prediction_runs/<plan>-run.json --calibration "
               "benchmarks/results/calibration-local.json`.", "", *LIMITS]

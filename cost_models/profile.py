@@ -90,7 +90,9 @@ class Profile:
     # compute run back to back: the blocked core went idle, and resumes on cold caches (on a
     # VM, a vCPU the host descheduled). Measured by ``planner calibrate`` (a ping-pong whose
     # waiting rank then computes; planner/run/calibrate_job.py ``resume_cases``); 0 where not
-    # measured. Used where a process waits for messages between compute (the AFD job).
+    # measured. Used where a process waits for messages between compute (the AFD job), and
+    # as compute after each blocking collective inside a layer (TP, EP:
+    # cost_models/training/stage.py ``_restarts``).
     resume_s: float = 0.0
     # One-way latency of a small point-to-point message whose receiver already waits in its
     # receive: half a ping-pong's round trip (the same benchmark); 0 where not measured (the

@@ -161,6 +161,33 @@ def test_the_switch_cost_is_paid_per_blocking_collective_of_a_tp_layer():
     assert c.time.step_s == d.time.step_s  # no TP or EP collective: nothing to pay
 
 
+def test_compute_resumes_after_each_blocking_tp_collective_and_only_then():
+    """``Profile.resume_s`` is compute after every blocking TP all-reduce (2 forward, 2
+    backward per layer and micro-batch), not communication; nothing without TP, and nothing
+    when the all-reduces are asynchronous (``tp_comm_overlap``)."""
+    from cost_models.parallel import Degrees
+    from cost_models.training.config import TrainingConfig, Workload
+    from cost_models.training.step import estimate
+    from planner.inputs.models import load_model
+    from topologies.standard import homogeneous_cluster
+
+    model = load_model("llama-3.1-8b")
+    cluster = homogeneous_cluster("H100-SXM5-80GB", 1)
+    workload = Workload(8, 1024)
+    resumes = Profile(resume_s=1e-3)
+    tp8 = TrainingConfig(degrees=Degrees(tp=8, pp=1, dp=1), micro_batch=1,
+                         sequence_parallel=True)
+    a, b = (estimate(model, cluster, workload, tp8, p) for p in (Profile(), resumes))
+    calls = 2 * 2 * model.num_layers * tp8.micro_batches(workload)
+    assert b.time.compute_s - a.time.compute_s == pytest.approx(calls * 1e-3)
+    assert b.time.tp_comm_s == a.time.tp_comm_s
+    for cfg in (TrainingConfig(degrees=Degrees(tp=1, pp=1, dp=8), micro_batch=1),
+                TrainingConfig(degrees=Degrees(tp=8, pp=1, dp=1), micro_batch=1,
+                               sequence_parallel=True, tp_comm_overlap=True)):
+        c, d = (estimate(model, cluster, workload, cfg, p) for p in (Profile(), resumes))
+        assert c.time.step_s == d.time.step_s
+
+
 def test_the_run_prediction_prices_the_jobs_expert_gradient_sync(tmp_path):
     """The reference job all-reduces, per MoE layer, every logical expert's fp32 gradient over
     the whole DP group; the step model all-reduces each rank's own experts over expert-DP.

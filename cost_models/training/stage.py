@@ -224,7 +224,29 @@ def layer_cost(ctx: StepContext, views: GroupViews, layer: int,
     elif ctx.cfg.recompute == "selective":
         recompute = _selective_recompute_s(ctx, t)
     weight_grad = (BWD_GEMM - 1) * t.gemm_s  # dW = x^T dy: one forward GEMM's worth
-    return fwd + bwd, recompute, tp_fwd + tp_bwd, cp_fwd + cp_bwd, ep_total, weight_grad
+    resumed = _restarts(ctx, layer, tp > 0, ep > 0) * ctx.prof.resume_s
+    return (fwd + bwd + resumed, recompute, tp_fwd + tp_bwd, cp_fwd + cp_bwd, ep_total,
+            weight_grad)
+
+
+def _restarts(ctx: StepContext, layer: int, tp: bool, ep: bool) -> int:
+    """Blocking collectives of one layer's forward + backward after which its compute resumes
+    (each costs ``Profile.resume_s`` of compute: calibrate's ping-pong pairs time a block's
+    forward after a blocking receive against the same forward back to back,
+    ``planner/run/calibrate_job.py`` ``resume_cases``; 0 unless a machine was calibrated).
+    TP: every all-reduce of ``f`` and ``g`` unless asynchronous (``tp_comm_overlap``); EP:
+    the count exchange, and dispatch and combine both ways unless overlapped
+    (``moe_a2a_overlap``). With SlimPipe each runs once per slice. On the 2-vCPU Xeon
+    (2026-11-28, ranks pinned) TP2's compute at micro-batch 1, with its 128 blocking
+    all-reduces a step replaced by nothing, by 4-byte ones, and by the real 128 KiB ones:
+    117-130, 132-146 and 135-143 ms a step (three alternating runs each), 0.08-0.16 ms more
+    per all-reduce whatever its size, where calibrate measured resume_s at 0.12-0.15 ms."""
+    count = 0
+    if tp and not ctx.cfg.tp_comm_overlap:
+        count += 2 * _tp_blocks(ctx, layer)
+    if ep:
+        count += 1 + (0 if ctx.cfg.moe_a2a_overlap else 4)
+    return count * ctx.cfg.seq_slices
 
 
 def mtp_cost(ctx: StepContext, views: GroupViews) -> tuple[float, ...]:
