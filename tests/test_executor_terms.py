@@ -110,18 +110,12 @@ def test_the_step_pays_arrival_skew_per_blocking_collective_and_once_before_a_lo
     pass; DP without TP, EP or a pipeline: one skew over the whole step's compute; a plan with
     neither pays nothing; a profile without the term is unchanged."""
     from cost_models.parallel import Degrees
-    from cost_models.training.config import TrainingConfig, Workload
+    from cost_models.training.config import TrainingConfig
     from cost_models.training.data_parallel import backward_window_s
     from cost_models.training.step import estimate
-    from planner.inputs.models import load_model
-    from topologies.standard import homogeneous_cluster
 
-    model = load_model("llama-3.1-8b")
-    cluster = homogeneous_cluster("H100-SXM5-80GB", 1)
-    workload = Workload(8, 1024)
+    model, cluster, workload, tp = _llama_8b_one_node()
     skewed = Profile(collective_skew_sqrt_s=1e-3)
-    tp = TrainingConfig(degrees=Degrees(tp=8, pp=1, dp=1), micro_batch=1,
-                        sequence_parallel=True)
     a, b = (estimate(model, cluster, workload, tp, p) for p in (Profile(), skewed))
     cost = a.stages[0]
     per_layer_fwd = cost.compute_s / model.num_layers / 3  # forward : backward = 1 : 2
@@ -139,18 +133,25 @@ def test_the_step_pays_arrival_skew_per_blocking_collective_and_once_before_a_lo
     assert backward_window_s(3.0) == 2.0  # the 1 : 2 split the expectation above uses
 
 
-def test_the_switch_cost_is_paid_per_blocking_collective_of_a_tp_layer():
+def _llama_8b_one_node():
+    """(model, cluster, workload, TP8 with sequence parallelism): Llama-3.1-8B on one H100
+    node, 8 sequences of 1024 tokens, where the per-collective terms are checked."""
     from cost_models.parallel import Degrees
     from cost_models.training.config import TrainingConfig, Workload
-    from cost_models.training.step import estimate
     from planner.inputs.models import load_model
     from topologies.standard import homogeneous_cluster
 
-    model = load_model("llama-3.1-8b")
-    cluster = homogeneous_cluster("H100-SXM5-80GB", 1)
-    workload = Workload(8, 1024)
-    cfg = TrainingConfig(degrees=Degrees(tp=8, pp=1, dp=1), micro_batch=1,
-                         sequence_parallel=True)
+    return (load_model("llama-3.1-8b"), homogeneous_cluster("H100-SXM5-80GB", 1),
+            Workload(8, 1024), TrainingConfig(degrees=Degrees(tp=8, pp=1, dp=1),
+                                              micro_batch=1, sequence_parallel=True))
+
+
+def test_the_switch_cost_is_paid_per_blocking_collective_of_a_tp_layer():
+    from cost_models.parallel import Degrees
+    from cost_models.training.config import TrainingConfig
+    from cost_models.training.step import estimate
+
+    model, cluster, workload, cfg = _llama_8b_one_node()
     a, b = (estimate(model, cluster, workload, cfg, p)
             for p in (Profile(), Profile(collective_switch_s=1e-3)))
     calls = 2 * 2 * model.num_layers * cfg.micro_batches(workload)  # 2 fwd + 2 bwd per layer
@@ -166,17 +167,11 @@ def test_compute_resumes_after_each_blocking_tp_collective_and_only_then():
     backward per layer and micro-batch), not communication; nothing without TP, and nothing
     when the all-reduces are asynchronous (``tp_comm_overlap``)."""
     from cost_models.parallel import Degrees
-    from cost_models.training.config import TrainingConfig, Workload
+    from cost_models.training.config import TrainingConfig
     from cost_models.training.step import estimate
-    from planner.inputs.models import load_model
-    from topologies.standard import homogeneous_cluster
 
-    model = load_model("llama-3.1-8b")
-    cluster = homogeneous_cluster("H100-SXM5-80GB", 1)
-    workload = Workload(8, 1024)
+    model, cluster, workload, tp8 = _llama_8b_one_node()
     resumes = Profile(resume_s=1e-3)
-    tp8 = TrainingConfig(degrees=Degrees(tp=8, pp=1, dp=1), micro_batch=1,
-                         sequence_parallel=True)
     a, b = (estimate(model, cluster, workload, tp8, p) for p in (Profile(), resumes))
     calls = 2 * 2 * model.num_layers * tp8.micro_batches(workload)
     assert b.time.compute_s - a.time.compute_s == pytest.approx(calls * 1e-3)
