@@ -88,7 +88,7 @@ LIMITS = [
     "at micro-batch 1 and -10% at 4, EP2 -24%; with it -14%, -8% and -21%.",
     "* Two runs of three repetitions with this code (2026-11-28 02:04 and 02:25 UTC, the "
     "second above): 8, 9, 8 and 8, 8, 9 of 9 within 15%, Kendall tau +1.00, +0.89, +0.83 "
-    "and +0.94, +0.89, +0.89. Outside 15%, only EP2 (-13% to -18% in all six); the "
+    "and +0.94, +0.89, +0.89. Outside 15%, only EP2 (-13% to -18%, outside in four of six); the "
     "others' worst were DP2 at micro-batch 1 -13.7% and PP2 at micro-batch 4 +13.6%.",
     "* EP2 is the plan furthest off (-13% to -18%): its compute (-12%), all-to-alls (-16%), "
     "dispatch bookkeeping (-25%) and DP all-reduce of the expert gradients (-24%) are all "
