@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,30 @@ def test_only_threads_named_like_gloos_transport_go_idle():
     finally:
         stop_gloo.set(), stop_other.set()
         t1.join(), t2.join()
+
+
+@linux_only
+def test_a_thread_that_names_itself_late_is_still_found():
+    """gloo's loop thread names itself once it runs, possibly after its group is returned:
+    a thread renamed 20 ms after the call starts still goes idle."""
+    ready, done, tid = threading.Event(), threading.Event(), []
+
+    def body() -> None:
+        tid.append(threading.get_native_id())
+        ready.set()
+        time.sleep(0.02)
+        with open(f"/proc/self/task/{tid[0]}/comm", "w") as f:
+            f.write(TRANSPORT_THREAD)
+        done.wait(10)
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    ready.wait(10)
+    try:
+        assert idle_transport_threads() == 1
+        assert os.sched_getscheduler(tid[0]) == os.SCHED_IDLE
+    finally:
+        done.set()
+        t.join()
 
 
 def test_no_proc_no_change(tmp_path):
