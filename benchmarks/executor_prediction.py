@@ -77,8 +77,8 @@ LIMITS = [
     "other (two processes, hidden 256, 128 tokens: 6.4 ms a block alone, 6.8 ms in a stack). "
     "In one repetition right after the change (unpinned) DP2 at micro-batch 1 went from -13% "
     "to -6%, EP2 from -20% to -13%.",
-    "* Since 2026-11-28 (the third run of that day, the one above) each blocking collective "
-    "inside a layer (TP's all-reduces, EP's count exchange and all-to-alls) costs "
+    "* Since 2026-11-28 (the last two runs of that day, the second above) each blocking "
+    "collective inside a layer (TP's all-reduces, EP's count exchange and all-to-alls) costs "
     "`resume_s` of compute after it (`cost_models/training/stage.py` `_restarts`): "
     "calibrate's ping-pong pairs time a block's forward after a blocking receive against the "
     "same forward back to back (0.12-0.15 ms here). TP2's compute at micro-batch 1, its 128 "
