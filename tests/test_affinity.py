@@ -96,3 +96,13 @@ def test_left_alone_where_told_or_the_ranks_do_not_fit(env, why):
 def test_no_proc_means_not_pinned(tmp_path):
     got = pin_local_rank({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}, str(tmp_path / "none"))
     assert not got.pinned and got.why_not
+
+
+def test_an_nccl_rank_keeps_its_cores():
+    from planner.run.affinity import pin_rank_for
+
+    before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    got = pin_rank_for("nccl")
+    assert not got.pinned and got.why_not == "GPU ranks (nccl)"
+    if before is not None:
+        assert os.sched_getaffinity(0) == before

@@ -23,7 +23,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["Pinning", "core_blocks", "not_pinned", "pin_local_rank"]
+__all__ = ["Pinning", "core_blocks", "not_pinned", "pin_local_rank", "pin_rank_for"]
 
 
 @dataclass(frozen=True)
@@ -94,3 +94,8 @@ def pin_local_rank(env: Mapping[str, str] | None = None,
     except OSError as exc:
         return Pinning(cores, why_not=f"sched_setaffinity refused: {exc.strerror}")
     return Pinning(cores, mine)
+
+
+def pin_rank_for(backend: str) -> Pinning:
+    """:func:`pin_local_rank` for a gloo (CPU) rank; an NCCL rank's cores are left alone."""
+    return pin_local_rank() if backend == "gloo" else not_pinned(f"GPU ranks ({backend})")

@@ -36,7 +36,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from planner.files import write_atomic
-from planner.run.affinity import Pinning, not_pinned, pin_local_rank
+from planner.run.affinity import Pinning, pin_rank_for
 from planner.run.transport_threads import idle_transport_threads
 
 
@@ -516,10 +516,7 @@ def resume_cases(sizes: Sizes, world: int, report) -> list[dict]:
             else:
                 dist.recv(msg, src=peer)
                 _sync()
-                end = time.perf_counter() + RESUME_GAP_S
-                while time.perf_counter() < end:
-                    torch.mm(spin, spin)
-                _sync()
+                _spin(spin, RESUME_GAP_S)
                 dist.send(msg, dst=peer)
         # a message that arrives while its receiver computes: the even rank posts the
         # receive, both compute, the odd rank sends halfway through the even rank's compute
@@ -624,7 +621,7 @@ def main(argv: list[str] | None = None) -> None:
         DTYPE = torch.bfloat16
         torch.cuda.set_device(DEVICE)
     # gloo ranks on cores of their own, as the jobs run them (planner.run.affinity)
-    pinning = pin_local_rank() if args.backend == "gloo" else not_pinned("GPU ranks (nccl)")
+    pinning = pin_rank_for(args.backend)
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     idle = _idle_transport()

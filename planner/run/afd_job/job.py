@@ -25,7 +25,7 @@ from planner.run.afd_job.model import (AttentionSide, ExpertBank, KVCache, promp
                                        run_experts)
 from planner.run.afd_job.shape import AfdShape, afd_shape
 from planner.run.afd_job.timers import AfdTimers, busy_idle
-from planner.run.affinity import Pinning, not_pinned, pin_local_rank
+from planner.run.affinity import Pinning, pin_rank_for
 from planner.run.transport_threads import idle_transport_threads
 from planner.run.runtime import (AfdRole, WorldMismatch, afd_expert_homes, afd_role, afd_world,
                                  node_backend)
@@ -164,7 +164,7 @@ def run(plan_path: str, overrides: Mapping[str, Any], out: str | None,
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
     # gloo ranks on cores of their own where they fit (planner.run.affinity)
-    pinning = pin_local_rank() if chosen == "gloo" else not_pinned("GPU ranks (nccl)")
+    pinning = pin_rank_for(chosen)
     dist.init_process_group(backend=chosen, rank=rank, world_size=world)
     groups = Groups(dist.new_group(list(range(world))), dist.new_group(list(range(world))))
     idle = idle_transport_threads() if chosen == "gloo" else 0  # planner.run.transport_threads
