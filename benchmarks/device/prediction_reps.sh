@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The prediction benchmarks of issues 19 and 23 on the device machine's idle CPUs, several
 # independent runs at once, each in its own copy of the repository, pinned (taskset) to its own
-# pair of physical cores (one logical CPU per core: hyperthread siblings are left out), each
-# calibrating its own pair first:
-#   - benchmarks/executor_prediction.py --repeats 1   (EXEC_RUNS copies, default 3)
-#   - benchmarks/afd_executor_prediction.py --repeats 3 --quiet-wait 0 (AFD_RUNS copies, default 2;
+# set of physical cores (one logical CPU per core: hyperthread siblings are left out), each
+# calibrating its own cores first:
+#   - benchmarks/executor_prediction.py --repeats 1   (EXEC_RUNS copies, default 3, on
+#     EXEC_CORES cores each, default 2: the plans' 2 processes)
+#   - benchmarks/afd_executor_prediction.py --repeats 3 --quiet-wait 0 (AFD_RUNS copies, default 2,
+#     on AFD_CORES cores each, default 2; with 3 or more the 3-process plans get a core per rank;
 #     the other runs are known load, so its "other processes' CPU" re-run rule is off)
 # Before them, alone: `planner calibrate --backend nccl` on the GPU (skip: SKIP_GPU=1).
 # Everything lands in $OUT/prediction_reps.tar.gz (logs, result JSONs, calibrations, every
@@ -13,6 +15,8 @@
 . benchmarks/device/env.sh
 EXEC_RUNS=${EXEC_RUNS:-3}
 AFD_RUNS=${AFD_RUNS:-2}
+EXEC_CORES=${EXEC_CORES:-2}
+AFD_CORES=${AFD_CORES:-2}
 STAGE=/tmp/prediction_reps
 rm -rf "$STAGE" && mkdir -p "$STAGE"
 {
@@ -56,11 +60,12 @@ for i in $(seq 1 "$AFD_RUNS"); do JOBS+=("afd$i"); done
 next=0
 SECONDS=0
 for job in "${JOBS[@]}"; do
-    if [ $((next + 1)) -ge "${#CORES[@]}" ]; then
+    case $job in exec*) n=$EXEC_CORES ;; *) n=$AFD_CORES ;; esac
+    if [ $((next + n)) -gt "${#CORES[@]}" ]; then
         echo "no cores left for $job" | tee -a "$OUT/machine.txt"; continue
     fi
-    pair="${CORES[$next]},${CORES[$((next + 1))]}"
-    next=$((next + 2))
+    pair=$(IFS=,; echo "${CORES[*]:$next:$n}")
+    next=$((next + n))
     dir="/tmp/$job"
     copy_repo "$dir"
     rm -f "$dir"/benchmarks/results/{executor_prediction,calibration-local,afd_executor_prediction,afd-calibration-local}.json
