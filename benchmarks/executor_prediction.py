@@ -58,8 +58,8 @@ PLANS = {
 STEPS = 10
 LIMITS = [
     "What limits the accuracy (from `check-run` of these runs, single-process timings and "
-    "2-process probes on this box, 2026-11-26 to 2026-11-28; the box has been a 2-vCPU Xeon "
-    "since the evening of 2026-11-27, an AMD EPYC before):",
+    "2-process probes on this box, 2026-11-26 to 2026-11-28; the box was an AMD EPYC, a 2-vCPU "
+    "Xeon from the evening of 2026-11-27, and an AMD EPYC again from 2026-11-28 03:00 UTC):",
     "",
     "* This VM's speed drifts between minutes, and the calibration with it. Four runs of the "
     "same TP2 compute, no communication, one after the other (2026-11-28): 139, 165, 161 and "
@@ -86,10 +86,17 @@ LIMITS = [
     "ones, three alternating runs each: 117-130, 132-146 and 135-143 ms, 0.08-0.16 ms more "
     "per all-reduce whatever its size. Before it (the same runs re-predicted) TP2 was -21% "
     "at micro-batch 1 and -10% at 4, EP2 -24%; with it -14%, -8% and -21%.",
-    "* Two runs of three repetitions with this code (2026-11-28 02:04 and 02:25 UTC, the "
-    "second above): 8, 9, 8 and 8, 8, 9 of 9 within 15%, Kendall tau +1.00, +0.89, +0.83 "
-    "and +0.94, +0.89, +0.89. Outside 15%, only EP2 (-13% to -18%, outside in four of six); the "
-    "others' worst were DP2 at micro-batch 1 -13.7% and PP2 at micro-batch 4 +13.6%.",
+    "* Two runs of three repetitions with this code on the 2-vCPU Xeon (2026-11-28 02:04 and "
+    "02:25 UTC, one launch per plan a repetition): 8, 9, 8 and 8, 8, 9 of 9 within 15%, "
+    "Kendall tau +1.00, +0.89, +0.83 and +0.94, +0.89, +0.89. Outside 15%, only EP2 (-13% to "
+    "-18%, outside in four of six); the others' worst were DP2 at micro-batch 1 -13.7% and PP2 "
+    "at micro-batch 4 +13.6%.",
+    "* From 2026-11-28 03:00 UTC the box is a 2-vCPU AMD EPYC again, and noisier: the run "
+    "above (03:31 UTC) launched every plan 3 times a repetition, round robin, and its runs of "
+    "one plan spread by a median 18% (worst 127%); 6, 7 and 8 of 9 within 15%. The same code "
+    "on a lent machine's idle Xeon cores (six copies at once, two cores each; "
+    "`docs/benchmarks.md`, \"GPU session on NVIDIA H200 with ranks pinned to cores\"): 7, 6, 8, "
+    "7, 5 and 7 of 9, against 2 to 6 of 9 there before ranks were pinned.",
     "* EP2 is the plan furthest off (-13% to -18%): its compute (-12%), all-to-alls (-16%), "
     "dispatch bookkeeping (-25%) and DP all-reduce of the expert gradients (-24%) are all "
     "under-predicted. Its MoE layers run the same GEMM FLOPs as the dense MLP in many more "
@@ -102,8 +109,9 @@ LIMITS = [
     "* The DP all-reduce rows are -14% to -28% in every plan: the bucket's all-reduce after "
     "the backward takes longer than calibrate's tables (timed after a barrier and a short "
     "burst) plus the arrival skew say; 2-4 ms a step.",
-    "* The ranking: the plans in the wrong order measured 1-4% apart (the table above), "
-    "within the box's run-to-run spread.",
+    "* The ranking: on the Xeon (02:25 UTC) the plans in the wrong order measured 1-4% apart, "
+    "within the box's run-to-run spread; on the EPYC (the table above) also two pairs 21-22% "
+    "apart, both with PP2 at micro-batch 1, whose median run measured 15% over its prediction.",
     "* gloo's transport threads run under `SCHED_IDLE` (`planner/run/transport_threads.py`, "
     "since 2026-11-27): such a thread polls without pause while the main thread holds its "
     "socket's lock, and at normal priority that polling took cores from the ranks (TP2 342 and "
@@ -131,13 +139,19 @@ def planner(*args: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def run_plan(name: str, model: Path, seq_len: int, options: list[str], work: Path) -> dict:
+def plan_file(name: str, model: Path, seq_len: int, options: list[str], work: Path) -> Path:
+    """``planner solve`` the plan ``name`` on the calibrated machine; its path."""
     slug = "".join(c for c in name.lower().replace(", ", "-").replace(" ", "-")
                    if c.isalnum() or c == "-")
-    plan, record = work / f"{slug}.json", work / f"{slug}-run.json"
+    plan = work / f"{slug}.json"
     planner("solve", "--cluster", str(MACHINE), "--calibration", str(CAL), "--model", str(model),
             "--precision", "fp32", "--optimizer", "sgd", "--global-batch", "8", "--seq-len",
             str(seq_len), *options, "--schedule", "1f1b", "--top-k", "1", "--out", str(plan))
+    return plan
+
+
+def run_plan(name: str, plan: Path, record: Path) -> dict:
+    """``planner launch`` the plan once with a run record, then ``planner check-run``."""
     start = time.monotonic()
     planner("launch", str(plan), "--record", str(record), "--script-arg=--size",
             "--script-arg=plan", f"--script-arg=--steps", f"--script-arg={STEPS}")
@@ -146,11 +160,24 @@ def run_plan(name: str, model: Path, seq_len: int, options: list[str], work: Pat
                               "--format", "json").stdout)
     run = json.loads(record.read_text())
     step = next(r for r in rows if r["what"] == "step")
-    return {"plan": name, "model": model.name, "seq_len": seq_len, "options": options,
-            "config": run["config"],
+    return {"plan": name, "config": run["config"],
             "predicted_step_s": step["predicted_s"], "measured_step_s": step["measured_s"],
             "error": step["error"], "step_times_max_s": run["step_times_max_s"],
             "launch_wall_s": wall, "rows": rows}
+
+
+def median_run(runs: list[dict], records: list[Path], keep: Path) -> dict:
+    """The run whose measured step is the median of ``runs`` (the lower middle one for an
+    even count), with every run's measured step; its record is kept as ``keep``, the others'
+    removed."""
+    order = sorted(range(len(runs)), key=lambda i: runs[i]["measured_step_s"])
+    mid = order[(len(runs) - 1) // 2]
+    for i, rec in enumerate(records):
+        if i == mid:
+            rec.replace(keep)
+        else:
+            rec.unlink()
+    return {**runs[mid], "runs_measured_step_s": [r["measured_step_s"] for r in runs]}
 
 
 def _ranks(values: list[float]) -> list[int]:
@@ -179,20 +206,34 @@ def discordant(results: list[dict]) -> tuple[float, list[str]]:
     return (score / pairs if pairs else 1.0), wrong
 
 
-def one_repetition(skip_calibrate: bool, plans: dict = PLANS) -> tuple[list[dict], dict]:
-    """Calibrate (unless skipped), then run and check every plan: (results, summary)."""
+def one_repetition(skip_calibrate: bool, plans: dict = PLANS,
+                   runs: int = 1) -> tuple[list[dict], dict]:
+    """Calibrate (unless skipped), then launch every plan ``runs`` times, round robin (so a
+    drift of the machine's speed falls on every plan alike), and compare each plan's median run
+    with its prediction: (results, summary)."""
     if not skip_calibrate:
         start = time.monotonic()
         planner("calibrate", "--out", str(CAL), "--cluster-out", str(MACHINE))
         print(f"calibrated in {time.monotonic() - start:.0f} s", flush=True)
     work = RESULTS / "executor_prediction_runs"
     work.mkdir(exist_ok=True)
+    files = {name: plan_file(name, model, seq_len, options, work)
+             for name, (model, seq_len, options) in plans.items()}
+    done: dict[str, list[dict]] = {name: [] for name in plans}
+    records: dict[str, list[Path]] = {name: [] for name in plans}
+    for k in range(runs):
+        for name, plan in files.items():
+            records[name].append(plan.with_name(f"{plan.stem}-run{k}.json"))
+            res = run_plan(name, plan, records[name][-1])
+            done[name].append(res)
+            print(f"{name} (run {k + 1} of {runs}): predicted {res['predicted_step_s']:.4f} s, "
+                  f"measured {res['measured_step_s']:.4f} s ({res['error']:+.1%})", flush=True)
     results = []
     for name, (model, seq_len, options) in plans.items():
-        res = run_plan(name, model, seq_len, options, work)
-        print(f"{name}: predicted {res['predicted_step_s']:.4f} s, measured "
-              f"{res['measured_step_s']:.4f} s ({res['error']:+.1%})", flush=True)
-        results.append(res)
+        res = median_run(done[name], records[name],
+                         files[name].with_name(f"{files[name].stem}-run.json"))
+        results.append({"plan": name, "model": model.name, "seq_len": seq_len,
+                        "options": options, **{k: v for k, v in res.items() if k != "plan"}})
     pred_rank = _ranks([r["predicted_step_s"] for r in results])
     meas_rank = _ranks([r["measured_step_s"] for r in results])
     for r, p, m in zip(results, pred_rank, meas_rank):
@@ -211,13 +252,16 @@ def main() -> None:
                         help="reuse benchmarks/results/calibration-local.json")
     parser.add_argument("--render-only", action="store_true",
                         help="rewrite the docs section from the results JSON; run nothing")
+    parser.add_argument("--runs", type=int, default=3,
+                        help="launches of every plan per repetition, round robin; a plan's "
+                             "median run is compared (default 3)")
     parser.add_argument("--only", default=None, metavar="TEXT",
                         help="run only the plans whose name contains TEXT (a quick check; "
                              "writes nothing)")
     args = parser.parse_args()
     if args.only is not None:
         chosen = {k: v for k, v in PLANS.items() if args.only in k}
-        for r in one_repetition(args.skip_calibrate, chosen)[0]:
+        for r in one_repetition(args.skip_calibrate, chosen, args.runs)[0]:
             print(json.dumps({k: r[k] for k in ("plan", "predicted_step_s", "measured_step_s",
                                                 "error")}))
         return
@@ -229,14 +273,15 @@ def main() -> None:
     repetitions = []
     for rep in range(args.repeats):
         print(f"repetition {rep + 1} of {args.repeats}", flush=True)
-        results, summary = one_repetition(args.skip_calibrate)
+        results, summary = one_repetition(args.skip_calibrate, runs=args.runs)
         repetitions.append({"summary": summary, "results": [
-            {k: r[k] for k in ("plan", "predicted_step_s", "measured_step_s", "error")}
+            {k: r[k] for k in ("plan", "predicted_step_s", "measured_step_s", "error",
+                               "runs_measured_step_s")}
             for r in results]})
     cal = json.loads(CAL.read_text())
     out = {"machine": cal["machine"], "profile": cal["profile"],
            "cluster": cal["cluster"], "summary": summary, "results": results,
-           "repetitions": repetitions, "cpu_count": os.cpu_count()}
+           "repetitions": repetitions, "runs": args.runs, "cpu_count": os.cpu_count()}
     (RESULTS / "executor_prediction.json").write_text(json.dumps(out, indent=1) + "\n")
     update_section("executor_prediction", render(out))
     print(json.dumps(summary, indent=1))
@@ -255,7 +300,9 @@ def render(out: dict) -> list[str]:
         "`reference-moe.yaml` (its last 3 layers MoE, 8 experts top-2; EP2), and two at shapes "
         "`planner calibrate` never measures: `reference-gpt-wide.yaml` (3 x hidden 384, 96 "
         "tokens) and `reference-gpt-deep.yaml` (8 x hidden 192, 192 tokens); fp32, SGD, global "
-        f"batch 8 sequences, {STEPS} steps, median of steps 2..{STEPS}. Profile fitted by "
+        f"batch 8 sequences, {STEPS} steps, median of steps 2..{STEPS}"
+        + (f"; every plan launched {out['runs']} times a repetition, round robin, and its "
+           "median run compared" if out.get("runs", 1) > 1 else "") + ". Profile fitted by "
         "`planner calibrate` alone, on a grid of shapes none of these jobs uses (no fitting "
         "to the runs).",
         "",
@@ -281,6 +328,11 @@ def render(out: dict) -> list[str]:
         lines.append(f"| {i + 1} | {errs} | {sm['within_15_percent']} of {sm['plans']} | "
                      f"{'yes' if sm['same_ranking'] else 'no'} | "
                      f"{discordant(rep['results'])[0]:+.2f} |")
+    spreads = [max(v) / min(v) - 1 for rep in repetitions for r in rep["results"]
+               if len(v := r.get("runs_measured_step_s", [])) > 1]
+    if spreads:
+        lines += ["", f"Spread of a plan's runs within a repetition (slowest / fastest - 1): "
+                  f"median {sorted(spreads)[len(spreads) // 2]:.0%}, worst {max(spreads):.0%}."]
     lines += ["", "Per-part comparison of each run: `planner check-run "
               "benchmarks/results/executor_prediction_runs/<plan>-run.json --calibration "
               "benchmarks/results/calibration-local.json`.", "", *LIMITS]
