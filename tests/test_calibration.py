@@ -47,7 +47,15 @@ def test_attention_fit_recovers_the_efficiency_the_step_model_times_with(efficie
                               overhead_s=0.0)
         cases.append({"batch": b, "heads": heads, "seq": s, "head_dim": d,
                       "time_s": attention.total_s + backward_time_s(attention)})
-    assert fitting.fit_attention(cases, peak) == pytest.approx((efficiency, half_keys), rel=1e-9)
+    fit = fitting.fit_attention(cases, peak)
+    assert (fit.efficiency, fit.half_keys) == pytest.approx((efficiency, half_keys), rel=1e-9)
+    assert fit.call_s == pytest.approx(0.0, abs=1e-12)
+    # the same calls, each also paying a fixed time (the launches of small calls on a GPU):
+    # the curve comes back, and the fixed time with it
+    launched = [{**c, "time_s": c["time_s"] + 2e-4} for c in cases]
+    fit = fitting.fit_attention(launched, peak)
+    assert (fit.efficiency, fit.half_keys, fit.call_s) == pytest.approx(
+        (efficiency, half_keys, 2e-4), rel=1e-6)
 
 
 @pytest.mark.parametrize("seed", range(20))

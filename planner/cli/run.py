@@ -111,6 +111,8 @@ def _calibration_tables(doc: dict, nproc: int, backend: str) -> tuple[Table, Tab
             ("gemm_half_dim", f"{prof['gemm_half_dim']:.1f}"),
             ("attention_efficiency", f"{prof['attention_efficiency']:.3f}"),
             ("attention_half_keys", f"{prof.get('attention_half_keys', 0.0):,.1f}"),
+            ("attention per call (launches)",
+             f"{doc['fit'].get('attention_call_s', 0.0) * 1e6:,.1f} us"),
             ("memory bandwidth", f"{dev['gpu']['memory_bw_GBps']:,.1f} GB/s"),
             ("kernel_overhead_s", f"{prof['kernel_overhead_s'] * 1e6:.1f} us"),
             ("link bandwidth (all-reduce)", f"{dev.get('intra_bw_GBps', 0):,.3f} GB/s"),

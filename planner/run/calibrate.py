@@ -231,7 +231,8 @@ def calibration_document(fit: Any, profile: dict, raw: dict, nproc: int,
     doc["cluster"] = machine_cluster(fit, raw, nproc)
     doc["fit"] = {"peak_flops": fit.peak_flops,
                   "memory_bw_bytes_per_s": fit.memory_bw_bytes_per_s,
-                  "link": asdict(fit.link), "residuals": _residuals(fit.residuals)}
+                  "link": asdict(fit.link), "attention_call_s": fit.attention_call_s,
+                  "residuals": _residuals(fit.residuals)}
     if serving is not None:
         doc["fit"]["serving"] = {
             "kv_read_bytes_per_s": serving.kv_read_bytes_per_s,
