@@ -334,3 +334,31 @@ def test_the_late_read_is_the_median_wait_and_the_afd_prediction_pays_it_where_m
     assert predict_afd_run(record(4), late).step_s > four
     assert predict_afd_run(record(1), late).step_s == pytest.approx(
         predict_afd_run(record(1), doc).step_s)
+
+
+@pytest.mark.parametrize("zero", [0, 3])
+def test_recomputed_forwards_widen_the_backward_window_that_hides_dp_communication(
+        monkeypatch, zero):
+    """A recomputing stage's backward runs each layer's forward again, and the gradient
+    reduction (with FSDP also the next layers' gathers) overlaps that time too. With gradients
+    G = 3 s and parameters P = 0.5 s per reduction, a micro-batch's compute F = 3 s and its
+    recompute R = 0.6 s: without ZeRO-3 (overlap_grad_reduce, no param-gather overlap) the
+    exposed part is max(0, G - (2F/3 + R)) + P = 0.9 s (1.5 s without R in the window); with
+    ZeRO-3, per micro-batch, max(0, P - F/3) + max(0, P + G - (2F/3 + R)) = 0.9 s (1.5 s)."""
+    from cost_models.parallel import Degrees
+    from cost_models.training import data_parallel as dp_module
+    from cost_models.training.config import TrainingConfig
+    from cost_models.training.context import make_context
+    from cost_models.training.stage import StageCost
+
+    model, cluster, workload, _ = _llama_8b_one_node()
+    monkeypatch.setattr(dp_module, "_dp_comm", lambda ctx, stage, dense, expert: (3.0, 0.5))
+    cfg = TrainingConfig(degrees=Degrees(tp=1, pp=1, dp=8), micro_batch=1, zero=zero,
+                         overlap_grad_reduce=True, overlap_param_gather=False)
+    ctx = make_context(model, cluster, workload, cfg, Profile(), ())
+    m = 4
+    for recompute_s, per_micro_batch in ((0.6, 0.9), (0.0, 1.5)):
+        cost = StageCost(stage=0, layers=4, compute_s=3.0, recompute_s=recompute_s,
+                         tp_comm_s=0.0, cp_comm_s=0.0, ep_comm_s=0.0, pp_comm_s=0.0)
+        sync = dp_module.stage_sync(ctx, 0, range(model.num_layers), cost, m)
+        assert sync.exposed_s == pytest.approx(per_micro_batch * (m if zero else 1))

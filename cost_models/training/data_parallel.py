@@ -3,12 +3,15 @@ them overlap hides, and the optimizer step that follows.
 
 Overlap assumptions (explicit, each a Megatron option in ``TrainingConfig``):
 * The gradient reduce-scatter (all-reduce without ZeRO) hides behind the last micro-batch's
-  backward pass when ``overlap_grad_reduce`` (buckets start as their gradients are final); the
+  backward pass when ``overlap_grad_reduce`` (buckets start as their gradients are final;
+  with activation recomputation the backward pass includes the recomputed forwards, which
+  run layer by layer between the buckets: Megatron-Core's ``CheckpointFunction.backward``
+  reruns a layer's forward inside the autograd backward, as in Chen et al. 2016); the
   parameter all-gather hides behind the first micro-batch's forward pass when
   ``overlap_param_gather``.
 * FSDP / ZeRO-3 (Zhao et al. 2023, sec. 3.2): per micro-batch, weights are gathered before the
   forward and again before the backward, gradients reduce-scattered after it, each prefetched
-  behind the neighbouring layers' compute.
+  behind the neighbouring layers' compute (in the backward, their recomputed forwards too).
 * The optimizer step is memory bound (``Workload.optimizer_bytes_per_param`` over HBM
   bandwidth at ``Profile.stream_eff``: one streaming pass over flat buffers, as fused Adam and
   foreach SGD run it) and runs after the last reduction.
@@ -97,14 +100,17 @@ def stage_sync(ctx: StepContext, stage: int, layers: Sequence[int], cost: StageC
     cfg, d, m = ctx.cfg, ctx.cfg.degrees, micro_batches
     dense, expert = stage_params(ctx.model, cfg, stage, layers)
     grads, params = _dp_comm(ctx, stage, dense, expert)
-    bwd_window = backward_window_s(cost.compute_s) if cfg.overlap_grad_reduce else 0.0
+    # the backward of a recomputing stage runs each layer's recomputed forward too: buckets
+    # are reduced (and FSDP's next layers gathered) behind both
+    bwd_compute = backward_window_s(cost.compute_s) + cost.recompute_s
+    bwd_window = bwd_compute if cfg.overlap_grad_reduce else 0.0
     fwd_window = forward_window_s(cost.compute_s) if cfg.overlap_param_gather else 0.0
     exposed = max(0.0, grads - bwd_window) + max(0.0, params - fwd_window)
     if grads > 0:  # overlapped or not, the last bucket waits for the slowest rank
         exposed += comm.arrival_skew_s(_since_last_sync_s(cost, m), ctx.prof)
     if cfg.zero >= 3:  # every micro-batch: gather, gather again, reduce-scatter
-        fwd_c, bwd_c = forward_window_s(cost.compute_s), backward_window_s(cost.compute_s)
-        exposed = m * (max(0.0, params - fwd_c) + max(0.0, params + grads - bwd_c))
+        fwd_c = forward_window_s(cost.compute_s)
+        exposed = m * (max(0.0, params - fwd_c) + max(0.0, params + grads - bwd_compute))
         grads, params = m * grads, 2 * m * params
     shard = (dense / (d.dp * d.cp) + expert / d.expert_dp) if cfg.zero else dense + expert
     optimizer = shard * optimizer_bytes_per_param(cfg, ctx.workload) / (
