@@ -91,12 +91,16 @@ LIMITS = [
     "Kendall tau +1.00, +0.89, +0.83 and +0.94, +0.89, +0.89. Outside 15%, only EP2 (-13% to "
     "-18%, outside in four of six); the others' worst were DP2 at micro-batch 1 -13.7% and PP2 "
     "at micro-batch 4 +13.6%.",
-    "* From 2026-11-28 03:00 UTC the box is a 2-vCPU AMD EPYC again, and noisier: the run "
-    "above (03:31 UTC) launched every plan 3 times a repetition, round robin, and its runs of "
-    "one plan spread by a median 18% (worst 127%); 6, 7 and 8 of 9 within 15%. The same code "
-    "on a lent machine's idle Xeon cores (six copies at once, two cores each; "
-    "`docs/benchmarks.md`, \"GPU session on NVIDIA H200 with ranks pinned to cores\"): 7, 6, 8, "
-    "7, 5 and 7 of 9, against 2 to 6 of 9 there before ranks were pinned.",
+    "* From 2026-11-28 03:00 UTC the box is a 2-vCPU AMD EPYC again, and noisier; from then on "
+    "every plan is launched 3 times a repetition, round robin, and its median run compared. "
+    "03:31 UTC: 6, 7 and 8 of 9 within 15% (runs of one plan spread by a median 18%, worst "
+    "127%). 04:12 UTC, with calibrate's attention fit taking a per-call time (the table "
+    "above): 6, 4 and 9 of 9; the third repetition had every plan within 15% and in the "
+    "measured order (tau +1.00), the second every plan under-predicted (-6% to -19%: the box "
+    "ran slower than during its calibration). The same code but the attention fit on a lent "
+    "machine's idle Xeon cores (six copies at once, two cores each; `docs/benchmarks.md`, "
+    "\"GPU session on NVIDIA H200 with ranks pinned to cores\"): 7, 6, 8, 7, 5 and 7 of 9, "
+    "against 2 to 6 of 9 there before ranks were pinned.",
     "* EP2 is the plan furthest off (-13% to -18%): its compute (-12%), all-to-alls (-16%), "
     "dispatch bookkeeping (-25%) and DP all-reduce of the expert gradients (-24%) are all "
     "under-predicted. Its MoE layers run the same GEMM FLOPs as the dense MLP in many more "
@@ -110,8 +114,9 @@ LIMITS = [
     "the backward takes longer than calibrate's tables (timed after a barrier and a short "
     "burst) plus the arrival skew say; 2-4 ms a step.",
     "* The ranking: on the Xeon (02:25 UTC) the plans in the wrong order measured 1-4% apart, "
-    "within the box's run-to-run spread; on the EPYC (the table above) also two pairs 21-22% "
-    "apart, both with PP2 at micro-batch 1, whose median run measured 15% over its prediction.",
+    "within the box's run-to-run spread; on the EPYC at 03:31 UTC also two pairs 21-22% "
+    "apart, both with PP2 at micro-batch 1, whose median run measured 15% over its "
+    "prediction.",
     "* gloo's transport threads run under `SCHED_IDLE` (`planner/run/transport_threads.py`, "
     "since 2026-11-27): such a thread polls without pause while the main thread holds its "
     "socket's lock, and at normal priority that polling took cores from the ranks (TP2 342 and "
