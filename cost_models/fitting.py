@@ -128,7 +128,7 @@ def fit_attention(cases: Sequence[dict], peak_flops: float) -> AttentionFit:
     accumulations), each launched by eager PyTorch at tens of microseconds, so calls under
     about 1 GFLOP took 0.13-0.28 ms whatever their size on the lent H100 and H200 (b1 a8 s512
     d64; b1 a16 s1024 d128; 2026-11-26 to 28). Fitted without it, such calls bent the curve:
-    the knee went to 1,700-2,100 keys and the residuals to a median of 23-27%. The step model
+    the knee went to 1,700-2,100 keys and the residuals to a median of 22-34%. The step model
     prices those launches per kernel (``kernel_overhead_s``, ``host_launch_s``), so the
     per-call time is fitted here only to keep them out of the curve, and reported."""
     best = None
