@@ -13,11 +13,13 @@ Commands it runs, in order (all through the ``planner`` CLI, as a user would):
 4. ``planner check-run RUN --calibration ... --format json``.
 
 Every plan trains the same model on the same global batch (8 sequences of 128 tokens), so their
-step times rank them. The plans are fixed here, before any measurement. The whole loop
+step times rank them. The plans are fixed here, before any measurement. Within a
+repetition every plan is launched ``--runs`` times (default 3), round robin, and its median run
+is compared, so a drift of the machine's speed falls on every plan alike. The whole loop
 (calibrate, then every plan) repeats ``--repeats`` times (default 3), since this VM's speed
 drifts between minutes; every repetition is reported, the last one in full. Writes
 ``benchmarks/results/executor_prediction.json`` and the ``executor_prediction`` section of
-``docs/benchmarks.md``. Usage: ``python benchmarks/executor_prediction.py [--repeats N]
+``docs/benchmarks.md``. Usage: ``python benchmarks/executor_prediction.py [--repeats N] [--runs N]
 [--skip-calibrate]``.
 """
 from __future__ import annotations
