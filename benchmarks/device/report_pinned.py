@@ -115,8 +115,8 @@ def render(s: dict) -> list[str]:
         f"{plan} {lo * 1e3:.1f}-{hi * 1e3:.1f} ms" for plan, (lo, hi) in s["afd_spread"].items())
         + " (every run of every copy). The five plans' medians lie within this spread of each "
         "other, so their measured order changes from copy to copy.", "",
-        "AFD by part, the median over copies of each copy's median run (measured ms / predicted ms (error), per "
-        "step):", "", "| plan | step | attention busy | attention pack | FFN busy | FFN pack | "
+        "AFD by part, the median over copies of each copy's median run (measured ms / "
+        "predicted ms (error), per step):", "", "| plan | step | attention busy | attention pack | FFN busy | FFN pack | "
         "attention wait | FFN wait |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for p in s["afd_parts"]:
         cells = " | ".join(_cell(p["parts"][w]) for w in ("step", *AFD_PARTS))
