@@ -36,6 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from doc_tables import update_section  # noqa: E402
 
+sys.path.insert(0, str(ROOT))
+from planner.run.check_run import rank_imbalance  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
 CAL = RESULTS / "calibration-local.json"
 MACHINE = RESULTS / "calibration-local.cluster.yaml"
@@ -58,6 +61,7 @@ PLANS = {
     "PP2, deep (8 x h192, s192)": (DEEP, 192, ["--tp", "1", "--pp", "2", "--micro-batch", "2"]),
 }
 STEPS = 10
+IMBALANCE_SPLIT = 1.1  # rank imbalance at which the errors are split in the report
 LIMITS = [
     "What limits the accuracy (from `check-run` of these runs, single-process timings and "
     "2-process probes on this box, 2026-11-26 to 2026-11-28; the box was an AMD EPYC, a 2-vCPU "
@@ -167,7 +171,9 @@ def run_plan(name: str, plan: Path, record: Path) -> dict:
                               "--format", "json").stdout)
     run = json.loads(record.read_text())
     step = next(r for r in rows if r["what"] == "step")
+    imbalance = rank_imbalance(run)
     return {"plan": name, "config": run["config"],
+            "rank_imbalance": imbalance[0] if imbalance else None,
             "predicted_step_s": step["predicted_s"], "measured_step_s": step["measured_s"],
             "error": step["error"], "step_times_max_s": run["step_times_max_s"],
             "launch_wall_s": wall, "rows": rows}
@@ -282,9 +288,11 @@ def main() -> None:
         print(f"repetition {rep + 1} of {args.repeats}", flush=True)
         results, summary = one_repetition(args.skip_calibrate, runs=args.runs)
         repetitions.append({"summary": summary, "results": [
-            {k: r[k] for k in ("plan", "predicted_step_s", "measured_step_s", "error",
-                               "runs_measured_step_s")}
-            for r in results]})
+            {k: r.get(k) for k in ("plan", "predicted_step_s", "measured_step_s", "error",
+                                   "runs_measured_step_s", "rank_imbalance")}
+            for r in results],
+            "calibration_rank_spread": json.loads(CAL.read_text())["quality"].get(
+                "rank_speed_spread")})
     cal = json.loads(CAL.read_text())
     out = {"machine": cal["machine"], "profile": cal["profile"],
            "cluster": cal["cluster"], "summary": summary, "results": results,
@@ -292,6 +300,34 @@ def main() -> None:
     (RESULTS / "executor_prediction.json").write_text(json.dumps(out, indent=1) + "\n")
     update_section("executor_prediction", render(out))
     print(json.dumps(summary, indent=1))
+
+
+def imbalance_lines(repetitions: list[dict]) -> list[str]:
+    """How the errors split by the compared runs' rank imbalance (``planner check-run``'s
+    slowest over fastest compute among ranks doing the same work; PP plans' stages differ by
+    design and count only within a stage) and each calibration's rank speed spread."""
+    rows = [r for rep in repetitions for r in rep["results"]
+            if r.get("rank_imbalance") is not None]
+    if not rows:
+        return []
+    even = [r["error"] for r in rows if r["rank_imbalance"] < IMBALANCE_SPLIT]
+    uneven = [r["error"] for r in rows if r["rank_imbalance"] >= IMBALANCE_SPLIT]
+
+    def part(errs: list[float], what: str) -> str:
+        if not errs:
+            return f"none {what}"
+        within = sum(abs(e) <= 0.15 for e in errs)
+        return (f"{len(errs)} {what}: {within} within 15%, median error "
+                f"{sorted(errs)[len(errs) // 2]:+.1%}")
+    spreads = [rep.get("calibration_rank_spread") for rep in repetitions]
+    text = (f"By the compared run's rank imbalance (the slowest rank's compute over the "
+            f"fastest's among ranks doing the same work, `planner check-run`'s warning): "
+            f"{part(even, f'under {IMBALANCE_SPLIT:g}')}; "
+            f"{part(uneven, f'at {IMBALANCE_SPLIT:g} or more')}.")
+    if all(s is not None for s in spreads):
+        text += (" Each calibration's rank speed spread (slowest over fastest rank on the same "
+                 "kernels): " + ", ".join(f"{s:.2f}" for s in spreads) + ".")
+    return ["", text]
 
 
 def render(out: dict) -> list[str]:
@@ -340,6 +376,7 @@ def render(out: dict) -> list[str]:
     if spreads:
         lines += ["", f"Spread of a plan's runs within a repetition (slowest / fastest - 1): "
                   f"median {sorted(spreads)[len(spreads) // 2]:.0%}, worst {max(spreads):.0%}."]
+    lines += imbalance_lines(repetitions)
     lines += ["", "Per-part comparison of each run: `planner check-run "
               "benchmarks/results/executor_prediction_runs/<plan>-run.json --calibration "
               "benchmarks/results/calibration-local.json`.", "", *LIMITS]

@@ -137,3 +137,52 @@ def test_refit_fits_the_same_measurement_to_the_same_profile(tmp_path):
                                  str(tmp_path / "x.json")])
     assert result.exit_code == 2 and "raw" in result.output
     assert not (tmp_path / "x.json").exists()
+
+
+def _raw(rank_scales: list[float]) -> dict:
+    """Compute cases as ranks at the given speeds (time scales) ran them at once."""
+    base = {"gemm": [0.010, 0.020, 0.040], "attention": [0.005, 0.006], "layer": [0.030]}
+    return {"compute": [{kind: [{"time_s": t * scale} for t in times]
+                         for kind, times in base.items()} for scale in rank_scales]}
+
+
+def test_ranks_at_different_speeds_are_measured_and_warned_about():
+    from planner.run.calibrate import RANK_SPREAD_WARN, rank_speed_spread
+
+    assert rank_speed_spread(_raw([1.0])) is None  # one rank: nothing to compare
+    assert rank_speed_spread(_raw([1.0, 1.0])) == pytest.approx(1.0)
+    assert rank_speed_spread(_raw([1.0, 1.7, 1.2])) == pytest.approx(1.7)
+    # one rank slower on a single case only: the median over cases ignores it
+    raw = _raw([1.0, 1.0])
+    raw["compute"][1]["gemm"][0]["time_s"] *= 3
+    assert rank_speed_spread(raw) == pytest.approx(1.0)
+    fine = {**_doc([0.02]), "raw": _raw([1.0, RANK_SPREAD_WARN * 0.98])}
+    assert calibration_warnings(fine) == []
+    uneven = {**_doc([0.02]), "raw": _raw([1.0, 1.68])}
+    warned = calibration_warnings(uneven)
+    assert len(warned) == 1 and "the slowest took 1.68x the fastest's time" in warned[0]
+    assert fit_quality(uneven)["rank_speed_spread"] == pytest.approx(1.68)
+
+
+def _timed(rank: int, stage: int, compute_s: float) -> dict:
+    steps = [{"forward": 9.0, "backward": 9.0}]  # the first step is left out
+    steps += [{"forward": compute_s / 3, "backward": 2 * compute_s / 3}] * 4
+    return {"rank": rank, "stage": stage, "steps": steps}
+
+
+def test_check_run_warns_when_ranks_doing_the_same_work_ran_at_different_speeds():
+    from planner.run.check_run import RANK_IMBALANCE_WARN, rank_imbalance, run_warnings
+
+    even = {"rank_timings": [_timed(0, 0, 0.100), _timed(1, 0, 0.105)]}
+    assert rank_imbalance(even) == (pytest.approx(1.05), 0)
+    assert run_warnings(even) == []
+    # pipeline stages do different work: a slower stage is not an imbalance
+    stages = {"rank_timings": [_timed(0, 0, 0.100), _timed(1, 1, 0.200)]}
+    assert rank_imbalance(stages) is None and run_warnings(stages) == []
+    uneven = {"rank_timings": [_timed(0, 0, 0.100), _timed(1, 0, 0.100 * 1.3),
+                               _timed(2, 1, 0.1), _timed(3, 1, 0.1)]}
+    assert rank_imbalance(uneven) == (pytest.approx(1.3), 0)
+    warned = run_warnings(uneven)
+    assert len(warned) == 1 and "on stage 0 the slowest took 1.30x" in warned[0]
+    edge = {"rank_timings": [_timed(0, 0, 0.1), _timed(1, 0, 0.1 * RANK_IMBALANCE_WARN * 0.99)]}
+    assert run_warnings(edge) == []

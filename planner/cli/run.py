@@ -142,6 +142,9 @@ def _quality_line(doc: dict) -> str:
             f"{quality['compute_cases']} compute cases")
     if comm is not None:
         text += f", {comm:.1%} over {quality['collective_cases']} collective cases"
+    if quality.get("rank_speed_spread") is not None:
+        text += (f"; slowest rank {quality['rank_speed_spread']:.2f}x the fastest on the same "
+                 "kernels")
     text += f"; measured with {cond.get('processes')} process(es) on {cond.get('cores')} core(s)"
     if cond.get("pinned") is not None:
         text += ", each on cores of its own" if cond["pinned"] else ", not pinned to cores"
@@ -239,7 +242,7 @@ def check_run_command(
 def _warn_conditions(data: dict, calibration: Optional[Path]) -> None:
     """Warn (stderr) where the run's conditions differ from the calibration's (a file written
     by planner calibrate; a plain profile file has none)."""
-    from planner.run.check_run import condition_warnings
+    from planner.run.check_run import condition_warnings, run_warnings
 
     calibrated: dict = {}
     if calibration is not None:
@@ -248,7 +251,8 @@ def _warn_conditions(data: dict, calibration: Optional[Path]) -> None:
             calibrated = doc.get("conditions", {}) if isinstance(doc, dict) else {}
         except (OSError, ValueError):
             calibrated = {}  # the profile loader reports a bad file
-    for warning in condition_warnings(calibrated, data.get("environment", {})):
+    for warning in (condition_warnings(calibrated, data.get("environment", {}))
+                    + run_warnings(data)):
         typer.echo(f"warning: {warning}", err=True)
 
 

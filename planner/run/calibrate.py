@@ -25,6 +25,7 @@ import math
 import os
 import resource
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,7 +42,8 @@ from planner.files import write_atomic
 __all__ = ["SCHEMA", "BenchmarkError", "CalibrateOptions", "available_cores",
            "calibration_document", "calibration_warnings", "fit_quality", "oversubscribed",
            "default_nproc", "element_bytes", "link_tier", "machine_cluster", "measure",
-           "residual_summary", "run_benchmarks", "threads_per_process", "write_calibration"]
+           "rank_speed_spread", "residual_summary", "run_benchmarks", "threads_per_process",
+           "write_calibration"]
 
 SCHEMA = "planner.calibration/v1"
 
@@ -257,6 +259,10 @@ COMPUTE_KINDS = ("gemm", "attention", "layer")  # the benchmarks the compute par
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 RESIDUAL_WARN = 0.25  # a fitted benchmark whose median |residual| is above this is a poor fit
 LOAD_WARN = 0.25  # share of the cores other processes may keep busy while measuring
+# slowest over fastest rank's time on the same kernel case, median over the compute cases,
+# above which the ranks did not run alike (on the lent 16-vCPU Xeon, 2026-11-28: 1.03 on one
+# pair of cores and 1.5-1.8 on two others, at the same moment; this 2-vCPU box about 1.1)
+RANK_SPREAD_WARN = 1.25
 
 
 def fit_quality(doc: dict) -> dict:
@@ -269,12 +275,34 @@ def fit_quality(doc: dict) -> dict:
     residuals = doc["fit"]["residuals"]
     compute = sorted(abs(r["error"]) for r in residuals if r["kind"] in COMPUTE_KINDS)
     comm = sorted(abs(r["error"]) for r in residuals if r["kind"] in COLLECTIVE_KINDS)
+    spread = rank_speed_spread(doc.get("raw", {}))
     return {"median_abs_residual": compute[len(compute) // 2] if compute else None,
             "compute_cases": len(compute),
+            "rank_speed_spread": spread,
             "collectives_median_abs_residual": comm[len(comm) // 2] if comm else None,
             "collective_cases": len(comm),
             "by_kind": {k: {"cases": n, "median": med, "worst": worst}
                         for k, n, med, worst in residual_summary(doc)}}
+
+
+def rank_speed_spread(raw: dict) -> float | None:
+    """How unalike the ranks ran: per compute case (:data:`COMPUTE_KINDS`), the slowest
+    rank's time over the fastest's, all ranks having run it at the same time; the median over
+    the cases. None with one rank. The fit takes each case's median over the ranks, but a
+    synchronous job waits for its slowest rank at every collective, so where this is well
+    above 1 (a VM whose vCPUs share physical cores with other guests, cores at different
+    clocks) a job runs slower than the fit says, by up to the spread, and by how much depends
+    on which cores its ranks get and when."""
+    per_rank = raw.get("compute") or []
+    if len(per_rank) < 2:
+        return None
+    ratios = []
+    for kind in COMPUTE_KINDS:
+        for cases in zip(*(r.get(kind, []) for r in per_rank)):
+            times = [c["time_s"] for c in cases]
+            if min(times) > 0:
+                ratios.append(max(times) / min(times))
+    return statistics.median(ratios) if ratios else None
 
 
 def oversubscribed(backend: str, nproc: int, threads: int, cores: int) -> str | None:
@@ -309,6 +337,13 @@ def calibration_warnings(doc: dict) -> list[str]:
             out.append(f"{kind}: median residual {q['median']:.0%} (worst {q['worst']:.0%}) over "
                        f"{q['cases']} cases, above {RESIDUAL_WARN:.0%}: the cost model's "
                        f"{kind} formula does not describe these timings")
+    spread = quality["rank_speed_spread"]
+    if spread is not None and spread > RANK_SPREAD_WARN:
+        out.append(f"the ranks ran the same kernels at different speeds: the slowest took "
+                   f"{spread:.2f}x the fastest's time (median over the compute cases). The fit "
+                   "takes their median, but a synchronous job waits for its slowest rank, so "
+                   "jobs can run up to that much slower than predicted, depending on the "
+                   "cores they get")
     comm = quality["collectives_median_abs_residual"]
     if comm is not None and comm > RESIDUAL_WARN:
         out.append(f"collectives: median residual {comm:.0%} over "

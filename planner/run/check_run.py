@@ -23,7 +23,8 @@ from typing import Any
 from planner.errors import SpecError
 from planner.run.calibrate import LOAD_WARN, oversubscribed
 
-__all__ = ["Row", "check_record", "compare", "condition_warnings", "load_record"]
+__all__ = ["Row", "check_record", "compare", "condition_warnings", "load_record",
+           "rank_imbalance", "run_warnings"]
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,41 @@ def load_record(path: Path) -> dict[str, Any]:
     record = read_record(path)
     check_record(record, str(path))
     return record
+
+
+RANK_IMBALANCE_WARN = 1.15  # slowest over fastest compute among ranks doing the same work
+
+
+def rank_imbalance(record: dict[str, Any]) -> tuple[float, int] | None:
+    """(slowest over fastest rank's compute, the stage) among the ranks of one pipeline
+    stage, which run the same layers on as many tokens (DP replicas, TP and EP peers): the
+    median over steps 2.. of each rank's forward + backward; the stage where they differ most.
+    None when no stage has two ranks. Where it is well above 1 the ranks' cores ran at
+    different speeds, and the step waited for the slowest."""
+    by_stage: dict[int, list[float]] = {}
+    for r in record["rank_timings"]:
+        compute = _median_steps(r["steps"], "forward") + _median_steps(r["steps"], "backward")
+        by_stage.setdefault(r["stage"], []).append(compute)
+    worst = None
+    for stage, times in sorted(by_stage.items()):
+        if len(times) > 1 and min(times) > 0:
+            ratio = max(times) / min(times)
+            if worst is None or ratio > worst[0]:
+                worst = (ratio, stage)
+    return worst
+
+
+def run_warnings(record: dict[str, Any]) -> list[str]:
+    """What in the run itself makes a prediction miss: ranks doing the same work at
+    different speeds (:func:`rank_imbalance` above :data:`RANK_IMBALANCE_WARN`)."""
+    found = rank_imbalance(record)
+    if found is None or found[0] <= RANK_IMBALANCE_WARN:
+        return []
+    ratio, stage = found
+    return [f"ranks doing the same work computed at different speeds: on stage {stage} the "
+            f"slowest took {ratio:.2f}x the fastest's time (median forward + backward per "
+            "step); the step waits for the slowest, the prediction assumes the calibration's "
+            "median core"]
 
 
 def condition_warnings(calibrated: dict, run: dict) -> list[str]:
