@@ -3,8 +3,8 @@
 # independent runs at once, each in its own copy of the repository, pinned (taskset) to its own
 # set of physical cores (one logical CPU per core: hyperthread siblings are left out), each
 # calibrating its own cores first:
-#   - benchmarks/executor_prediction.py --repeats 1   (EXEC_RUNS copies, default 3, on
-#     EXEC_CORES cores each, default 2: the plans' 2 processes)
+#   - benchmarks/executor_prediction.py $EXEC_ARGS (default --repeats 1 --runs 1; EXEC_RUNS
+#     copies, default 3, on EXEC_CORES cores each, default 2: the plans' 2 processes)
 #   - benchmarks/afd_executor_prediction.py --repeats 3 --quiet-wait 0 (AFD_RUNS copies, default 2,
 #     on AFD_CORES cores each, default 2; with 3 or more the 3-process plans get a core per rank;
 #     the other runs are known load, so its "other processes' CPU" re-run rule is off)
@@ -17,6 +17,7 @@ EXEC_RUNS=${EXEC_RUNS:-3}
 AFD_RUNS=${AFD_RUNS:-2}
 EXEC_CORES=${EXEC_CORES:-2}
 AFD_CORES=${AFD_CORES:-2}
+EXEC_ARGS=${EXEC_ARGS:---repeats 1 --runs 1}
 STAGE=/tmp/prediction_reps
 rm -rf "$STAGE" && mkdir -p "$STAGE"
 {
@@ -73,7 +74,7 @@ for job in "${JOBS[@]}"; do
     case $job in
     exec*)
         (cd "$dir" && PYTHONPATH="${PYTHONPATH%%:*}:$dir" taskset -c "$pair" \
-            timeout "${JOB_TIMEOUT:-420}" python3 benchmarks/executor_prediction.py --repeats 1 \
+            timeout "${JOB_TIMEOUT:-420}" python3 benchmarks/executor_prediction.py $EXEC_ARGS \
             >"$STAGE/$job.log" 2>&1
          cp benchmarks/results/executor_prediction.json "$STAGE/$job-executor_prediction.json"
          cp benchmarks/results/calibration-local.json "$STAGE/$job-calibration.json"
