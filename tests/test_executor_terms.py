@@ -362,3 +362,25 @@ def test_recomputed_forwards_widen_the_backward_window_that_hides_dp_communicati
                          tp_comm_s=0.0, cp_comm_s=0.0, ep_comm_s=0.0, pp_comm_s=0.0)
         sync = dp_module.stage_sync(ctx, 0, range(model.num_layers), cost, m)
         assert sync.exposed_s == pytest.approx(per_micro_batch * (m if zero else 1))
+
+
+def test_overlapped_tp_collectives_hide_only_behind_their_own_gemm():
+    """With ``tp_comm_overlap`` each block's all-gather runs fused with the GEMM it feeds and
+    its reduce-scatter with the GEMM that produces it, so the attention block's collectives
+    cannot hide behind the MLP's GEMMs: widening the MLP leaves the exposed time as it was
+    (the old aggregate rule, everything behind all of the layer's GEMMs, hid it all), and the
+    exposed time stays below the blocking collectives' time."""
+    from dataclasses import replace
+
+    from cost_models.training.config import Workload
+    from cost_models.training.step import estimate
+
+    model, cluster, _, tp8 = _llama_8b_one_node()
+    workload = Workload(8, 8192)
+    over = replace(tp8, tp_comm_overlap=True)
+    blocking = estimate(model, cluster, workload, tp8, Profile()).time.tp_comm_s
+    exposed = estimate(model, cluster, workload, over, Profile()).time.tp_comm_s
+    wide = replace(model, ffn_hidden_size=4 * model.ffn_hidden_size)
+    wide_exposed = estimate(wide, cluster, workload, over, Profile()).time.tp_comm_s
+    assert 0 < exposed < 0.5 * blocking
+    assert wide_exposed == pytest.approx(exposed)

@@ -7,8 +7,9 @@ over that stage's own groups (``cost_models.groups.stage_views``), so a stage on
 a slower stage.
 
 Overlap assumptions (explicit, each a Megatron option in ``TrainingConfig``):
-* TP collectives are exposed, unless ``tp_comm_overlap``: then they hide behind the layer's
-  GEMMs and only the excess shows.
+* TP collectives are exposed, unless ``tp_comm_overlap``: then each all-gather hides behind
+  the GEMM it feeds and each reduce-scatter behind the GEMM that produces it, and only the
+  excess shows (:func:`_tp_overlap_exposed_s`).
 * Context-parallel KV exchange hides behind the attention core it feeds (ring attention); only
   the excess shows.
 * Expert all-to-all (dispatch, combine) is exposed, unless ``moe_a2a_overlap`` (Megatron
@@ -39,7 +40,7 @@ from dataclasses import dataclass, replace
 from cost_models import communication as comm
 from cost_models.compute import (BWD_ATTN, BWD_GEMM, Gemm, LayerTime, Shard, attention_gemms,
                                  backward_time_s, gemm_time_s, layer_forward_time, layer_work,
-                                 lm_head_forward_time)
+                                 lm_head_forward_time, mlp_gemms)
 from cost_models.groups import GroupViews
 from cost_models.training.config import TrainingConfig
 from cost_models.training.context import StepContext
@@ -206,7 +207,7 @@ def layer_cost(ctx: StepContext, views: GroupViews, layer: int,
     fwd, bwd = t.total_s, backward_time_s(t)
     tp, cp, ep = _layer_comm_fwd(ctx, views, layer)
     if ctx.cfg.tp_comm_overlap:
-        tp_fwd, tp_bwd = max(0.0, tp - t.gemm_s), max(0.0, tp - BWD_GEMM * t.gemm_s)
+        tp_fwd = tp_bwd = _tp_overlap_exposed_s(ctx, layer, tp)
     else:
         tp_fwd, tp_bwd = (tp + _skew_s(ctx, tp > 0, _tp_blocks(ctx, layer), fwd),
                           tp + _skew_s(ctx, tp > 0, _tp_blocks(ctx, layer), bwd))
@@ -227,6 +228,36 @@ def layer_cost(ctx: StepContext, views: GroupViews, layer: int,
     resumed = _restarts(ctx, layer, tp > 0, ep > 0) * ctx.prof.resume_s
     return (fwd + bwd + resumed, recompute, tp_fwd + tp_bwd, cp_fwd + cp_bwd, ep_total,
             weight_grad)
+
+
+def _tp_overlap_exposed_s(ctx: StepContext, layer: int, tp: float) -> float:
+    """Exposed TP communication of one layer's forward (and, alike, its backward) under TP
+    communication overlap. Each block's all-reduce runs as an all-gather fused with the GEMM
+    that consumes it (QKV, the MLP's up projection) and a reduce-scatter fused with the GEMM
+    that produces it (the output projection, the down projection): TransformerEngine's
+    userbuffers comm-GEMM overlap (``ub_overlap_ag`` / ``ub_overlap_rs``) and PyTorch's async
+    TP (``fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``) pipeline a collective
+    only with its own GEMM, so each half hides behind that GEMM alone and the excess shows.
+    In the backward the same pairs run mirrored (dgrad with the gradient's collective)."""
+    blocks = _tp_blocks(ctx, layer)
+    if tp <= 0 or blocks <= 0:
+        return 0.0
+    half = tp / blocks / 2
+    k = ctx.cfg.seq_slices
+    sh, m = ctx.slice_shard, ctx.model
+
+    def g(x: Gemm) -> float:
+        return k * gemm_time_s(x, ctx.rates, ctx.prof)
+    att = attention_gemms(m, sh)
+    pairs = [(sum(g(x) for x in att[:-1]), g(att[-1]))]
+    if blocks > 1:
+        if m.is_moe_layer(layer):
+            width = (m.moe.shared_ffn_hidden or m.moe.expert_ffn_hidden) * m.moe.num_shared_experts
+        else:
+            width = m.ffn_hidden_size
+        up, down = mlp_gemms(m.hidden_size, width, m.glu, sh.tokens, sh.tp)
+        pairs.append((g(up), g(down)))
+    return sum(max(0.0, half - first) + max(0.0, half - last) for first, last in pairs)
 
 
 def _restarts(ctx: StepContext, layer: int, tp: bool, ep: bool) -> int:
