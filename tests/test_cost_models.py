@@ -348,3 +348,38 @@ def test_layer_partition_puts_the_mtp_module_on_the_last_stage():
     assert mtp > max(b.layer_time_s)  # a MoE layer, a projection and an LM head
     assert a.head_time_s - b.head_time_s == pytest.approx(mtp / a.stage_slowdown[-1])
     assert a.layer_time_s == b.layer_time_s
+
+
+def test_per_op_recompute_reruns_every_second_matmul_and_keeps_their_inputs_out():
+    """torchtitan's per-op checkpointing (``recompute="op"``) on Llama-3.1-8B: the backward
+    re-runs the elementwise ops and the block's 2nd, 4th and 6th matmuls, K, the output
+    projection and w3: 4096 x (1024 + 4096 + 14336) of the layer's 4096 x (4096 + 1024 + 1024
+    + 4096 + 3 x 14336) weights, 0.366 of its forward GEMM work (counted here from the
+    architecture; with a shape-independent GEMM efficiency the times follow the FLOPs). It
+    costs more than Megatron's selective recompute and less than full; without TP it keeps
+    less than no recompute and more than full; MoE layers are refused."""
+    from cost_models.compute import layer_forward_time, layer_work
+    from cost_models.training.context import make_context
+    from cost_models.training.stage import op_recompute_s
+
+    model = load_model("llama-3.1-8b")
+    cluster = homogeneous_cluster("H100-SXM5-80GB", 1)
+    w = Workload(8192, 16)
+    flat = Profile(gemm_half_dim=0.0)
+    cfg = TrainingConfig(degrees=Degrees(dp=8), recompute="op")
+    ctx = make_context(model, cluster, w, cfg, flat, ())
+    t = layer_forward_time(layer_work(model, 0, ctx.shard), ctx.rates, ctx.prof)
+    rerun = op_recompute_s(ctx, 0, t, 0.0) - t.elementwise_s
+    h, kv, f = 4096, 1024, 14336
+    share = (kv + h + f) / (h + kv + kv + h + 3 * f)
+    assert share == pytest.approx(0.366, abs=1e-3)
+    assert rerun == pytest.approx(share * t.gemm_s, rel=1e-9)
+    ests = {r: estimate(model, cluster, w, replace(cfg, recompute=r), Profile())
+            for r in ("none", "selective", "op", "full")}
+    times = {r: e.time.recompute_s for r, e in ests.items()}
+    assert times["none"] == 0 < times["selective"] < times["op"] < times["full"]
+    mems = {r: e.memory.activations_bytes for r, e in ests.items()}
+    assert mems["none"] > mems["op"] > mems["full"]
+    with pytest.raises(ValueError, match="dense layers"):
+        estimate(load_model("mixtral-8x7b"), homogeneous_cluster("H100-SXM5-80GB", 2), w,
+                 TrainingConfig(degrees=Degrees(dp=16, ep=8), recompute="op"), Profile())

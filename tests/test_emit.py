@@ -77,6 +77,7 @@ SPECS = {
     "vpp_uneven": dict(tp=2, pp=2, dp=4, vpp=3),
     "zb": dict(tp=2, pp=2, dp=4, zero_bubble=True, recompute="full", recompute_layers=2),
     "zero3": dict(nodes=1, tp=2, dp=4, zero=3, recompute="selective"),
+    "op": dict(nodes=1, tp=2, dp=4, recompute="op", sequence_parallel=True),
     "cp": dict(tp=2, dp=4, cp=2, sequence_parallel=True),
     "moe_zero3": dict(model="mixtral-8x7b", nodes=4, tp=2, pp=2, dp=8, ep=4, zero=3),
     "fp8": dict(nodes=1, tp=8, dp=1, precision="fp8", sequence_parallel=True,
@@ -546,7 +547,11 @@ def test_torchtitan_degrees_batches_and_stages(name):
     assert par["context_parallel_degree"] == cfg["cp"]
     assert train["global_batch_size"] == p.inputs["workload"]["global_batch"]
     assert train["seq_len"] == p.inputs["workload"]["seq_len"]
-    assert doc["activation_checkpoint"]["mode"] == cfg["recompute"]
+    ac = doc["activation_checkpoint"]
+    # torchtitan's per-op policy is its selective mode with the "op" option
+    assert ac["mode"] == ("selective" if cfg["recompute"] == "op" else cfg["recompute"])
+    if cfg["recompute"] in ("op", "selective"):
+        assert ac["selective_ac_option"] == "op"
     if cfg["pp"] > 1:
         assert par["pipeline_parallel_schedule"] == {
             "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B",
@@ -759,3 +764,17 @@ def test_fp8_attention_and_fused_grouped_mlp_need_fp8_moe():
     with pytest.raises(ConfigError, match="fused_grouped_mlp"):
         check_config(dense, Workload(4096, 64, "fp8"), replace(fused, degrees=Degrees(dp=8)), 8)
     check_config(moe, Workload(4096, 64, "fp8"), fused, 8)
+
+
+def test_per_op_recompute_is_torchtitans_and_megatron_says_it_has_no_flag():
+    """``recompute op`` (torchtitan's per-op checkpointing) emits exactly that policy for
+    torchtitan and no recompute flag for Megatron, with a note saying so."""
+    p = plan("op")
+    doc = tomllib.loads(emit("torchtitan", p, EmitOptions())["torchtitan.toml"])
+    assert doc["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+    assert not any("closest policy" in n for n in emission("torchtitan", p).notes)
+    mega = emission("megatron", p)
+    lines = [ln for _, content in mega.files for ln in content.splitlines()
+             if not ln.lstrip().startswith("#")]
+    assert not any("--recompute-granularity" in ln for ln in lines)
+    assert any("per-op selective checkpointing" in n for n in mega.notes)

@@ -13,7 +13,8 @@ from cost_models.compute import CUDA_GRAPHS
 from cost_models.parallel import (ConfigError, Degrees, check_degrees, divides,
                                   lockstep_replicas)
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full")  # Megatron's modes: what --recompute auto searches
+RECOMPUTE_MODES = ("none", "selective", "op", "full")  # also torchtitan's per-op checkpointing
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 OPTIMIZERS = ("adam", "sgd")
 ATTENTION = ("flash", "flash2", "unfused")
@@ -110,6 +111,10 @@ class TrainingConfig:
     recomputes what is cheap and large: with unfused attention the attention core (Korthikanti
     et al. 2022, sec. 5); with flash attention, which keeps no s^2 tensors, the norms and
     activation functions (Megatron-Core ``--recompute-modules layernorm mlp moe_act``).
+    ``recompute="op"`` is torchtitan's per-op selective activation checkpointing
+    (``selective_ac_option = "op"``): every op's output is recomputed but those of matmuls,
+    SDPA and reduce-scatters, and of every second matmul of a block also recomputed
+    (``cost_models.training.stage`` ``op_recompute_s``); dense layers with standard attention.
     """
 
     degrees: Degrees = Degrees()
@@ -183,8 +188,8 @@ class TrainingConfig:
         for name in ("vpp", "micro_batch"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, ">= 1", getattr(self, name))
-        if self.recompute not in RECOMPUTE:
-            raise ConfigError("recompute", f"one of {RECOMPUTE}", self.recompute)
+        if self.recompute not in RECOMPUTE_MODES:
+            raise ConfigError("recompute", f"one of {RECOMPUTE_MODES}", self.recompute)
         if self.zero not in (0, 1, 2, 3):
             raise ConfigError("zero", "0, 1, 2 or 3", self.zero)
         if self.attention not in ATTENTION:

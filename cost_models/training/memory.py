@@ -114,6 +114,23 @@ def _ffn_tensors(model: ModelSpec, layer: int, sh: ActivationShape) -> float:
     return routed * per_copy + width * shared_w / sh.tp + 4 * moe.num_experts / sh.tp
 
 
+def _op_saved_per_token(model: ModelSpec, sh: ActivationShape) -> float:
+    """Bytes per token (2-byte elements) torchtitan's per-op checkpointing keeps of a dense
+    layer (``cost_models.training.stage.op_recompute_s``): the block's input, the outputs of
+    the odd matmuls (Q and V; w1 and w2, or up), SDPA's output and fp32 log-sum-exp, and with
+    sequence parallelism the two reduce-scatters' outputs. A matmul's output before its
+    reduce-scatter covers every token of the TP group (w2's: h wide on each rank)."""
+    h, t, a, d = model.hidden_size, sh.tp, model.num_heads, model.head_dim
+    rep_div = t if sh.sequence_parallel else 1
+    f = model.ffn_hidden_size / t
+    saved = 2 * h / rep_div + 2 * a * d / t + 2 * model.num_kv_heads * d / t  # input, Q, V
+    saved += 2 * a * d / t + 4 * a / t  # SDPA output and log-sum-exp
+    saved += 2 * f + (2 * h if model.glu else 0)  # w1 (up) and, 7th, w2
+    if sh.sequence_parallel and t > 1:
+        saved += 2 * 2 * h / t
+    return saved
+
+
 def layer_activation_bytes(model: ModelSpec, layer: int, sh: ActivationShape,
                            recompute: str) -> float:
     """Activation bytes of one layer for one micro-batch (Korthikanti et al. 2022)."""
@@ -122,6 +139,8 @@ def layer_activation_bytes(model: ModelSpec, layer: int, sh: ActivationShape,
     scale = sh.elem_bytes / 2
     if recompute == "full":
         return scale * sh.tokens * 2 * h / rep_div
+    if recompute == "op":
+        return scale * sh.tokens * _op_saved_per_token(model, sh)
     replicated = (8 * h + (2 * h if sh.dropout else 0)) / rep_div  # norms' and GEMMs' inputs
     ffn = _ffn_tensors(model, layer, sh)
     if recompute == "selective" and not sh.unfused_attention:

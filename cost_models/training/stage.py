@@ -48,7 +48,8 @@ from cost_models.training.layers import kind_counts
 
 __all__ = ["A2A_SM_SHARE", "pp_link_s", "SELECTIVE_FLASH_ELEMENTWISE_SHARE",
            "SELECTIVE_UNFUSED_ELEMENTWISE_SHARE", "StageCost", "a2a_exposed_s",
-           "fully_recomputed", "layer_cost", "mtp_cost", "stage_cost"]
+           "fully_recomputed", "layer_cost", "mtp_cost", "op_gemms", "op_recompute_s",
+           "stage_cost"]
 
 # Selective recompute re-runs part of a layer's memory-bound (elementwise) forward time; which
 # part depends on the attention kernel (TrainingConfig docstring). No published measurement
@@ -167,6 +168,41 @@ def _selective_recompute_s(ctx: StepContext, t: LayerTime) -> float:
     return SELECTIVE_FLASH_ELEMENTWISE_SHARE * t.elementwise_s  # norms and activation functions
 
 
+def op_gemms(model, layer: int, sh: Shard) -> tuple[Gemm, ...]:
+    """A dense layer's matmuls in the order torchtitan's Llama block runs them: Q, K, V, the
+    output projection, then the MLP's w1, w3 (GLU) and w2, or up and down."""
+    if model.mla is not None or model.is_moe_layer(layer):
+        raise ValueError("recompute 'op' (torchtitan's per-op checkpointing) is priced for "
+                         "dense layers with standard attention only")
+    h, a, d, kv, t, m = (model.hidden_size, model.num_heads, model.head_dim,
+                         model.num_kv_heads, sh.tp, sh.tokens)
+    attention = (Gemm(m, a * d / t, h), Gemm(m, kv * d / t, h), Gemm(m, kv * d / t, h),
+                 Gemm(m, h, a * d / t))
+    f = model.ffn_hidden_size / t
+    mlp = ((Gemm(m, f, h), Gemm(m, f, h), Gemm(m, h, f)) if model.glu
+           else (Gemm(m, f, h), Gemm(m, h, f)))
+    return attention + mlp
+
+
+def op_recompute_s(ctx: StepContext, layer: int, t: LayerTime, tp: float) -> float:
+    """Recompute time of one layer under ``recompute="op"``: torchtitan's per-op selective
+    activation checkpointing (``selective_ac_option = "op"``, the default of its Llama 3 8B
+    config; torchtitan ``parallelize_llama.py`` ``_apply_ac_to_transformer_block`` at 9dec370
+    and 820504e). The backward re-runs the block's forward but for the ops in its save list
+    (``aten.mm``, SDPA, ``reduce_scatter_tensor``, ``max``), and of those it re-runs every
+    second matmul too ("Saves output of all compute ops, except every second mm"): every
+    elementwise op, the 2nd, 4th and 6th matmul (K, the output projection, and w3 or w2), and
+    with sequence parallelism the two all-gathers that feed them (their outputs are not saved;
+    hidden behind the re-run GEMMs with ``tp_comm_overlap``). Attention is not re-run."""
+    k = ctx.cfg.seq_slices
+    gemms = op_gemms(ctx.model, layer, ctx.slice_shard)
+    rerun = k * sum(gemm_time_s(g, ctx.rates, ctx.prof) for g in gemms[1::2])
+    gathers = tp / 2 if ctx.cfg.sequence_parallel else tp
+    if ctx.cfg.tp_comm_overlap:
+        gathers = max(0.0, gathers - rerun)
+    return t.elementwise_s + rerun + gathers
+
+
 # Share of the GPU's SMs an overlapped all-to-all takes from the compute it runs beside:
 # DeepSeek-V3 report, sec. 3.2.2 ("only 20 SMs are sufficient to fully utilize the bandwidths
 # of IB and NVLink", of the H800's 132). A physical figure, not fitted.
@@ -224,6 +260,8 @@ def layer_cost(ctx: StepContext, views: GroupViews, layer: int,
         recompute = fwd + tp_fwd + cp_fwd + ep
     elif ctx.cfg.recompute == "selective":
         recompute = _selective_recompute_s(ctx, t)
+    elif ctx.cfg.recompute == "op":
+        recompute = op_recompute_s(ctx, layer, t, tp)
     weight_grad = (BWD_GEMM - 1) * t.gemm_s  # dW = x^T dy: one forward GEMM's worth
     resumed = _restarts(ctx, layer, tp > 0, ep > 0) * ctx.prof.resume_s
     return (fwd + bwd + resumed, recompute, tp_fwd + tp_bwd, cp_fwd + cp_bwd, ep_total,

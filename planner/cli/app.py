@@ -133,6 +133,7 @@ class PresetKind(str, Enum):
 class Recompute(str, Enum):
     none = "none"
     selective = "selective"
+    op = "op"
     full = "full"
     auto = "auto"
 
@@ -292,7 +293,9 @@ def estimate(
         help="Sequences per micro-batch, or auto: the fastest that fits.")] = "1",
     global_batch: GlobalBatchOpt = 1024, seq_len: SeqLenOpt = 4096,
     recompute: Annotated[Recompute, typer.Option(
-        help="Activation recomputation; auto: the fastest that fits.")] = Recompute.none,
+        help="Activation recomputation; op: torchtitan's per-op selective checkpointing "
+             "(dense models); auto: the fastest of none, selective, full that fits.")
+    ] = Recompute.none,
     recompute_layers: Annotated[Optional[int], typer.Option(
         min=1, help="With --recompute full: layers per stage to recompute (default: all).")] = None,
     sequence_parallel: Annotated[Optional[bool], typer.Option(

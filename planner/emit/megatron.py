@@ -204,6 +204,10 @@ def _memory_args(f: Facts) -> tuple[list[str], list[str]]:
         else:
             args += ["--recompute-granularity", "full", "--recompute-method", "block",
                      "--recompute-num-layers", str(cfg.recompute_layers)]
+    elif cfg.recompute == "op":
+        notes.append("Recompute 'op' is torchtitan's per-op selective checkpointing, which "
+                     "Megatron has no flag for: nothing is recomputed here; --recompute-"
+                     "granularity selective with --recompute-modules is the closest.")
     elif cfg.recompute == "selective":
         if cfg.attention == "unfused":
             modules = ["core_attn"]

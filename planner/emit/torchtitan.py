@@ -151,7 +151,10 @@ def torchtitan_tables(f: Facts, o: EmitOptions) -> tuple[tuple, list[str]]:
     if cfg.degrees.tp > 1 and not cfg.sequence_parallel:
         notes.append("torchtitan's tensor parallelism always shards activations along the "
                      "sequence (sequence parallel); the plan has it off.")
-    ac: list[tuple[str, object]] = [("mode", cfg.recompute)]
+    ac: list[tuple[str, object]] = [
+        ("mode", "selective" if cfg.recompute == "op" else cfg.recompute)]
+    if cfg.recompute == "op":  # exactly torchtitan's per-op policy
+        ac.append(("selective_ac_option", "op"))
     if cfg.recompute == "selective":
         ac.append(("selective_ac_option", "op"))
         notes.append("Selective recompute -> per-op selective activation checkpointing "

@@ -383,7 +383,7 @@ def rank_key(e: Estimate) -> tuple:
     """Fastest first; ties go to the simpler plan (less parallelism, less recompute)."""
     c, d = e.config, e.config.degrees
     return (round(e.step_time_s, 9), d.tp * d.cp * d.pp, c.vpp, c.zero_bubble, c.seq_slices,
-            ("none", "selective", "full").index(c.recompute), c.zero, d.tp, d.pp, d.cp, d.ep,
+            ("none", "selective", "op", "full").index(c.recompute), c.zero, d.tp, d.pp, d.cp, d.ep,
             d.expert_tp, c.micro_batch)
 
 
