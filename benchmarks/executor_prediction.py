@@ -119,6 +119,13 @@ LIMITS = [
     "* The DP all-reduce rows are -14% to -28% in every plan: the bucket's all-reduce after "
     "the backward takes longer than calibrate's tables (timed after a barrier and a short "
     "burst) plus the arrival skew say; 2-4 ms a step.",
+    "* 2026-11-28 06:05 UTC (EPYC, every run's rank imbalance recorded): 8, 9 and 7 of 9 "
+    "within 15%, Kendall tau +0.83, +0.89, +0.89; the second repetition had every plan within "
+    "15% but two pairs measured 1-2% apart in the other order. Outside 15%: EP2 (-17.5%, "
+    "-16.5%; -8.5% in between), PP2 at micro-batch 1 (-17.2%) and DP2 wide (-14.5%, just "
+    "inside). The ranks of 16 of the 18 compared DP, TP and EP runs computed within 1.1x of "
+    "each other (15 of them within 15%); this box's calibrations measured a rank speed spread "
+    "of 1.05-1.16, where the lent Xeon's reached 1.5-1.7 (`device_prediction_idle`).",
     "* The ranking: on the Xeon (02:25 UTC) the plans in the wrong order measured 1-4% apart, "
     "within the box's run-to-run spread; on the EPYC at 03:31 UTC also two pairs 21-22% "
     "apart, both with PP2 at micro-batch 1, whose median run measured 15% over its "
