@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(HERE))
 from executor_prediction import discordant  # noqa: E402
 from report import publish  # noqa: E402
-from report_pinned import median_parts  # noqa: E402
+from report_pinned import afd_spread, afd_table, median_parts  # noqa: E402
 from report_rerun import EXEC_PARTS, _afd_summary, _cell, executor_parts  # noqa: E402
 from report_reps import executor_copies  # noqa: E402
 
@@ -130,15 +130,7 @@ def render(s: dict) -> list[str]:
               "**AFD prediction** (`afd_executor_prediction.py --repeats 3 --quiet-wait 0 "
               "--max-external-cpu 1e9`, no plan shares a core), the median of 3 runs / the "
               "prediction (error):", ""]
-    afd = s["afd_summary"]
-    lines += ["| copy | " + " | ".join(r["plan"] for r in afd[0]["rows"])
-              + " | within 15% | same ranking | rank spread |",
-              "|---|" + "---:|" * len(afd[0]["rows"]) + "---:|---|---:|"]
-    for c in afd:
-        lines.append(f"| {c['copy']} | " + " | ".join(
-            f"{r['measured_s'] * 1e3:.2f} ms / {r['predicted_s'] * 1e3:.2f} ({r['error']:+.0%})"
-            for r in c["rows"]) + f" | {c['within_15']} of {len(c['rows'])} | "
-            f"{'yes' if c['same_ranking'] else 'no'} | {s['spreads'][c['copy']]:.2f} |")
+    lines += afd_table(s["afd_summary"], s["spreads"])
     lines += ["", "Spread of the runs: " + "; ".join(
         f"{plan} {lo * 1e3:.1f}-{hi * 1e3:.1f} ms" for plan, (lo, hi) in s["afd_spread"].items())
         + " (both copies). In afd2 every plan was within 15%, and the order is right but for "
@@ -146,14 +138,6 @@ def render(s: dict) -> list[str]:
         "5.19 ms; predicted 4.98, 5.29 and 4.66 ms); in afd1 the calibration (rank spread "
         "1.33) predicted every plan 10-35% faster than its median run but 1A+1F m2."]
     return lines
-
-
-def afd_spread(folder: Path) -> dict[str, tuple[float, float]]:
-    runs: dict[str, list[float]] = {}
-    for res in sorted(folder.glob("afd*-afd_executor_prediction.json")):
-        for plan, rs in json.loads(res.read_text())["runs"].items():
-            runs.setdefault(plan, []).extend(r["measured_step_s"] for r in rs)
-    return {plan: (min(v), max(v)) for plan, v in runs.items()}
 
 
 def main() -> None:
@@ -182,7 +166,7 @@ def main() -> None:
                                               [n for n, _ in EXEC_PARTS]),
                "runs": runs, "imbalance_split": split(runs),
                "afd_summary": _afd_summary(args.dir / "afd"),
-               "afd_spread": afd_spread(args.dir / "afd")}
+               "afd_spread": afd_spread([args.dir / "afd"])}
     publish(args.dir, "device_prediction_idle", summary, render(summary))
 
 

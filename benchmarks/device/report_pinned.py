@@ -102,15 +102,7 @@ def render(s: dict) -> list[str]:
     afd = s["afd_summary"]
     lines += ["", "**AFD prediction** (`afd_executor_prediction.py --repeats 3 --quiet-wait 0 "
               "--max-external-cpu 1e9`, 4 cores each: no plan shares a core), the median of 3 "
-              "runs / the prediction (error):", "",
-              "| copy | " + " | ".join(r["plan"] for r in afd[0]["rows"])
-              + " | within 15% | same ranking |",
-              "|---|" + "---:|" * len(afd[0]["rows"]) + "---:|---|"]
-    for c in afd:
-        lines.append(f"| {c['copy']} | " + " | ".join(
-            f"{r['measured_s'] * 1e3:.2f} ms / {r['predicted_s'] * 1e3:.2f} ({r['error']:+.0%})"
-            for r in c["rows"]) + f" | {c['within_15']} of {len(c['rows'])} | "
-            f"{'yes' if c['same_ranking'] else 'no'} |")
+              "runs / the prediction (error):", "", *afd_table(afd)]
     lines += ["", "Spread of the runs: " + "; ".join(
         f"{plan} {lo * 1e3:.1f}-{hi * 1e3:.1f} ms" for plan, (lo, hi) in s["afd_spread"].items())
         + " (every run of every copy). The five plans' medians lie within this spread of each "
@@ -124,11 +116,28 @@ def render(s: dict) -> list[str]:
     return lines
 
 
-def afd_spread(folder: Path) -> dict[str, tuple[float, float]]:
-    """Per AFD plan, the fastest and slowest measured run over every copy of every batch."""
+def afd_table(copies: list[dict], spreads: dict[str, float] | None = None) -> list[str]:
+    """The AFD copies' table: per plan the median run / the prediction (error), then within
+    15% and same ranking, and each copy's calibration rank speed spread where ``spreads``
+    (copy -> spread) is given."""
+    extra = spreads is not None
+    lines = ["| copy | " + " | ".join(r["plan"] for r in copies[0]["rows"])
+             + " | within 15% | same ranking |" + (" rank spread |" if extra else ""),
+             "|---|" + "---:|" * len(copies[0]["rows"]) + "---:|---|" + ("---:|" if extra else "")]
+    for c in copies:
+        lines.append(f"| {c['copy']} | " + " | ".join(
+            f"{r['measured_s'] * 1e3:.2f} ms / {r['predicted_s'] * 1e3:.2f} ({r['error']:+.0%})"
+            for r in c["rows"]) + f" | {c['within_15']} of {len(c['rows'])} | "
+            f"{'yes' if c['same_ranking'] else 'no'} |"
+            + (f" {spreads[c['copy']]:.2f} |" if extra else ""))
+    return lines
+
+
+def afd_spread(folders: list[Path]) -> dict[str, tuple[float, float]]:
+    """Per AFD plan, the fastest and slowest measured run over every copy in ``folders``."""
     runs: dict[str, list[float]] = {}
-    for batch in BATCHES:
-        for res in sorted((folder / batch).glob("afd*-afd_executor_prediction.json")):
+    for folder in folders:
+        for res in sorted(folder.glob("afd*-afd_executor_prediction.json")):
             for plan, rs in json.loads(res.read_text())["runs"].items():
                 runs.setdefault(plan, []).extend(r["measured_step_s"] for r in rs)
     return {plan: (min(v), max(v)) for plan, v in runs.items()}
@@ -156,7 +165,7 @@ def main() -> None:
                "executor_parts": median_parts(
                    [r for b in BATCHES for r in executor_parts(args.dir / b)],
                    [n for n, _ in EXEC_PARTS]),
-               "afd_summary": afd, "afd_spread": afd_spread(args.dir),
+               "afd_summary": afd, "afd_spread": afd_spread([args.dir / b for b in BATCHES]),
                "afd_parts": median_parts(afd_rows, ["step", *AFD_PARTS])}
     publish(args.dir, "device_prediction_pinned", summary, render(summary))
 
