@@ -51,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from planner.serving.afd_run_prediction import predict_afd_run  # noqa: E402
 from doc_tables import update_section  # noqa: E402
+from executor_prediction import discordant  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 WORK = RESULTS / "afd_executor_prediction_runs"
@@ -276,9 +277,11 @@ def render(out: dict) -> list[str]:
             f"{r['spread']:.0%} | {r['predicted_step_s']:.4f} | {r['error']:+.1%} | "
             f"{r['bound']} | {r['predicted_rank']} | {r['measured_rank']} | "
             f"{r['disturbed_runs']} of {r['runs']} |")
+    tau, wrong = discordant(results)
     lines += ["", f"Within 15%: {summary['within_15_percent']} of {summary['plans']} plans "
               f"(worst {summary['worst_abs_error']:.1%}); same ranking: "
-              f"{'yes' if summary['same_ranking'] else 'no'}."]
+              f"{'yes' if summary['same_ranking'] else 'no'} (Kendall tau {tau:+.2f}"
+              + (f"; in the wrong order: {'; '.join(wrong)}" if wrong else "") + ")."]
     prof = out["profile"]
     lines += ["", "Without calibrate's ping-pong terms (messages at send_recv's latency, "
               f"{out['send_recv_latency_s'] * 1e6:.0f} us, instead of p2p_latency_s "
