@@ -190,8 +190,7 @@ def moe_gemms(model: ModelSpec, sh: Shard) -> tuple[Gemm, ...]:
     gemms += mlp_gemms(h, moe.expert_ffn_hidden, model.glu, tokens_per_expert(model, sh),
                        sh.etp, local_experts)
     if moe.num_shared_experts:
-        width = (moe.shared_ffn_hidden or moe.expert_ffn_hidden) * moe.num_shared_experts
-        gemms += mlp_gemms(h, width, model.glu, sh.tokens, sh.tp)
+        gemms += mlp_gemms(h, moe.shared_width, model.glu, sh.tokens, sh.tp)
     return gemms
 
 

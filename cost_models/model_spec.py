@@ -43,6 +43,12 @@ class MoESpec:
             raise ValueError(f"MoE expert_ffn_hidden={self.expert_ffn_hidden} must be >= 1 and "
                              f"num_shared_experts={self.num_shared_experts} >= 0")
 
+    @property
+    def shared_width(self) -> int:
+        """FFN width of the shared experts together (0 without any): each is
+        ``shared_ffn_hidden`` wide, or ``expert_ffn_hidden`` when that is unset."""
+        return self.num_shared_experts * (self.shared_ffn_hidden or self.expert_ffn_hidden)
+
 
 @dataclass(frozen=True)
 class MLASpec:

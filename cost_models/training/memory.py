@@ -103,7 +103,7 @@ def _ffn_tensors(model: ModelSpec, layer: int, sh: ActivationShape) -> float:
         return width * model.ffn_hidden_size / sh.tp
     moe = model.moe
     routed = moe.top_k * sh.moe_imbalance * sh.etp / sh.tp
-    shared_w = moe.num_shared_experts * (moe.shared_ffn_hidden or moe.expert_ffn_hidden)
+    shared_w = moe.shared_width
     # per routed copy: the FC1 input (2h) and the activation's input (GLU 2*2f, else 2f) unless
     # offloaded to the host, and its output (2f)
     per_copy = width * moe.expert_ffn_hidden / sh.etp

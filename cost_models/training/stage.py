@@ -42,6 +42,7 @@ from cost_models.compute import (BWD_ATTN, BWD_GEMM, Gemm, LayerTime, Shard, att
                                  backward_time_s, gemm_time_s, layer_forward_time, layer_work,
                                  lm_head_forward_time, mlp_gemms)
 from cost_models.groups import GroupViews
+from cost_models.model_spec import ModelSpec
 from cost_models.training.config import TrainingConfig
 from cost_models.training.context import StepContext
 from cost_models.training.layers import kind_counts
@@ -168,7 +169,7 @@ def _selective_recompute_s(ctx: StepContext, t: LayerTime) -> float:
     return SELECTIVE_FLASH_ELEMENTWISE_SHARE * t.elementwise_s  # norms and activation functions
 
 
-def op_gemms(model, layer: int, sh: Shard) -> tuple[Gemm, ...]:
+def op_gemms(model: ModelSpec, layer: int, sh: Shard) -> tuple[Gemm, ...]:
     """A dense layer's matmuls in the order torchtitan's Llama block runs them: Q, K, V, the
     output projection, then the MLP's w1, w3 (GLU) and w2, or up and down."""
     if model.mla is not None or model.is_moe_layer(layer):
@@ -289,10 +290,7 @@ def _tp_overlap_exposed_s(ctx: StepContext, layer: int, tp: float) -> float:
     att = attention_gemms(m, sh)
     pairs = [(sum(g(x) for x in att[:-1]), g(att[-1]))]
     if blocks > 1:
-        if m.is_moe_layer(layer):
-            width = (m.moe.shared_ffn_hidden or m.moe.expert_ffn_hidden) * m.moe.num_shared_experts
-        else:
-            width = m.ffn_hidden_size
+        width = m.moe.shared_width if m.is_moe_layer(layer) else m.ffn_hidden_size
         up, down = mlp_gemms(m.hidden_size, width, m.glu, sh.tokens, sh.tp)
         pairs.append((g(up), g(down)))
     return sum(max(0.0, half - first) + max(0.0, half - last) for first, last in pairs)

@@ -174,8 +174,7 @@ def _moe_args(f: Facts) -> list[str]:
     else:
         args += ["--moe-token-dispatcher-type", "alltoall"]
     if moe.num_shared_experts:
-        width = moe.num_shared_experts * (moe.shared_ffn_hidden or moe.expert_ffn_hidden)
-        args += ["--moe-shared-expert-intermediate-size", str(width)]
+        args += ["--moe-shared-expert-intermediate-size", str(moe.shared_width)]
     if m.moe_layers and not all(m.moe_layers):
         args += ["--moe-layer-freq", "[" + ",".join("1" if x else "0" for x in m.moe_layers) + "]"]
     if f.workload.precision in ("bf16", "fp8"):

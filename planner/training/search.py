@@ -37,7 +37,7 @@ from typing import Callable, Iterable
 from cost_models.groups import ViewsMemo, stage_views
 from cost_models.model_spec import ModelSpec
 from cost_models.parallel import Degrees
-from cost_models.training.config import TrainingConfig, Workload
+from cost_models.training.config import RECOMPUTE_MODES, TrainingConfig, Workload
 from cost_models.profile import Profile
 from cost_models.training.step import (Estimate, compute_floor_s, estimate, estimate_memory,
                                        memory_fits)
@@ -383,7 +383,7 @@ def rank_key(e: Estimate) -> tuple:
     """Fastest first; ties go to the simpler plan (less parallelism, less recompute)."""
     c, d = e.config, e.config.degrees
     return (round(e.step_time_s, 9), d.tp * d.cp * d.pp, c.vpp, c.zero_bubble, c.seq_slices,
-            ("none", "selective", "op", "full").index(c.recompute), c.zero, d.tp, d.pp, d.cp, d.ep,
+            RECOMPUTE_MODES.index(c.recompute), c.zero, d.tp, d.pp, d.cp, d.ep,
             d.expert_tp, c.micro_batch)
 
 
