@@ -2,7 +2,8 @@
 nothing else on it (2026-11-28, commit 4ace683 plus the script's ``EXEC_ARGS``), two calls
 one after the other: first 3 executor-benchmark copies at once (``--repeats 1 --runs 1``, 2
 physical cores each, 6 of 16 cores busy), then 2 AFD-benchmark copies at once (4 cores each,
-8 of 16 busy). Each copy calibrated its own cores first.
+8 of 16 busy). Each copy calibrated its own cores first. A third call, on another fresh machine,
+ran ``planner calibrate`` alone on 2 cores (``alone/``; quoted in the text, not tabulated).
 
 Reads ``benchmarks/results/device-h200-idle/exec`` and ``afd`` (each copy's results JSON,
 calibration, log and per-rank records, as the script brought them back). Nothing is fitted:
@@ -126,7 +127,14 @@ def render(s: dict) -> list[str]:
               "waiting for the slower. The calibration takes each case's median over the "
               "ranks; the slowest rank instead (tried on these 9 copies, refitted) moved the "
               "median error from -3.4% to -3.2% and the copies within 15% from 60 to 57 of 81: "
-              "which core is slow changes from minute to minute.", "",
+              "which core is slow changes from minute to minute. A third call (06:45 UTC, "
+              "another fresh machine of the same kind) ran `planner calibrate` alone, one "
+              "process per core on 2 of 16 cores, nothing else running (other load 0.00 "
+              "cores): rank speed spread 1.34; the second rank ran the small GEMMs 1.8x faster "
+              "than the first, then the layer cases up to 1.7x slower, then the largest GEMMs "
+              "1.5x slower (`alone/cal-12-13.json`; two more, on cores 0-1 and 6-7, were cut at "
+              "75 s and wrote nothing). The vCPUs' speeds differ with the machine otherwise "
+              "idle.", "",
               "**AFD prediction** (`afd_executor_prediction.py --repeats 3 --quiet-wait 0 "
               "--max-external-cpu 1e9`, no plan shares a core), the median of 3 runs / the "
               "prediction (error):", ""]
