@@ -140,7 +140,7 @@ def fit_attention(cases: Sequence[dict], peak_flops: float) -> AttentionFit:
         inv_a, call = nonneg_lstsq2(rows, [1.0] * len(rows))  # work / eff + call = time
         if inv_a < 1.0:  # an efficiency above 1: cap it and refit the per-call time alone
             inv_a = 1.0
-            call = max(0.0, sum((1 - w) * b for w, b in rows) / sum(b * b for _, b in rows))
+            call = _fit_one(rows, inv_a)
         sse = sum((w * inv_a + b * call - 1) ** 2 for w, b in rows)
         if best is None or sse < best[0] - 1e-12:
             best = (sse, AttentionFit(1.0 / inv_a, half, call))

@@ -153,10 +153,9 @@ def torchtitan_tables(f: Facts, o: EmitOptions) -> tuple[tuple, list[str]]:
                      "sequence (sequence parallel); the plan has it off.")
     ac: list[tuple[str, object]] = [
         ("mode", "selective" if cfg.recompute == "op" else cfg.recompute)]
-    if cfg.recompute == "op":  # exactly torchtitan's per-op policy
+    if cfg.recompute in ("op", "selective"):  # "op" is exactly torchtitan's per-op policy
         ac.append(("selective_ac_option", "op"))
     if cfg.recompute == "selective":
-        ac.append(("selective_ac_option", "op"))
         notes.append("Selective recompute -> per-op selective activation checkpointing "
                      "(selective_ac_option = \"op\"), torchtitan's closest policy.")
     if cfg.recompute == "full" and cfg.recompute_layers is not None:
