@@ -73,6 +73,25 @@ def test_megatron_bridge_deepseek_rows_ran_mtp_from_26_02():
             _flops_per_token_published(r), rel=0.005)
 
 
+def test_kimi_k2_rows_are_the_preset_and_run_their_release_config():
+    """Megatron-Bridge's Kimi_K2 rows: their published model TFLOP/s per token equal Megatron's
+    causal count for the kimi-k2 preset (no MTP module) within 0.5%, which checks the preset's
+    dimensions against NVIDIA's own count; and they run what KIMI_K2_PRETRAIN_CONFIG_GB300
+    sets (flex dispatcher, no all-to-all overlap, selective recompute, no CUDA graphs)."""
+    rows = [r for r in EXTRA if r["model"]["name"] == "Kimi_K2"]
+    assert len(rows) == 4
+    for r in rows:
+        model, seq = pr.row_model(r), r["model"]["seq_len"]
+        assert model.name == "kimi-k2" and model.mtp_layers == 0 and model.num_moe_layers == 60
+        assert pr.megatron_causal_flops(model, 1, seq) / seq == pytest.approx(
+            _flops_per_token_published(r), rel=0.005)
+        cfg = pr.row_config(r, 1)
+        assert cfg.moe_dispatcher == "flex" and not cfg.moe_a2a_overlap
+        assert cfg.cuda_graphs == "none" and pr._published_recompute(r) == "selective"
+        res = calibration.evaluate_row(r, calibration.default_profile("GB300"))
+        assert res["scored"] and res["fits"] and res["moe"]
+
+
 def test_megatron_lm_guide_row_runs_its_launch_script_settings():
     row = next(r for r in EXTRA if r["id"].startswith("megatron-lm-dsv3-guide"))
     assert pr.source_name(row) == "megatron-lm-dsv3-guide"

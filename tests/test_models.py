@@ -44,6 +44,9 @@ PUBLISHED = {
     "gpt-oss-20b": (20.91e9, 3.61e9, "gpt-oss Model Card, arXiv:2508.10925, Table 1"),
 }
 ACTIVE_WITHOUT_EMBEDDING = {"gpt-oss-120b", "gpt-oss-20b"}
+# Presets that are byte-for-byte copies of a fixture below, whose totals PUBLISHED_HF checks
+# (at the tolerance its one-significant-digit source allows).
+PRESET_FIXTURES = {"kimi-k2": "kimi-k2-instruct"}
 
 
 def _tiny(model_type: str, **extra: object) -> dict:
@@ -71,7 +74,7 @@ def test_every_fixture_imports(path: Path) -> None:
 
 def test_presets_all_listed_with_descriptions() -> None:
     presets = model_presets()
-    assert set(presets) == set(PUBLISHED)
+    assert set(presets) == set(PUBLISHED) | set(PRESET_FIXTURES)
     assert all(desc and "\n" not in desc for desc in presets.values())
 
 
@@ -321,6 +324,15 @@ def test_new_architectures_match_published(name: str) -> None:
         got = active_params(model)
         message = f"{name} active: {got:,} vs {active:,.0f} ({source})"
         assert got == pytest.approx(active, rel=ACTIVE_TOL), message
+
+
+@pytest.mark.parametrize("name", sorted(PRESET_FIXTURES))
+def test_preset_is_the_fixture(name: str) -> None:
+    """The preset file is the vendored config byte for byte, so it imports to the same model."""
+    fixture = FIXTURES / f"{PRESET_FIXTURES[name]}.json"
+    preset_file = Path(__file__).parents[1] / "planner" / "data" / "models" / f"{name}.json"
+    assert preset_file.read_bytes() == fixture.read_bytes()
+    assert count_params(load_model(name)) == count_params(load_hf_config(fixture))
 
 
 def test_kimi_k2_is_deepseek_v3_shaped() -> None:

@@ -37,8 +37,10 @@ OUT = Path(__file__).parent / "published_runs_extra.json"
 MB_MODELS = {
     "LLAMA3_8B": ("llama-3.1-8b", "llama3-dense"), "LLAMA3_70B": ("llama-3.1-70b", "llama3-dense"),
     "LLAMA3.1_405B": ("llama-3.1-405b", "llama3-dense"), "LLAMA31_405B": ("llama-3.1-405b", "llama3-dense"),
-    "DeepSeekV3": ("deepseek-v3", "deepseek-moe"), "GPT OSS 120B": ("gpt-oss-120b", "gpt-oss-moe"),
+    "DeepSeekV3": ("deepseek-v3", "deepseek-moe"),
+    "DeepSeekV3 (w/ MTP)": ("deepseek-v3", "deepseek-moe"), "GPT OSS 120B": ("gpt-oss-120b", "gpt-oss-moe"),
     "Qwen3_30B_a3B": ("qwen3-30b-a3b", "qwen3-moe"), "Qwen3_235B_a22B": ("qwen3-235b-a22b", "qwen3-moe"),
+    "Kimi_K2": ("kimi-k2", "kimi-moe"),
 }
 MB_SYSTEMS = {"DGX-GB300": ("GB300", 4), "DGX-GB200": ("GB200", 4), "DGX-B300": ("B300", 8),
               "DGX-B200": ("B200", 8), "DGX-H100": ("H100-SXM5-80GB", 8)}
