@@ -86,8 +86,14 @@ def load_all_rows() -> list[dict]:
     return load_rows(DATA) + (load_rows(EXTRA) if EXTRA.exists() else [])
 
 
+# Rows whose launch settings are known: one config constant matches the row exactly, or in
+# everything but the global batch, which Megatron-Bridge's performance scripts take from the
+# command line (``-gb``) after the workload config (``megatron_bridge_moe_settings.json``).
+MATCHED = ("exact", "exact_but_gbs")
+
+
 def _load_mb_settings() -> dict[str, dict]:
-    """Row id -> the settings the row's own launch code gave it (exact matches only):
+    """Row id -> the settings the row's own launch code gave it (``MATCHED`` rows only):
     Megatron-Bridge's config of the row's release (``megatron_bridge_moe_settings.json``) and
     the MoE model zoo's launch scripts (``modelzoo_moe_settings.json``) and the Megatron-LM
     DeepSeek-V3 guide's (``megatron_lm_guide_moe_settings.json``)."""
@@ -95,7 +101,7 @@ def _load_mb_settings() -> dict[str, dict]:
     for path in (MB_SETTINGS, ZOO_SETTINGS, GUIDE_SETTINGS):
         if path.exists():
             out.update({r["id"]: r for r in json.loads(path.read_text())["rows"]
-                        if r["match"] == "exact"})
+                        if r["match"] in MATCHED})
     return out
 
 

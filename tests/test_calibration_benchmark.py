@@ -92,6 +92,28 @@ def test_kimi_k2_rows_are_the_preset_and_run_their_release_config():
         assert res["scored"] and res["fits"] and res["moe"]
 
 
+def test_a_row_that_differs_only_in_global_batch_runs_its_constants_settings():
+    """``exact_but_gbs`` rows: a row of the same release, system, precision and layout that
+    matched exactly, differing in the global batch alone, carries the same launch settings,
+    and the row's training config follows them (not the planner's defaults)."""
+    import re
+    rows = json.loads(pr.MB_SETTINGS.read_text())["rows"]
+    loose = [r for r in rows if r["match"] == "exact_but_gbs"]
+    assert loose
+    for r in loose:
+        stem = re.sub(r"gbs\d+$", "", r["id"])
+        sibling = next(x for x in rows if x["match"] == "exact" and x["id"] != r["id"]
+                       and re.sub(r"gbs\d+$", "", x["id"]) == stem)
+        keys = ("dispatcher", "a2a_overlap", "recompute_modules", "cuda_graph_impl",
+                "fp8_dot_product_attention", "cutedsl_fused_grouped_mlp", "config_constant")
+        assert {k: r[k] for k in keys} == {k: sibling[k] for k in keys}
+        row = next(x for x in EXTRA if x["id"] == r["id"])
+        twin = next(x for x in EXTRA if x["id"] == sibling["id"])
+        cfg, twin_cfg = pr.row_config(row, 1), pr.row_config(twin, 1)
+        assert cfg == twin_cfg and cfg.moe_dispatcher == "flex" and cfg.cuda_graphs == "full"
+        assert row["config"]["global_batch"] != twin["config"]["global_batch"]
+
+
 def test_megatron_lm_guide_row_runs_its_launch_script_settings():
     row = next(r for r in EXTRA if r["id"].startswith("megatron-lm-dsv3-guide"))
     assert pr.source_name(row) == "megatron-lm-dsv3-guide"
