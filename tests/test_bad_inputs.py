@@ -288,3 +288,16 @@ def test_topology_import_of_deeply_nested_yaml(tmp_path, fmt, text):
     path = write(tmp_path / "topo.yaml", text)
     line = one_error_line(invoke("topo", "import", path, "--format", fmt))
     assert "nested at most 100 levels deep" in line
+
+
+def test_a_format_that_cannot_express_the_plan_says_so_not_malformed(tmp_path):
+    """torchtitan has no fp16: a correct fp16 plan gets the format's own one-line refusal
+    (which format to use instead), not "malformed ... please report it", and no files."""
+    plan = tmp_path / "fp16.json"
+    result = invoke("solve", "--model", "llama-3.1-8b", "--gpu", "V100", "--nodes", "1",
+                    "--precision", "fp16", "--top-k", "1", "--out", plan)
+    assert result.exit_code == 0, result.output
+    line = one_error_line(invoke("emit", "torchtitan", plan, "--out-dir", tmp_path / "launch"))
+    assert line.startswith("error: torchtitan: fp16 is not offered")
+    assert "megatron" in line and "malformed" not in line and "report" not in line
+    assert not (tmp_path / "launch").exists()

@@ -23,7 +23,7 @@ from rich.console import Console, RenderableType
 from rich.errors import NotRenderableError
 from rich.markup import escape
 
-from planner.errors import SpecError
+from planner.errors import PlannerError, SpecError
 from planner.inputs.limits import (CLUSTER_NODES, GLOBAL_BATCH, GPUS_PER_NODE, SEQUENCE_TOKENS,
                                    Limit)
 
@@ -196,6 +196,8 @@ def using_document(source: str, expected: str) -> Iterator[None]:
     :class:`SpecError` naming the file (with ``--debug``: the traceback)."""
     try:
         yield
+    except PlannerError:  # already one line a person can act on (a format's refusal, ...)
+        raise
     except MALFORMED_DOCUMENT_ERRORS as err:
         if debug_requested():
             raise

@@ -33,7 +33,7 @@ from planner.emit.megatron import render_megatron
 from planner.emit.afd_vllm import render_vllm_afd
 from planner.emit.serving_engines import render_sglang, render_vllm
 from planner.emit.torchtitan import render_torchtitan
-from planner.emit.types import Emission
+from planner.emit.types import Emission, UnsupportedByFormat
 from planner.plan.document import Plan
 
 FORMATS = ("torchrun", "slurm", "kubeflow", "megatron", "deepspeed", "torchtitan")
@@ -66,14 +66,16 @@ def emission(fmt: str, plan: Plan, options: EmitOptions = EmitOptions()) -> Emis
     if fmt in SERVING_FORMATS:
         if isinstance(plan, Plan) and (plan.serving or {}).get("mode") == "afd":
             if fmt == "sglang":
-                raise ValueError("sglang: an afd (attention/FFN disaggregated) plan: SGLang's "
-                                 "AFD runs on Ascend NPUs only (sgl-project/sglang#36258); "
-                                 "use 'planner emit vllm' for the afd-plugin settings")
+                raise UnsupportedByFormat(
+                    "sglang: an afd (attention/FFN disaggregated) plan: SGLang's "
+                    "AFD runs on Ascend NPUs only (sgl-project/sglang#36258); "
+                    "use 'planner emit vllm' for the afd-plugin settings")
             return render_vllm_afd(plan)
         return (render_vllm if fmt == "vllm" else render_sglang)(plan, options)
     if isinstance(plan, Plan) and plan.kind == "serving":
-        raise ValueError(f"{fmt}: a serving plan is launched with the "
-                         f"{' or '.join(SERVING_FORMATS)} format, not {fmt}")
+        raise UnsupportedByFormat(
+            f"{fmt}: a serving plan is launched with the "
+            f"{' or '.join(SERVING_FORMATS)} format, not {fmt}")
     return _render(fmt, facts_of(plan), options)
 
 

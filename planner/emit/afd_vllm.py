@@ -22,7 +22,7 @@ import csv
 import io
 import json
 
-from planner.emit.types import Emission
+from planner.emit.types import Emission, UnsupportedByFormat
 from planner.plan.document import Plan
 
 CONNECTOR = "P2pNcclAFDConnector"
@@ -60,9 +60,10 @@ def units(plan: Plan) -> list[dict]:
     per_unit = att_instances // n_units
     a_ranks, f_ranks = per_unit * tp, _int(ffn, "ep")
     if a_ranks < f_ranks or a_ranks % f_ranks:
-        raise ValueError(f"vllm: {PLUGIN}'s {CONNECTOR} needs attention ranks >= FFN ranks in "
-                         f"an exact multiple (validate_p2p_topology); each unit of this plan "
-                         f"has {a_ranks} attention and {f_ranks} FFN ranks")
+        raise UnsupportedByFormat(
+            f"vllm: {PLUGIN}'s {CONNECTOR} needs attention ranks >= FFN ranks in "
+            f"an exact multiple (validate_p2p_topology); each unit of this plan "
+            f"has {a_ranks} attention and {f_ranks} FFN ranks")
     instances = (plan.serving or {}).get("instances", [])
     of = {role: [i for i in instances if isinstance(i, dict) and i.get("role") == role]
           for role in ("attention", "ffn")}

@@ -21,27 +21,32 @@ from __future__ import annotations
 import json
 
 from planner.emit._facts import SLIMPIPE_NOTE, Facts, dp_shares_note, header_lines
-from planner.emit.types import Emission
+from planner.emit.types import Emission, UnsupportedByFormat
 
 
 def _check(f: Facts) -> None:
     cfg = f.cfg
     if cfg.degrees.cp > 1:
-        raise ValueError(f"deepspeed: context parallelism (cp={cfg.degrees.cp}) has no DeepSpeed "
-                         "equivalent (DeepSpeed-Ulysses is a different sequence-parallel "
-                         "algorithm with other memory and traffic); use the megatron format")
+        raise UnsupportedByFormat(
+            f"deepspeed: context parallelism (cp={cfg.degrees.cp}) has no DeepSpeed "
+            "equivalent (DeepSpeed-Ulysses is a different sequence-parallel "
+            "algorithm with other memory and traffic); use the megatron format")
     if cfg.vpp > 1:
-        raise ValueError(f"deepspeed: the interleaved pipeline (vpp={cfg.vpp}) is not offered "
-                         "by DeepSpeed's pipeline engine; use the megatron format")
+        raise UnsupportedByFormat(
+            f"deepspeed: the interleaved pipeline (vpp={cfg.vpp}) is not offered "
+            "by DeepSpeed's pipeline engine; use the megatron format")
     if cfg.degrees.pp > 1 and cfg.zero >= 2:
-        raise ValueError(f"deepspeed: pipeline parallelism (pp={cfg.degrees.pp}) works with ZeRO "
-                         f"stage 0 or 1 only, the plan uses ZeRO-{cfg.zero}")
+        raise UnsupportedByFormat(
+            f"deepspeed: pipeline parallelism (pp={cfg.degrees.pp}) works with ZeRO "
+            f"stage 0 or 1 only, the plan uses ZeRO-{cfg.zero}")
     if f.model.is_moe and cfg.zero == 3:
-        raise ValueError("deepspeed: MoE layers are refused with ZeRO-3 (DeepSpeed engine: "
-                         "'MoE not supported with Stage 3')")
+        raise UnsupportedByFormat(
+            "deepspeed: MoE layers are refused with ZeRO-3 (DeepSpeed engine: "
+            "'MoE not supported with Stage 3')")
     if cfg.degrees.tp > 1 and cfg.zero == 3:
-        raise ValueError(f"deepspeed: AutoTP tensor parallelism (tp={cfg.degrees.tp}) supports ZeRO "
-                         "stages 0-2, the plan uses ZeRO-3")
+        raise UnsupportedByFormat(
+            f"deepspeed: AutoTP tensor parallelism (tp={cfg.degrees.tp}) supports ZeRO "
+            "stages 0-2, the plan uses ZeRO-3")
 
 
 def ds_config(f: Facts) -> dict:
@@ -53,7 +58,7 @@ def ds_config(f: Facts) -> dict:
               "gradient_accumulation_steps": f.micro_batches,
               "gradient_clipping": 1.0,
               "zero_optimization": {"stage": cfg.zero, "overlap_comm": cfg.overlap_grad_reduce},
-              "bf16": {"enabled": w.precision in ("bf16", "fp8")},
+              "bf16": {"enabled": w.precision in ("bf16", "fp8", "nvfp4")},
               "fp16": {"enabled": w.precision == "fp16"}}
     if cfg.degrees.tp > 1:
         config["tensor_parallel"] = {"autotp_size": cfg.degrees.tp}
@@ -93,9 +98,10 @@ def deepspeed_notes(f: Facts) -> list[str]:
     if cfg.recompute != "none":
         notes.append(f"Activation recompute ({cfg.recompute}) is applied in model code "
                      "(deepspeed.checkpointing.checkpoint around the transformer layers).")
-    if f.workload.precision == "fp8":
-        notes.append("FP8: DeepSpeed has no FP8 config field; bf16 is enabled, use "
-                     "Transformer Engine layers in the model for FP8 GEMMs.")
+    if f.workload.low_precision_gemms:
+        name = "NVFP4" if f.workload.precision == "nvfp4" else "FP8"
+        notes.append(f"{name}: DeepSpeed has no {name} config field; bf16 is enabled, use "
+                     f"Transformer Engine layers in the model for {name} GEMMs.")
     flags = ["--tensor-model-parallel-size", str(cfg.degrees.tp)]
     flags += (["--pipeline-model-parallel-size", str(cfg.degrees.pp)] if cfg.degrees.pp > 1
               else ["--no-pipeline-parallel"])

@@ -37,7 +37,7 @@ import yaml
 from planner.emit._facts import Facts, comment_safe, header_lines
 from planner.emit._nccl import FabricNode, host_wrapper, rank_wrapper, wrapper_argv
 from planner.emit._options import EmitOptions, dns1123_name
-from planner.emit.types import Emission
+from planner.emit.types import Emission, UnsupportedByFormat
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 NODE_NAME_VAR = "PLANNER_K8S_NODE"  # the pod's node (downward API spec.nodeName)
@@ -130,9 +130,10 @@ def kubeflow_notes(f: Facts, o: EmitOptions) -> list[str]:
 def pytorchjob(f: Facts, o: EmitOptions, notes: list[str]) -> dict:
     """The PyTorchJob document as plain data."""
     if f.uniform_gpus is None:
-        raise ValueError("kubeflow: the nodes differ in GPU count, but a PyTorchJob has one "
-                         "nprocPerNode (and Workers one pod template); use the torchrun or "
-                         "slurm format")
+        raise UnsupportedByFormat(
+            "kubeflow: the nodes differ in GPU count, but a PyTorchJob has one "
+            "nprocPerNode (and Workers one pod template); use the torchrun or "
+            "slurm format")
     gpus = f.uniform_gpus
     fabric = list(f.fabric or ())
     specs = {"Master": _replica(f, o, 1, gpus, {"nodeSelector": {HOSTNAME_LABEL: f.master.host}},

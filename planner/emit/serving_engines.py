@@ -48,7 +48,7 @@ from planner.emit._serving import (BOOTSTRAP_PORT_OFFSET, COORD_PORT_OFFSET,
                                    NIXL_SIDE_CHANNEL_BASE, Command, Instance, PoolSpec,
                                    ServingFacts, check_ports, host_port, render_files,
                                    serving_facts, side_port, url)
-from planner.emit.types import Emission
+from planner.emit.types import Emission, UnsupportedByFormat
 from planner.plan.document import Plan
 
 NIXL_KV_TRANSFER = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"},
@@ -57,12 +57,14 @@ NIXL_KV_TRANSFER = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_b
 
 def _facts(fmt: str, plan: Plan) -> ServingFacts:
     if isinstance(plan, Plan) and plan.kind != "serving":
-        raise ValueError(f"{fmt}: a {plan.kind} plan cannot be served; the vllm and sglang "
-                         "formats launch serving plans (planner serve)")
+        raise UnsupportedByFormat(
+            f"{fmt}: a {plan.kind} plan cannot be served; the vllm and sglang "
+            "formats launch serving plans (planner serve)")
     f = serving_facts(plan)
     if f.engine != fmt:
-        raise ValueError(f"{fmt}: the plan was made for engine {f.engine!r}; plan again for "
-                         f"{fmt} (its sizes and batch limits are engine-specific)")
+        raise UnsupportedByFormat(
+            f"{fmt}: the plan was made for engine {f.engine!r}; plan again for "
+            f"{fmt} (its sizes and batch limits are engine-specific)")
     return f
 
 
@@ -111,18 +113,21 @@ def _sglang_rules(f: ServingFacts) -> None:
     if f.mode == "disagg":
         p, d = f.pools["prefill"], f.pools["decode"]
         if p.tp != d.tp and not f.mla:
-            raise ValueError(f"sglang: prefill attention tp={p.tp} and decode tp={d.tp} differ "
-                             "on a model without MLA; SGLang's KV transfer between different "
-                             "TP sizes is only reliable for MLA models (sgl-project/sglang"
-                             "#15674): use the same tp")
+            raise UnsupportedByFormat(
+                f"sglang: prefill attention tp={p.tp} and decode tp={d.tp} differ "
+                "on a model without MLA; SGLang's KV transfer between different "
+                "TP sizes is only reliable for MLA models (sgl-project/sglang"
+                "#15674): use the same tp")
         if f.router is None:
-            raise ValueError("sglang: a disaggregated plan needs a router (the PD router "
-                             "sends each request to a prefill and a decode instance)")
+            raise UnsupportedByFormat(
+                "sglang: a disaggregated plan needs a router (the PD router "
+                "sends each request to a prefill and a decode instance)")
     for inst in f.instances:
         counts = {len(n.gpus) for n in inst.nodes}
         if len(counts) > 1:
-            raise ValueError(f"sglang: {inst.name} has {sorted(counts)} GPUs on its nodes; a "
-                             "multi-node SGLang instance needs the same count on every node")
+            raise UnsupportedByFormat(
+                f"sglang: {inst.name} has {sorted(counts)} GPUs on its nodes; a "
+                "multi-node SGLang instance needs the same count on every node")
 
 
 def _sglang_server(f: ServingFacts, inst: Instance, pool: PoolSpec, rank: int,
@@ -231,13 +236,15 @@ def _vllm_rules(f: ServingFacts) -> None:
     if f.mode == "disagg":
         p, d = f.pools["prefill"], f.pools["decode"]
         if p.tp != d.tp:
-            raise ValueError(f"vllm: prefill tp={p.tp} and decode tp={d.tp} differ; use the "
-                             "same tensor-parallel size on both")
+            raise UnsupportedByFormat(
+                f"vllm: prefill tp={p.tp} and decode tp={d.tp} differ; use the "
+                "same tensor-parallel size on both")
     for pool in f.pools.values():
         if pool.ep > 1 and pool.ep != pool.tp * pool.dp:
-            raise ValueError(f"vllm: the {pool.role} pool has ep={pool.ep} over tp*dp = "
-                             f"{pool.tp * pool.dp} GPUs; --enable-expert-parallel spreads the "
-                             "experts over all of them (ep = tp*dp, no expert TP)")
+            raise UnsupportedByFormat(
+                f"vllm: the {pool.role} pool has ep={pool.ep} over tp*dp = "
+                f"{pool.tp * pool.dp} GPUs; --enable-expert-parallel spreads the "
+                "experts over all of them (ep = tp*dp, no expert TP)")
 
 
 def _vllm_layout(inst: Instance, pool: PoolSpec) -> list[tuple[str, ...]]:
@@ -263,10 +270,11 @@ def _vllm_layout(inst: Instance, pool: PoolSpec) -> list[tuple[str, ...]]:
         return [(*master, "--node-rank", str(r),
                  *(("--port", str(inst.port)) if r == 0 else ("--headless",)))
                 for r in range(len(inst.nodes))]
-    raise ValueError(f"vllm: {inst.name} spreads {pool.dp} DP rank(s) of tp*pp = {rank_gpus} "
-                     f"GPUs over nodes with {[len(n.gpus) for n in inst.nodes]} GPUs; vLLM "
-                     "launches whole DP ranks per node, or one DP rank over nodes with the "
-                     "same GPU count each")
+    raise UnsupportedByFormat(
+        f"vllm: {inst.name} spreads {pool.dp} DP rank(s) of tp*pp = {rank_gpus} "
+        f"GPUs over nodes with {[len(n.gpus) for n in inst.nodes]} GPUs; vLLM "
+        "launches whole DP ranks per node, or one DP rank over nodes with the "
+        "same GPU count each")
 
 
 def _vllm_engine_args(f: ServingFacts, pool: PoolSpec) -> list[str]:

@@ -35,7 +35,7 @@ from planner.emit._facts import (SLIMPIPE_NOTE, Facts, comment_safe, dp_shares_n
                                  header_lines)
 from planner.emit._options import EmitOptions
 from planner.emit._toml import toml_document
-from planner.emit.types import Emission
+from planner.emit.types import Emission, UnsupportedByFormat
 
 SCHEDULES = {"1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B",
              "zb-h1": "InterleavedZeroBubble", "slimpipe": "1F1B"}
@@ -62,24 +62,28 @@ def _check_expert(f: Facts) -> None:
     tp, cp, ep, etp = cfg.degrees.tp, cfg.degrees.cp, cfg.degrees.ep, cfg.degrees.expert_tp
     if ep == 1:
         if etp != tp:
-            raise ValueError(f"torchtitan: without expert parallelism the experts use the full "
-                             f"tensor-parallel degree ({tp}); the plan has etp={etp}")
+            raise UnsupportedByFormat(
+                f"torchtitan: without expert parallelism the experts use the full "
+                f"tensor-parallel degree ({tp}); the plan has etp={etp}")
         return
     if cfg.zero < 3:
-        raise ValueError(f"torchtitan: expert parallelism (ep={ep}) borrows ranks from "
-                         f"data_parallel_shard_degree (FSDP), but the plan replicates weights "
-                         f"(ZeRO-{cfg.zero}); re-plan with zero=3 or use the megatron format")
+        raise UnsupportedByFormat(
+            f"torchtitan: expert parallelism (ep={ep}) borrows ranks from "
+            f"data_parallel_shard_degree (FSDP), but the plan replicates weights "
+            f"(ZeRO-{cfg.zero}); re-plan with zero=3 or use the megatron format")
     shard = cfg.degrees.dp
     if etp == tp:
         span, low = shard * cp, cp
     elif etp == 1:
         span, low = shard * cp * tp, cp * tp
     else:
-        raise ValueError(f"torchtitan: expert_tensor_parallel_degree must equal "
-                         f"tensor_parallel_degree ({tp}) or 1; the plan has etp={etp}")
+        raise UnsupportedByFormat(
+            f"torchtitan: expert_tensor_parallel_degree must equal "
+            f"tensor_parallel_degree ({tp}) or 1; the plan has etp={etp}")
     if not (low <= ep <= span and ep % low == 0 and span % ep == 0):
-        raise ValueError(f"torchtitan: expert_parallel_degree {ep} must satisfy {low} <= ep <= "
-                         f"{span}, ep % {low} == 0 and {span} % ep == 0 (etp={etp})")
+        raise UnsupportedByFormat(
+            f"torchtitan: expert_parallel_degree {ep} must satisfy {low} <= ep <= "
+            f"{span}, ep % {low} == 0 and {span} % ep == 0 (etp={etp})")
 
 
 def module_fqns(f: Facts) -> list[list[str]]:
@@ -101,8 +105,14 @@ def torchtitan_tables(f: Facts, o: EmitOptions) -> tuple[tuple, list[str]]:
     """The TOML tables and the notes (ValueError where torchtitan cannot run the plan)."""
     cfg, w = f.cfg, f.workload
     if w.precision == "fp16":
-        raise ValueError("torchtitan: fp16 is not offered (mixed_precision_param is bfloat16 "
-                         "or float32); use the megatron or deepspeed format")
+        raise UnsupportedByFormat(
+            "torchtitan: fp16 is not offered (mixed_precision_param is bfloat16 "
+            "or float32); use the megatron or deepspeed format")
+    if w.precision == "nvfp4":
+        raise UnsupportedByFormat(
+            "torchtitan: nvfp4 is not written here (torchtitan's experimental "
+            "NVFP4 converter, a torchao prototype, is set in its Python configs, "
+            "not in the TOML this format writes); use the megatron format")
     _check_expert(f)
     notes: list[str] = []
     name, flavor, known = model_name_flavor(f.model.name)
