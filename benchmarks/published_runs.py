@@ -182,8 +182,6 @@ def unsupported(row: dict) -> str | None:
     m = row["model"]
     if not m.get("preset") and not m.get("layers"):
         return f"model {m.get('name')} has no planner preset (architecture not in the model library)"
-    if "fp4" in str(row["config"].get("precision", "")).lower():
-        return "NVFP4 precision not modelled (workload precisions: bf16, fp16, fp8, fp32)"
     try:
         get_gpu(row["cluster"]["gpu_key"])
     except Exception:  # noqa: BLE001 - any catalog miss
@@ -248,7 +246,8 @@ def row_cluster(row: dict) -> Cluster:
 def row_workload(row: dict) -> Workload:
     gb = row["config"].get("global_batch") or row["config"]["dp"] * 8
     published = str(row["config"].get("precision", "")).lower()
-    precision = "fp8" if "fp8" in published else "fp16" if "fp16" in published else "bf16"
+    precision = ("nvfp4" if "fp4" in published else "fp8" if "fp8" in published
+                 else "fp16" if "fp16" in published else "bf16")
     return Workload(row["model"]["seq_len"], gb, precision)
 
 

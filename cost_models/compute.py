@@ -128,6 +128,7 @@ class Shard:
     flex_dispatch: bool = False  # the flex (DeepEP) MoE token dispatcher, not the all-to-all
     fp8_attention: bool = False  # the attention core in fp8 (TrainingConfig.fp8_attention)
     fused_grouped_mlp: bool = False  # TransformerEngine's fused grouped MLP (same, config)
+    nvfp4: bool = False  # NVFP4 GEMMs (fp8 is set too): their operands quantised to 4 bits
 
     @property
     def tokens(self) -> float:
@@ -268,6 +269,33 @@ def rope_bytes_per_elem(model: ModelSpec) -> int:
     return 4 if rope_fused(model) else 24
 
 
+# NVFP4 quantisation (TransformerEngine ``NVFP4BlockScaling``, transformer_engine/common/recipe/
+# __init__.py at d0067d0d; Mishra et al. 2025, "Pretraining Large Language Models with NVFP4",
+# arXiv:2509.25149): two scaling levels, an E4M3 scale per 16 values and an fp32 scale per
+# tensor, so the tensor's amax is read first (with the 16-point random Hadamard transform the
+# recipe applies to wgrad operands: one pass, 2 bytes a value); then one kernel reads the bf16
+# values again (2) and writes both the row-wise and the column-wise copy, since "both versions
+# are computed from the high precision input" (2 x (0.5 + 1/16)). Each Linear quantises its
+# input X once (forward, for fprop and wgrad) and its output gradient dY once (backward, for
+# dgrad and wgrad); weights are quantised once per step (2D 16x16 scales), not per micro-batch.
+# Not fitted. The fp8 path's quantisation is inside ``Profile.fp8_speedup`` (fitted, at its cap,
+# the peak ratio 2); at 4-bit rates these passes are no longer small against the GEMMs.
+NVFP4_QUANT_BYTES = 2 + 2 + 2 * (0.5 + 1 / 16)
+
+
+def nvfp4_quant_elems(model: ModelSpec, layer: int, sh: Shard) -> float:
+    """Values one layer's NVFP4 Linears quantise per micro-batch on this GPU, forward and
+    backward: each weight GEMM's input (m x k) and output gradient (m x n), the attention
+    projections, the dense MLP or the routed and shared experts (not the router, which
+    Megatron-Core runs outside TransformerEngine)."""
+    gemms = attention_gemms(model, sh)
+    if model.is_moe_layer(layer):
+        gemms += moe_gemms(model, sh)[1:]  # [0] is the router
+    else:
+        gemms += mlp_gemms(model.hidden_size, model.ffn_hidden_size, model.glu, sh.tokens, sh.tp)
+    return sum((g.m * g.k + g.m * g.n) * g.count for g in gemms)
+
+
 def _elementwise_bytes(model: ModelSpec, layer: int, sh: Shard) -> float:
     """HBM bytes of one layer's memory-bound forward kernels on this GPU.
 
@@ -275,7 +303,9 @@ def _elementwise_bytes(model: ModelSpec, layer: int, sh: Shard) -> float:
     h), rotary on q and k (read and write; more when unfused, :func:`rope_bytes_per_elem`),
     the activation (GELU: read f, write f; GLU: read 2f, write f), two dropouts (read, write,
     1-byte mask). Norm/residual/dropout run on every TP rank unless sequence parallelism
-    shards them (Korthikanti et al. 2022, sec. 4.2.2).
+    shards them (Korthikanti et al. 2022, sec. 4.2.2). With NVFP4, a third of the layer's
+    quantisation passes (:data:`NVFP4_QUANT_BYTES`), so that forward and backward (twice the
+    forward's bytes) carry all of them.
     """
     h, t = model.hidden_size, sh.tp
     # bytes at ACT_BYTES per value: norms 2 x (h + h), residual adds 2 x (2h + h), dropouts
@@ -302,7 +332,10 @@ def _elementwise_bytes(model: ModelSpec, layer: int, sh: Shard) -> float:
     if sh.unfused_attention:  # scale+mask+softmax (r/w 2 B), dropout (r/w 2 B + 1 B mask)
         keys = _attention_keys(model, layer, sh.seq_len, causal_skip=False)
         scores = keys * model.num_heads / t * (4 + (5 if sh.dropout else 0))
-    return sh.tokens * ((per_token + scores) * sh.elem_bytes / ACT_BYTES + router)
+    quant = 0.0
+    if sh.nvfp4:  # forward share of the forward + backward passes (backward = 2 x forward)
+        quant = NVFP4_QUANT_BYTES * nvfp4_quant_elems(model, layer, sh) / (1 + BWD_ELEM)
+    return sh.tokens * ((per_token + scores) * sh.elem_bytes / ACT_BYTES + router) + quant
 
 
 CUDA_GRAPHS = ("none", "moe_router", "attn+moe_router", "full")
@@ -357,6 +390,9 @@ DISPATCH_PREPROCESS = {"alltoall": 7, "flex": 2}  # captured by the "moe_preproc
 MOE_TAIL_LAUNCHES = (1, 1)  # the MoE layer's bias-dropout-add
 UNFUSED_ATTN_EXTRA = (6, 12)  # scale, mask, softmax, dropout, two batched GEMMs (2021 Megatron)
 FP8_PER_LINEAR = 3
+# * nvfp4 (TransformerEngine's NVFP4BlockScaling): the fp8 path's quantisation and scale
+#   swizzles, and the per-tensor amax of the second scaling level before them (+1): 4.
+FP4_PER_LINEAR = 4
 FUSED_GROUPED_MLP_LAUNCHES = (6, 9)
 # Unfused RoPE (rope_fused False) instead of the 2 fused calls, forward: per q and k, cos, sin,
 # their scaling and casts (6) and mul, neg, cat, mul, add, cat (6): 24, 22 more; backward
@@ -373,7 +409,7 @@ def layer_launches(model: ModelSpec, layer: int, sh: Shard) -> Launches:
     """Launches of ``layer`` (see the counts above); CUDA graphs (``Shard.cuda_graphs``)
     capture the attention half (``attn``), the router and the dispatcher's preprocessing
     (``moe_router``), or the whole iteration (``full``, no launch is the CPU's)."""
-    fp8 = FP8_PER_LINEAR if sh.fp8 else 0
+    fp8 = FP4_PER_LINEAR if sh.nvfp4 else FP8_PER_LINEAR if sh.fp8 else 0
     attn = (ATTN_LAUNCHES[0] + 2 * fp8, ATTN_LAUNCHES[1] + 4 * fp8)
     if sh.unfused_attention:
         attn = (attn[0] + UNFUSED_ATTN_EXTRA[0], attn[1] + UNFUSED_ATTN_EXTRA[1])
@@ -439,6 +475,8 @@ class GpuRates:
     hbm_bytes_per_s: float
     fp8: bool = False
     elem_bytes: int = 2  # operand bytes (4 in fp32)
+    # NVFP4: the GPU's fp4 over fp8 dense peak (2 on B200/GB200, 3 on B300/GB300); 1 otherwise
+    fp4_over_fp8: float = 1.0
     gemm_scale: float = 1.0
     attention_scale: float = 1.0  # fused attention speed relative to the GPU's native kernel
 
@@ -479,7 +517,7 @@ def gemm_time_s(g: Gemm, rates: GpuRates, prof: Profile) -> float:
     """Time of one GEMM at the size-dependent efficiency (see module docstring)."""
     n = min(g.m, g.n, g.k)
     eff = min(1.0, prof.gemm_efficiency * rates.gemm_scale) * n / (n + prof.gemm_half_dim)
-    speed = prof.fp8_speedup if rates.fp8 else 1.0
+    speed = prof.fp8_speedup * rates.fp4_over_fp8 if rates.fp8 else 1.0
     compute = g.flops / (rates.peak_flops * eff * speed)
     memory = rates.elem_bytes * (g.m * g.k + g.k * g.n + g.m * g.n) * g.count / (
         rates.hbm_bytes_per_s * prof.hbm_efficiency)

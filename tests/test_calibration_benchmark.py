@@ -127,12 +127,22 @@ def test_megatron_lm_guide_row_runs_its_launch_script_settings():
 
 
 def test_unpredictable_rows_are_listed_with_a_reason_not_dropped():
-    rows = [r for r in EXTRA if "Nemotron" in r["model"]["name"]][:1] + \
-        [r for r in EXTRA if r["config"]["precision"] == "NVFP4" and r["model"].get("preset")][:1]
+    nemotron = [r for r in EXTRA if "Nemotron" in r["model"]["name"]][:1]
+    usable, reasons = calibration.predictable(nemotron)
+    assert not usable and len(reasons) == 1
+    assert all("preset" in why for why in reasons.values())
+
+
+def test_nvfp4_rows_are_predicted_in_nvfp4():
+    """Megatron-Bridge's NVFP4 rows of preset models run the nvfp4 workload (4-bit GEMMs and
+    weights), and every one of them fits."""
+    rows = [r for r in EXTRA if r["config"]["precision"] == "NVFP4" and r["model"].get("preset")]
     usable, reasons = calibration.predictable(rows)
-    assert not usable and len(reasons) == 2
-    assert any("preset" in why for why in reasons.values())
-    assert any("NVFP4" in why for why in reasons.values())
+    assert len(usable) == len(rows) >= 18 and not reasons
+    for r in usable:
+        assert pr.row_workload(r).precision == "nvfp4"
+        res = calibration.evaluate_row(r, calibration.default_profile(r["cluster"]["gpu_key"]))
+        assert res["fits"] and res["scored"]
 
 
 def test_a_preset_row_is_predicted():

@@ -84,12 +84,13 @@ SPECS = {
                 tp_comm_overlap=True),
     "fp16": dict(nodes=1, tp=1, dp=8, zero=2, precision="fp16"),
     "hetero": dict(cluster="hetero", tp=2, dp=6, gb=60),
+    "nvfp4": dict(cluster="gb300", tp=2, dp=4, precision="nvfp4"),
 }
 
 # format -> plans it cannot express (everything else must emit)
 REFUSED = {
     "deepspeed": {"vpp", "vpp_uneven", "zero3", "cp", "moe_zero3"},
-    "torchtitan": {"mixtral", "fp16"},
+    "torchtitan": {"mixtral", "fp16", "nvfp4"},
     "kubeflow": {"hetero"},
 }
 
@@ -99,6 +100,8 @@ def plan(name: str) -> Plan:
     spec = dict(SPECS[name])
     if spec.get("cluster") == "hetero":
         spec["cluster"] = _hetero_cluster()
+    if spec.get("cluster") == "gb300":
+        spec["cluster"] = homogeneous_cluster("GB300", 2, 4)
     return _build(**spec)
 
 
@@ -493,6 +496,9 @@ def test_megatron_memory_precision_and_schedule_flags():
     assert args["--fp8-format"] == ["hybrid"] and "--bf16" in args
     assert "--tp-comm-overlap" in args and "--sequence-parallel" in args
     assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in text
+    args, _ = _megatron("nvfp4")  # 4-bit GEMMs and weights, as the estimate priced them
+    assert args["--fp4-format"] == ["e2m1"] and args["--fp4-recipe"] == ["nvfp4"]
+    assert "--fp4-param-gather" in args and "--bf16" in args and "--fp8-format" not in args
     args, _ = _megatron("fp16")
     assert "--fp16" in args and "--bf16" not in args
     assert args["--data-parallel-sharding-strategy"] == ["optim_grads"]

@@ -27,6 +27,7 @@ _PEAK_KEYS: dict[str, tuple[str, ...]] = {
     "bf16": ("bf16_tflops_dense", "fp16_tflops_dense", "fp16_tensor_tflops_dense"),
     "fp16": ("fp16_tflops_dense", "fp16_tensor_tflops_dense", "bf16_tflops_dense"),
     "fp8": ("fp8_tflops_dense",),
+    "nvfp4": ("fp4_tflops_dense",),  # Blackwell's NVFP4 (E2M1, E4M3 scale per 16 values)
     "tf32": ("tf32_tflops_dense",),
     "fp32": ("fp32_tflops_dense",),  # no catalog entry carries it yet; inline devices may
 }

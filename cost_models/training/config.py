@@ -15,7 +15,8 @@ from cost_models.parallel import (ConfigError, Degrees, check_degrees, divides,
 
 RECOMPUTE = ("none", "selective", "full")  # Megatron's modes: what --recompute auto searches
 RECOMPUTE_MODES = ("none", "selective", "op", "full")  # also torchtitan's per-op checkpointing
-PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+PRECISIONS = ("bf16", "fp16", "fp8", "nvfp4", "fp32")
+NVFP4_PARAM_BYTES = 2 * (0.5 + 1 / 256)  # Workload.param_bytes
 OPTIMIZERS = ("adam", "sgd")
 ATTENTION = ("flash", "flash2", "unfused")
 MOE_DISPATCHERS = ("alltoall", "flex")
@@ -27,13 +28,14 @@ DEGREE_KEYS = tuple(f.name for f in fields(Degrees))  # the keys of a flat (sche
 class Workload:
     """What is trained: sequence length, global batch in sequences, precision, optimizer.
 
-    ``precision``: bf16/fp16/fp8 are mixed precision (2-byte activations and weights, fp32 main
-    gradients and master weights); fp32 trains in plain fp32 (4-byte everything, no master copy),
-    as a plain-torch job on CPU does. ``optimizer``: adam (two fp32 moments) or sgd (none).
-    fp16 adds dynamic loss scaling (Micikevicius et al. 2018, "Mixed Precision Training", sec.
-    3.2), whose only per-step cost is one pass over the main gradients before the optimizer
-    (:attr:`loss_scaling_bytes_per_param`); its memory is that of bf16 (the scaler's state is
-    a few scalars).
+    ``precision``: bf16/fp16/fp8/nvfp4 are mixed precision (2-byte activations and weights,
+    fp32 main gradients and master weights; fp8 and nvfp4 GEMMs quantise their operands, nvfp4
+    keeps 4-bit weights, :attr:`param_bytes`); fp32 trains in plain fp32 (4-byte everything, no
+    master copy), as a plain-torch job on CPU does. ``optimizer``: adam (two fp32 moments) or
+    sgd (none). fp16 adds dynamic loss scaling (Micikevicius et al. 2018, "Mixed Precision
+    Training", sec. 3.2), whose only per-step cost is one pass over the main gradients before
+    the optimizer (:attr:`loss_scaling_bytes_per_param`); its memory is that of bf16 (the
+    scaler's state is a few scalars).
     """
 
     seq_len: int
@@ -51,22 +53,41 @@ class Workload:
             raise ValueError(f"optimizer '{self.optimizer}' must be one of {OPTIMIZERS}")
 
     @property
+    def low_precision_gemms(self) -> bool:
+        """Whether the weight GEMMs run below 16 bits: fp8 (MXFP8, FP8 current or delayed
+        scaling) or nvfp4 (TransformerEngine's NVFP4 recipe: the fp8 rate times the GPU's fp4
+        over fp8 peak, plus its quantisation passes; ``cost_models.compute``)."""
+        return self.precision in ("fp8", "nvfp4")
+
+    @property
     def elem_bytes(self) -> int:
         """Bytes of one activation or weight element: 4 in fp32, else 2 (bf16/fp16 storage)."""
         return 4 if self.precision == "fp32" else 2
 
     @property
-    def state_bytes_per_param(self) -> tuple[int, int, int]:
+    def param_bytes(self) -> float:
+        """Bytes of one model (compute) weight as kept between steps and all-gathered: the
+        activations' width, except NVFP4, whose weights stay in 4 bits (Megatron-LM
+        ``--fp4-param-gather``: "Keep the compute param in fp4 ... and perform the param
+        all-gather in fp4", which Megatron-Bridge's NVFP4 recipe sets, ``bf16_with_nvfp4_mixed``
+        in ``training/mixed_precision.py``): E2M1 values with one E4M3 scale per 16 x 16 block
+        (TransformerEngine ``NVFP4BlockScaling``), a row-wise and a column-wise copy for the
+        forward and the backward GEMMs: 2 x (0.5 + 1/256)."""
+        return NVFP4_PARAM_BYTES if self.precision == "nvfp4" else self.elem_bytes
+
+    @property
+    def state_bytes_per_param(self) -> tuple[float, int, int]:
         """(weights, gradients, optimizer) bytes per parameter.
 
         Mixed precision (Megatron-LM ``docs/source/api-guide/dist_optimizer.md``): 2-byte
-        weights, 4-byte fp32 main gradients, and fp32 master weights (4) plus Adam's two moments
-        (8). Plain fp32: 4-byte weights and gradients, the weights are the master copy, so only
-        Adam's moments (8) remain; SGD without momentum keeps no state.
+        weights (:attr:`param_bytes`: 4-bit ones in nvfp4), 4-byte fp32 main gradients, and fp32
+        master weights (4) plus Adam's two moments (8). Plain fp32: 4-byte weights and
+        gradients, the weights are the master copy, so only Adam's moments (8) remain; SGD
+        without momentum keeps no state.
         """
         master = 0 if self.precision == "fp32" else 4
         moments = 8 if self.optimizer == "adam" else 0
-        return self.elem_bytes, 4, master + moments
+        return self.param_bytes, 4, master + moments
 
     @property
     def loss_scaling_bytes_per_param(self) -> int:

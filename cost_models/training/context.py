@@ -60,16 +60,19 @@ class StepContext:
 def gpu_rates(gpu: GpuSpec, workload: Workload, profile_gpu: GpuSpec | None = None,
               attention: str = "flash") -> GpuRates:
     """``gpu``'s rates at the workload's precision (fp32 peak for fp32, else the bf16 peak;
-    fp8 speeds GEMMs up in ``compute``); ``profile_gpu``: the GPU the profile is for, when it
-    is another type (its GEMM efficiency relative to it:
+    fp8 speeds GEMMs up in ``compute``, nvfp4 by its fp4 over fp8 peak more); ``profile_gpu``:
+    the GPU the profile is for, when it is another type (its GEMM efficiency relative to it:
     :func:`cost_models.profile.gemm_efficiency_ratio`); ``attention``: the configuration's
     attention kernels (:func:`cost_models.compute.attention_kernel_scale`)."""
     peak = gpu.peak_flops_for("fp32" if workload.precision == "fp32" else "bf16")
     scale = (1.0 if profile_gpu is None or profile_gpu.name == gpu.name
              else gemm_efficiency_ratio(gpu.name, profile_gpu.name))
+    fp4 = (gpu.peak_flops_for("nvfp4") / gpu.peak_flops_for("fp8")
+           if workload.precision == "nvfp4" else 1.0)
     return GpuRates(peak_flops=peak, hbm_bytes_per_s=gpu.hbm_bw_bytes_per_s,
-                    fp8=workload.precision == "fp8", elem_bytes=workload.elem_bytes,
-                    gemm_scale=scale, attention_scale=attention_kernel_scale(gpu.arch, attention))
+                    fp8=workload.low_precision_gemms, elem_bytes=workload.elem_bytes,
+                    fp4_over_fp8=fp4, gemm_scale=scale,
+                    attention_scale=attention_kernel_scale(gpu.arch, attention))
 
 
 def config_shard(cfg: TrainingConfig, workload: Workload) -> Shard:
@@ -79,7 +82,8 @@ def config_shard(cfg: TrainingConfig, workload: Workload) -> Shard:
                  etp=d.expert_tp, sequence_parallel=cfg.sequence_parallel,
                  unfused_attention=cfg.attention == "unfused", dropout=cfg.dropout,
                  moe_imbalance=cfg.moe_imbalance, elem_bytes=workload.elem_bytes,
-                 cuda_graphs=cfg.cuda_graphs, fp8=workload.precision == "fp8",
+                 cuda_graphs=cfg.cuda_graphs, fp8=workload.low_precision_gemms,
+                 nvfp4=workload.precision == "nvfp4",
                  flex_dispatch=cfg.moe_dispatcher == "flex",
                  fp8_attention=cfg.fp8_attention and workload.precision == "fp8",
                  fused_grouped_mlp=cfg.fused_grouped_mlp and workload.precision == "fp8")

@@ -57,18 +57,18 @@ def backward_window_s(compute_s: float) -> float:
 
 def _dp_comm(ctx: StepContext, stage: int, dense: float, expert: float) -> tuple[float, float]:
     """(gradient reduction, parameter gather) seconds for one stage's parameters: gradients
-    in fp32 (or the compute dtype, ``TrainingConfig.grad_reduce_in_fp32``), parameters in the
-    workload's element size."""
+    in fp32 (or the compute dtype, ``TrainingConfig.grad_reduce_in_fp32``), parameters at
+    ``Workload.param_bytes`` (4-bit in nvfp4)."""
     cfg, views, prof = ctx.cfg, ctx.views[stage], ctx.prof
-    elem = ctx.rates.elem_bytes
+    elem, param = ctx.rates.elem_bytes, ctx.workload.param_bytes
     g = 4 if cfg.grad_reduce_in_fp32 else elem
     if cfg.zero == 0:
         return (comm.all_reduce_s(views.dp_cp, g * dense, prof)
                 + comm.all_reduce_s(views.edp, g * expert, prof)), 0.0
     grads = (comm.reduce_scatter_s(views.dp_cp, g * dense, prof)
              + comm.reduce_scatter_s(views.edp, g * expert, prof))
-    params = (comm.all_gather_s(views.dp_cp, elem * dense, prof)
-              + comm.all_gather_s(views.edp, elem * expert, prof))
+    params = (comm.all_gather_s(views.dp_cp, param * dense, prof)
+              + comm.all_gather_s(views.edp, param * expert, prof))
     return grads, params
 
 

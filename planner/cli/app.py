@@ -142,7 +142,13 @@ class Precision(str, Enum):
     bf16 = "bf16"
     fp16 = "fp16"
     fp8 = "fp8"
+    nvfp4 = "nvfp4"
     fp32 = "fp32"
+
+
+PRECISION_HELP = ("bf16/fp8: mixed precision; nvfp4: Blackwell's 4-bit GEMMs (TransformerEngine's "
+                  "NVFP4 recipe); fp16: mixed precision with loss scaling (V100); fp32: plain "
+                  "fp32 (CPU jobs).")
 
 
 class Optimizer(str, Enum):
@@ -319,9 +325,7 @@ def estimate(
         help="MoE with --precision fp8 (MXFP8, Blackwell): TransformerEngine's fused grouped "
              "MLP, the experts' GEMMs in a few grouped kernels.")] = False,
     attention: Annotated[Attention, typer.Option(help=ATTENTION_HELP)] = Attention.flash,
-    precision: Annotated[Precision, typer.Option(
-        help="bf16/fp8: mixed precision; fp16: mixed precision with loss scaling (V100); "
-             "fp32: plain fp32 (CPU jobs).")] = Precision.bf16,
+    precision: Annotated[Precision, typer.Option(help=PRECISION_HELP)] = Precision.bf16,
     optimizer: OptimizerOpt = Optimizer.adam,
     calibration: Annotated[Optional[Path], typer.Option(
         help="JSON overriding calibration parameters (see docs/calibration.md).")] = None,
@@ -374,9 +378,7 @@ def solve(
     cluster: ClusterOpt = None, gpu: GpuOpt = None, nodes: NodesOpt = None,
     gpus_per_node: GpusPerNodeOpt = None,
     global_batch: GlobalBatchOpt = 1024, seq_len: SeqLenOpt = 4096,
-    precision: Annotated[Precision, typer.Option(
-        help="bf16/fp8: mixed precision; fp16: mixed precision with loss scaling (V100); "
-             "fp32: plain fp32 (CPU jobs).")] = Precision.bf16,
+    precision: Annotated[Precision, typer.Option(help=PRECISION_HELP)] = Precision.bf16,
     optimizer: OptimizerOpt = Optimizer.adam,
     top_k: Annotated[int, typer.Option(min=1, max=100, help="Plans to show.")] = 10,
     objective: Annotated[Objective, typer.Option(

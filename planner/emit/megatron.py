@@ -33,7 +33,9 @@ Flag names and constraints follow ``megatron/training/arguments.py`` (NVIDIA/Meg
   (bf16 only), ``--moe-token-dispatcher-type alltoall``, or with the plan's flex dispatcher
   ``--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep`` (Megatron-Core
   MoE guide: "Enable DeepEP token dispatcher");
-* precision: ``--bf16`` / ``--fp16``, ``--fp8-format hybrid``; gradients reduced in bf16
+* precision: ``--bf16`` / ``--fp16``, ``--fp8-format hybrid``, ``--fp4-format e2m1
+  --fp4-recipe nvfp4 --fp4-param-gather`` (4-bit weights, as the estimate assumes;
+  Megatron-LM ``arguments.py``, "FP4 related arguments"); gradients reduced in bf16
   (``--grad-reduce-in-bf16``) and Adam's moments in bf16 (``--use-precision-aware-optimizer
   --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``) where the plan's config says so;
 * overlap: ``--overlap-grad-reduce``, ``--overlap-param-gather`` (needs the distributed
@@ -177,7 +179,7 @@ def _moe_args(f: Facts) -> list[str]:
         args += ["--moe-shared-expert-intermediate-size", str(moe.shared_width)]
     if m.moe_layers and not all(m.moe_layers):
         args += ["--moe-layer-freq", "[" + ",".join("1" if x else "0" for x in m.moe_layers) + "]"]
-    if f.workload.precision in ("bf16", "fp8"):
+    if f.workload.precision in ("bf16", "fp8", "nvfp4"):
         args.append("--moe-grouped-gemm")
     return args
 
@@ -233,6 +235,8 @@ def _precision_args(f: Facts) -> list[str]:
         return ["--fp16"]
     if p == "fp8":
         return ["--bf16", "--fp8-format", "hybrid"]
+    if p == "nvfp4":
+        return ["--bf16", "--fp4-format", "e2m1", "--fp4-recipe", "nvfp4", "--fp4-param-gather"]
     return ["--bf16"]
 
 

@@ -15,7 +15,8 @@ from typing import Any, Iterator
 from cost_models.groups import stage_views
 from cost_models.model_spec import ModelSpec
 from cost_models.parallel import ConfigError, Degrees
-from cost_models.training.config import RECOMPUTE, TrainingConfig, Workload, check_config
+from cost_models.training.config import (PRECISIONS, RECOMPUTE, TrainingConfig, Workload,
+                                         check_config)
 from cost_models.profile import Profile, apply_overrides, default_profile
 from cost_models.training.step import Estimate, compute_floor_s, estimate, estimate_memory
 from planner.inputs.clusters import OPTIONS_SOURCE, cluster_from_options, load_cluster
@@ -177,10 +178,10 @@ def checked_estimate(model: ModelSpec, cluster: Cluster, workload: Workload,
 
 def check_precision(cluster: Cluster, precision: str) -> None:
     """Raise a SpecError naming ``--precision`` when a GPU of ``cluster`` does not compute in
-    ``precision`` (V100 has no bf16, A100 no fp8: :meth:`GpuSpec.supports`)."""
+    ``precision`` (V100 has no bf16, A100 no fp8, Hopper no nvfp4: :meth:`GpuSpec.supports`)."""
     for gpu in dict.fromkeys(group.gpu for group in cluster.node_groups):
         if not gpu.supports(precision):
-            have = ", ".join(p for p in ("bf16", "fp16", "fp8", "fp32") if gpu.supports(p))
+            have = ", ".join(p for p in PRECISIONS if gpu.supports(p))
             raise SpecError(OPTIONS_SOURCE, "--precision", f"a precision {gpu.name} computes "
                             f"in ({have or 'none in the catalog'})", precision)
 
