@@ -521,7 +521,7 @@ def _drop_device(key: str):
 INLINE_ERRORS = [  # (change to _host_spec(), field path in the message, fragment of it)
     (_set_device("memory_gb", -1), "node_groups.0.gpu.memory_gb", "greater than 0"),
     (_set_device("peak_tflops", {"bf16": 1, "fp64": 2}), "node_groups.0.gpu.peak_tflops",
-     "at least one of bf16, fp16, fp8, tf32, fp32 (unknown: fp64)"),
+     "at least one of bf16, fp16, fp8, nvfp4, tf32, fp32 (unknown: fp64)"),
     (_set_device("peak_tflops", {}), "node_groups.0.gpu.peak_tflops", "(got none)"),
     (_set_device("peak_tflops", {"bf16": 0}), "node_groups.0.gpu.peak_tflops.bf16",
      "greater than 0"),
