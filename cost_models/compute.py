@@ -283,6 +283,12 @@ def rope_bytes_per_elem(model: ModelSpec) -> int:
 NVFP4_QUANT_BYTES = 2 + 2 + 2 * (0.5 + 1 / 16)
 
 
+def low_precision_bytes(sh: Shard) -> float:
+    """Bytes per value of a quantised GEMM operand: fp8 1 (MXFP8 adds an E8M0 scale per 32
+    values, 1/32), NVFP4 0.5 with an E4M3 scale per 16 (1/16)."""
+    return 0.5 + 1 / 16 if sh.nvfp4 else 1 + 1 / 32
+
+
 def nvfp4_quant_elems(model: ModelSpec, layer: int, sh: Shard) -> float:
     """Values one layer's NVFP4 Linears quantise per micro-batch on this GPU, forward and
     backward: each weight GEMM's input (m x k) and output gradient (m x n), the attention

@@ -87,3 +87,23 @@ def test_nvfp4_needs_fp4_tensor_cores():
     assert "--precision" in result.stderr and "nvfp4" in result.stderr
     assert "bf16, fp16, fp8" in result.stderr and "Traceback" not in result.stderr
     assert gpu_catalog()["GB300"].supports("nvfp4")
+
+
+def _tp_s(gpu: str, precision: str, sequence_parallel: bool) -> float:
+    m = load_model("llama-3.1-70b")
+    cfg = TrainingConfig(degrees=Degrees(tp=8), micro_batch=1,
+                         sequence_parallel=sequence_parallel)
+    est = estimate(m, homogeneous_cluster(gpu, 1, 8), Workload(8192, 8, precision), cfg,
+                   default_profile(gpu))
+    return est.time.tp_comm_s
+
+
+def test_sequence_parallel_gathers_move_quantised_values():
+    """TransformerEngine quantises a sequence-parallel Linear's input before gathering it, so
+    the all-gather half of each TP exchange moves 1-byte fp8 (0.56-byte NVFP4) values, the
+    reduce-scatter half bf16; without sequence parallelism the exchange is an all-reduce of
+    the bf16 output whatever the GEMMs' precision."""
+    bf16, fp8 = _tp_s("H100", "bf16", True), _tp_s("H100", "fp8", True)
+    assert 0.6 * bf16 < fp8 < 0.9 * bf16
+    assert _tp_s("H100", "fp8", False) == pytest.approx(_tp_s("H100", "bf16", False))
+    assert _tp_s("GB300", "nvfp4", True) < _tp_s("GB300", "fp8", True)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from cost_models import communication as comm
 from cost_models.compute import (BWD_ATTN, BWD_GEMM, Gemm, LayerTime, Shard, attention_gemms,
                                  backward_time_s, gemm_time_s, layer_forward_time, layer_work,
-                                 lm_head_forward_time, mlp_gemms)
+                                 lm_head_forward_time, low_precision_bytes, mlp_gemms)
 from cost_models.groups import GroupViews
 from cost_models.model_spec import ModelSpec
 from cost_models.training.config import TrainingConfig
@@ -103,7 +103,16 @@ def _layer_comm_fwd_shard(ctx: StepContext, views: GroupViews, layer: int,
     moe_layer = m.is_moe_layer(layer)
     tp_blocks = _tp_blocks(ctx, layer)
     tp = 0.0
-    if views.tp.size > 1:  # AR == AG + RS in bytes; each blocking call breaks the compute
+    if views.tp.size > 1 and cfg.sequence_parallel and sh.fp8:
+        # TransformerEngine quantises a sequence-parallel Linear's input before it gathers it
+        # (module/linear.py: the input quantizer runs on the local shard, then
+        # ``gather_along_first_dim(..., quantizer=...)``), and the gradient alike: the
+        # all-gather half moves low-precision bytes, the reduce-scatter half bf16
+        gathered = act_bytes * low_precision_bytes(sh) / elem
+        one = comm.all_gather_s(views.tp, gathered, prof) + comm.reduce_scatter_s(
+            views.tp, act_bytes, prof)
+        tp = tp_blocks * (one + prof.collective_switch_s)
+    elif views.tp.size > 1:  # AR == AG + RS in bytes; each blocking call breaks the compute
         tp = tp_blocks * (comm.all_reduce_s(views.tp, act_bytes, prof) + prof.collective_switch_s)
     cp = 0.0
     if cfg.degrees.cp > 1:
