@@ -58,7 +58,7 @@ def ds_config(f: Facts) -> dict:
               "gradient_accumulation_steps": f.micro_batches,
               "gradient_clipping": 1.0,
               "zero_optimization": {"stage": cfg.zero, "overlap_comm": cfg.overlap_grad_reduce},
-              "bf16": {"enabled": w.precision in ("bf16", "fp8", "nvfp4")},
+              "bf16": {"enabled": w.precision == "bf16" or w.low_precision_gemms},
               "fp16": {"enabled": w.precision == "fp16"}}
     if cfg.degrees.tp > 1:
         config["tensor_parallel"] = {"autotp_size": cfg.degrees.tp}

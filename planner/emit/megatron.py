@@ -179,7 +179,7 @@ def _moe_args(f: Facts) -> list[str]:
         args += ["--moe-shared-expert-intermediate-size", str(moe.shared_width)]
     if m.moe_layers and not all(m.moe_layers):
         args += ["--moe-layer-freq", "[" + ",".join("1" if x else "0" for x in m.moe_layers) + "]"]
-    if f.workload.precision in ("bf16", "fp8", "nvfp4"):
+    if f.workload.precision == "bf16" or f.workload.low_precision_gemms:
         args.append("--moe-grouped-gemm")
     return args
 
