@@ -42,11 +42,24 @@ PROFILES_JSON = ROOT / "cost_models" / "data" / "profiles.json"
 RESULTS_JSON = ROOT / "benchmarks" / "results" / "calibration.json"
 DOC_MD = ROOT / "docs" / "calibration.md"
 
-# GPU families that share one GEMM efficiency (same silicon, same kernels).
+# GPU families that share one GEMM efficiency (same silicon, same kernels). Blackwell Ultra
+# (B300, GB300) is its own family: a revised die at a higher power limit (1,100 W / 1,400 W
+# against B200's 1,000 W and GB200's 1,200 W; topologies/data/gpu_specs.json) with the same
+# nominal BF16/FP8 peaks, and the same release's configs run 1.15-1.27x faster on GB300 than
+# on GB200 at equal layouts (docs/calibration.md, "seventh step").
 FAMILIES = {"A100-SXM4-80GB": "A100", "A100-SXM4-40GB": "A100", "H100-SXM5-80GB": "H100",
             "H100-SXM5-96GB-HBM2e-500W": "H100",
-            "V100-SXM3-32GB": "V100", "GB200": "GB200", "GB300": "GB200",
-            "B200": "GB200", "B300": "GB200"}  # Blackwell: one GEMM efficiency
+            "V100-SXM3-32GB": "V100", "GB200": "GB200", "B200": "GB200",
+            "GB300": "GB300", "B300": "GB300"}
+# The GPU whose profiles.json entry holds each family's efficiency, and the family a family
+# with no rows in a fit takes its value from (a leave-one-source-out refit without the only
+# source of Blackwell Ultra rows predicts them at Blackwell's efficiency, not the shipped one).
+FAMILY_GPU = {"A100": "A100-SXM4-80GB", "H100": "H100-SXM5-80GB", "V100": "V100-SXM3-32GB",
+              "GB200": "GB200", "GB300": "GB300"}
+PARENT_FAMILY = {"GB300": "GB200"}
+# A family with a parent gets its own efficiency only from at least this many rows: one or two
+# rows cannot tell the silicon from their own runs' particulars.
+MIN_FAMILY_ROWS = 10
 GRIDS = {
     "gemm_efficiency": [x / 100 for x in range(50, 96, 1)],
     "attention_efficiency": [x / 100 for x in range(25, 81, 5)],
@@ -151,7 +164,10 @@ def fit(rows: list[dict], sweeps: int = 2, only: tuple[str, ...] = ()) -> dict:
             subset = pinned
             if name.startswith("gemm:"):
                 subset = [p for p in pinned if FAMILIES[p[0]["cluster"]["gpu_key"]] == name[5:]]
-            if subset:
+            if name.startswith("gemm:") and name[5:] in PARENT_FAMILY \
+                    and len(subset) < MIN_FAMILY_ROWS:
+                params[name] = params[f"gemm:{PARENT_FAMILY[name[5:]]}"]
+            elif subset:
                 params[name] = _grid_argmin(grid, lambda v: _loss(subset, {**params, name: v}))
         print(f"sweep: loss {_loss(pinned, params):.4f} {params}", file=sys.stderr)
     return params
@@ -159,8 +175,7 @@ def fit(rows: list[dict], sweeps: int = 2, only: tuple[str, ...] = ()) -> dict:
 
 def write_profiles(params: dict, loss: float, only: tuple[str, ...] = ()) -> None:
     gpus = {gpu: {"gemm_efficiency": params[f"gemm:{fam}"]} for gpu, fam in FAMILIES.items()
-            if gpu == {"A100": "A100-SXM4-80GB", "H100": "H100-SXM5-80GB", "V100": "V100-SXM3-32GB",
-                       "GB200": "GB200"}[fam]}
+            if gpu == FAMILY_GPU[fam]}
     data = json.loads(PROFILES_JSON.read_text())
     fitted = {k: v for k, v in params.items() if not k.startswith("gemm:")}
     data["common"] = {**fitted, **{k: data["common"][k] for k in MEASURED if k in data["common"]}}
@@ -170,7 +185,7 @@ def write_profiles(params: dict, loss: float, only: tuple[str, ...] = ()) -> Non
         "H800-SXM5-80GB": "H100-SXM5-80GB", "H200-SXM-141GB": "H100-SXM5-80GB",
         "H100-NVL-94GB": "H100-SXM5-80GB", "H100-PCIe-80GB": "H100-SXM5-80GB",
         "H20-96GB": "H100-SXM5-80GB", "H100-SXM5-96GB-HBM2e-500W": "H100-SXM5-80GB",
-        "V100-SXM2-32GB": "V100-SXM3-32GB", "GB300": "GB200", "B200": "GB200", "B300": "GB200"}
+        "V100-SXM2-32GB": "V100-SXM3-32GB", "B200": "GB200", "B300": "GB300"}
     how = f" --fit-only {' '.join(only)} (the others as shipped before)" if only else ""
     data["fit"] = {"loss_mean_abs_log_error": round(loss, 5), "method": "coordinate descent, "
                    f"benchmarks/calibration.py --fit{how}, over every scored row"}

@@ -10,7 +10,10 @@ compare with. What a row does not state is filled by a documented rule, never pe
 * unknown micro-batch size: the fastest of 1, 2, 4, 8 that fits (the authors tuned it);
 * unknown recompute: full for 2020/21 rows (Megatron's scripts of the time passed
   ``--checkpoint-activations``), else the fastest of none/selective/full that fits;
-* TP communication overlap only where the row's command lists ``--tp-comm-overlap``;
+* TP communication overlap where the row's command lists ``--tp-comm-overlap``, and for the
+  dense Megatron-Bridge rows as their release's config set it (``tp_comm_overlap`` in
+  ``megatron_bridge_dense_settings.json``: on with TP > 1 except in NVFP4), with their
+  recompute and CUDA graphs read from the same file;
 * unknown interleaving: none (v = 1);
 * unknown expert TP in MoE rows: 1 (the MoE model zoo's recommended setting);
 * MoE token dispatcher, expert all-to-all overlap and recompute of a Megatron-Bridge row: what
@@ -66,6 +69,7 @@ EXTRA = Path(__file__).parent / "data" / "published_runs_extra.json"
 MB_SETTINGS = Path(__file__).parent / "data" / "megatron_bridge_moe_settings.json"
 ZOO_SETTINGS = Path(__file__).parent / "data" / "modelzoo_moe_settings.json"
 GUIDE_SETTINGS = Path(__file__).parent / "data" / "megatron_lm_guide_moe_settings.json"
+MB_DENSE_SETTINGS = Path(__file__).parent / "data" / "megatron_bridge_dense_settings.json"
 MICRO_BATCHES = (1, 2, 4, 8)
 
 # Short source names (leave-one-source-out holds out one of these at a time), by id prefix.
@@ -96,9 +100,10 @@ def _load_mb_settings() -> dict[str, dict]:
     """Row id -> the settings the row's own launch code gave it (``MATCHED`` rows only):
     Megatron-Bridge's config of the row's release (``megatron_bridge_moe_settings.json``) and
     the MoE model zoo's launch scripts (``modelzoo_moe_settings.json``) and the Megatron-LM
-    DeepSeek-V3 guide's (``megatron_lm_guide_moe_settings.json``)."""
+    DeepSeek-V3 guide's (``megatron_lm_guide_moe_settings.json``); for the dense Llama rows,
+    Megatron-Bridge's config of the row's release (``megatron_bridge_dense_settings.json``)."""
     out = {}
-    for path in (MB_SETTINGS, ZOO_SETTINGS, GUIDE_SETTINGS):
+    for path in (MB_SETTINGS, ZOO_SETTINGS, GUIDE_SETTINGS, MB_DENSE_SETTINGS):
         if path.exists():
             out.update({r["id"]: r for r in json.loads(path.read_text())["rows"]
                         if r["match"] in MATCHED})
@@ -121,7 +126,7 @@ def _moment_bytes(row: dict) -> int:
 def _dispatcher(row: dict) -> str:
     """The MoE token dispatcher the row ran (TrainingConfig.moe_dispatcher)."""
     known = MB_MOE_SETTINGS.get(row["id"])
-    if known is not None:
+    if known is not None and "dispatcher" in known:
         return "flex" if known["dispatcher"] == "flex" else "alltoall"
     named = str(row["config"].get("dispatcher") or "").lower()
     return "flex" if named in ("deepep", "hybridep", "flex") else "alltoall"
@@ -135,11 +140,18 @@ def _cuda_graphs(row: dict) -> str:
     if known is None:
         return "none"
     impl, scope = known.get("cuda_graph_impl"), known.get("cuda_graph_scope") or []
-    if impl == "full_iteration":
+    if impl == "full_iteration" or (impl == "local" and "full_iteration" in scope):
         return "full"
     if impl == "transformer_engine":
         return "attn+moe_router" if "attn" in scope else "moe_router"
     return "none"
+
+
+def _offload_layers(row: dict) -> int:
+    """Layers whose activations the row's launch code moved to the host
+    (``cpu_offloading_num_layers`` with ``cpu_offloading``; TrainingConfig.offload_layers)."""
+    off = (MB_MOE_SETTINGS.get(row["id"]) or {}).get("offloading") or {}
+    return int(off.get("cpu_offloading_num_layers") or 0) if off.get("cpu_offloading") else 0
 
 
 def _offload_modules(row: dict) -> tuple[str, ...]:
@@ -158,13 +170,37 @@ def _fused_kernels(row: dict) -> dict:
 
 
 def _published_recompute(row: dict) -> str | None:
-    """Recompute of a Megatron-Bridge row from its release's config: selective when it names
-    modules to recompute, none when it names none (or an empty list); None when unknown."""
+    """Recompute of a Megatron-Bridge row from its release's config: full when its granularity
+    is full, selective when it names modules to recompute, none when it names none (or an
+    empty list); None when unknown."""
     known = MB_MOE_SETTINGS.get(row["id"])
     if known is None or "recompute_granularity" not in known:
         return None
+    if known["recompute_granularity"] == "full":
+        return "full"
     return "selective" if (known["recompute_granularity"] == "selective"
                            and known["recompute_modules"]) else "none"
+
+
+def _recompute_layers(row: dict) -> int | None:
+    """Layers per chunk that full recompute covers (``TrainingConfig.recompute_layers``):
+    Megatron's ``recompute_method = "block"`` recomputes the first ``recompute_num_layers`` of
+    each chunk; ``uniform`` (or unknown) recomputes them all."""
+    known = MB_MOE_SETTINGS.get(row["id"]) or {}
+    if known.get("recompute_granularity") == "full" and known.get("recompute_method") == "block":
+        return known.get("recompute_num_layers")
+    return None
+
+
+def _tp_comm_overlap(row: dict) -> bool:
+    """TP communication overlap (userbuffers): as the row's release config set it where known
+    (Megatron-Bridge's Llama recipes keep ``tp_comm_overlap=True`` and the performance scripts
+    turn it off for NVFP4, ``megatron_bridge_dense_settings.json``), else only where the row's
+    command lists ``--tp-comm-overlap``."""
+    known = MB_MOE_SETTINGS.get(row["id"]) or {}
+    if known.get("tp_comm_overlap") is not None:
+        return bool(known["tp_comm_overlap"]) and (row["config"].get("tp") or 1) > 1
+    return "tp-comm-overlap" in str(row["config"].get("overlap", ""))
 
 
 def source_name(row: dict) -> str:
@@ -313,13 +349,15 @@ def row_config(row: dict, micro_batch: int = 1) -> TrainingConfig:
         recompute=_recompute(row), sequence_parallel=sp, zero=_zero(row),
         attention=_attention(row), dropout=old, overlap_grad_reduce=not old,
         overlap_param_gather=not old,
-        tp_comm_overlap="tp-comm-overlap" in str(c.get("overlap", "")),
+        tp_comm_overlap=_tp_comm_overlap(row), recompute_layers=_recompute_layers(row),
         moe_a2a_overlap=_a2a_overlap(row), moe_dispatcher=_dispatcher(row),
         low_precision_shard=not row["source"].startswith(TORCH_FSDP_SOURCES),
         fused_cross_entropy=row["source"].startswith(FUSED_CROSS_ENTROPY_SOURCES),
         grad_reduce_in_fp32=not row["source"].startswith(MEGATRON_BRIDGE_SOURCE),
         optimizer_moment_bytes=_moment_bytes(row), cuda_graphs=_cuda_graphs(row),
         offload_modules=_offload_modules(row), stage_layer_counts=_stage_layer_counts(row),
+        quantized_saved_inputs=not row["source"].startswith(TORCHTITAN_SOURCE),
+        offload_layers=_offload_layers(row),
         **_fused_kernels(row))
 
 
@@ -347,7 +385,7 @@ def _a2a_overlap(row: dict) -> bool:
     Megatron-Bridge config, says it ran so."""
     known = MB_MOE_SETTINGS.get(row["id"])
     if known is not None:
-        return bool(known["a2a_overlap"])
+        return bool(known.get("a2a_overlap"))
     text = f"{row['config'].get('overlap', '')} {row.get('notes', '')}".lower()
     return "a2a overlap" in text
 

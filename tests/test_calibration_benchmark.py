@@ -231,3 +231,37 @@ def test_the_builder_marks_only_lines_citing_a_regression_footnote():
     assert build.regression_notes(lines[0], notes) == ["Performance regression in GPT-OSS is "
                                                        "a known issue."]
     assert build.regression_notes(lines[1], notes) == []
+
+
+def _dense_mb(fragment: str) -> dict:
+    return next(r for r in EXTRA if r["id"].startswith("mbridge-") and fragment in r["id"])
+
+
+def test_dense_megatron_bridge_rows_run_their_release_settings():
+    """The dense Llama rows take TP overlap, recompute and host offloading from their
+    release's config (``megatron_bridge_dense_settings.json``), each value with its evidence:
+    TP overlap on with TP > 1 but off in NVFP4, no recompute where the config sets none, the
+    8B H100 row's full block recompute of 5 layers, 40 layers offloaded on the 70B GB200 FSDP
+    rows; every such row fits."""
+    rows = json.loads(pr.MB_DENSE_SETTINGS.read_text())["rows"]
+    matched = [r for r in rows if r["match"] in pr.MATCHED]
+    assert len(matched) >= 60
+    for r in matched:
+        assert r["evidence"] and all(line.startswith("v0.") for line in r["evidence"])
+    h100 = pr.row_config(_dense_mb("26.04-llama370b-h100-64-fp8-tp4pp8"), 1)
+    assert h100.tp_comm_overlap and h100.degrees.tp == 4 and h100.vpp == 5
+    assert pr._published_recompute(_dense_mb("26.04-llama370b-h100-64-fp8-tp4pp8")) == "none"
+    fp4 = pr.row_config(_dense_mb("26.04-llama370b-gb200-64-nvfp4-tp2pp4"), 1)
+    assert not fp4.tp_comm_overlap and fp4.degrees.tp == 2
+    small = _dense_mb("25.11-llama38b-h100-8-fp8-cs")
+    assert pr._published_recompute(small) == "full"
+    assert pr.row_config(small, 1).recompute_layers == 5
+    fsdp = pr.row_config(_dense_mb("26.04-llama370b-gb200-64-fp8-tp1pp1cp1vp1ep1mbs2gbs256-fsdp"),
+                         1)
+    assert fsdp.offload_layers == 40 and fsdp.zero == 3
+    usable, reasons = calibration.predictable(
+        [x for x in EXTRA if x["id"] in {r["id"] for r in matched}])
+    assert not reasons
+    for row in usable:
+        assert calibration.evaluate_row(
+            row, calibration.default_profile(row["cluster"]["gpu_key"]))["fits"], row["id"]

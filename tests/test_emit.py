@@ -741,6 +741,16 @@ def test_megatron_activation_offloading_follows_the_plan():
     assert "--offload-modules" not in plain
 
 
+def test_megatron_names_layer_offloading_it_has_no_flag_for():
+    """A plan priced with activations of whole layers on the host says how to set it (a
+    TransformerConfig field pretrain_gpt.py has no flag for); plans without it keep no key."""
+    offloaded = _build(tp=2, pp=2, dp=4, sequence_parallel=True, offload_layers=3)
+    assert offloaded.config["offload_layers"] == 3
+    sh = emit("megatron", offloaded)["megatron_args.sh"]
+    assert "cpu_offloading_num_layers = 3" in sh
+    assert "offload_layers" not in plan("mixtral").config
+
+
 def test_megatron_fp8_attention_and_fused_grouped_mlp_follow_the_plan():
     """A plan priced with TransformerEngine's fused grouped MLP exports its switch before
     TransformerEngine loads; fp8 attention, which pretrain_gpt.py has no flag for, is named."""

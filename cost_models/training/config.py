@@ -204,6 +204,15 @@ class TrainingConfig:
     # and its quantisation fused into FC1's, so the routed experts launch a few kernels
     # whatever their number (cost_models.compute.FUSED_GROUPED_MLP_LAUNCHES)
     fused_grouped_mlp: bool = False
+    # with fp8/NVFP4 GEMMs: each Linear keeps its input for the backward in the quantised form
+    # only (TransformerEngine, ``module/linear.py``; cost_models.training.memory), not in the
+    # compute dtype as torchao's float8 does (torchtitan): False
+    quantized_saved_inputs: bool = True
+    # layers per stage whose activations Megatron moves to the host between forward and
+    # backward (``--cpu-offloading --cpu-offloading-num-layers N``; Megatron-Bridge's Llama 3
+    # 70B FSDP configs on GB200/GB300): the first N of each stage, double-buffered (one layer's
+    # stays). Memory only, like ``offload_modules``: the copies run on a side stream
+    offload_layers: int = 0
 
     def __post_init__(self) -> None:
         for name in ("vpp", "micro_batch"):
@@ -225,6 +234,8 @@ class TrainingConfig:
                               self.offload_modules)
         if self.cuda_graphs not in CUDA_GRAPHS:
             raise ConfigError("cuda_graphs", f"one of {CUDA_GRAPHS}", self.cuda_graphs)
+        if self.offload_layers < 0:
+            raise ConfigError("offload_layers", ">= 0", self.offload_layers)
         if self.moe_imbalance < 1.0:
             raise ConfigError("moe_imbalance", ">= 1 (busiest/average)", self.moe_imbalance)
         pp = self.degrees.pp
@@ -283,15 +294,16 @@ class TrainingConfig:
         """The training options as plain data (every field but ``degrees``; ``moe_a2a_overlap``,
         ``dp_shares``, ``low_precision_shard``, ``fused_cross_entropy``, ``moe_dispatcher``,
         ``grad_reduce_in_fp32``, ``optimizer_moment_bytes``, ``cuda_graphs``,
-        ``offload_modules``, ``fp8_attention`` and ``fused_grouped_mlp`` only when not their
-        defaults,
+        ``offload_modules``, ``fp8_attention``, ``fused_grouped_mlp`` and
+        ``quantized_saved_inputs`` and ``offload_layers`` only when not their defaults,
         so that plans written before them read and hash alike)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "degrees"}
         for name, default in (("low_precision_shard", True), ("fused_cross_entropy", False),
                               ("moe_dispatcher", "alltoall"), ("grad_reduce_in_fp32", True),
                               ("optimizer_moment_bytes", 4), ("cuda_graphs", "none"),
                               ("offload_modules", ()), ("fp8_attention", False),
-                              ("fused_grouped_mlp", False)):
+                              ("fused_grouped_mlp", False), ("quantized_saved_inputs", True),
+                              ("offload_layers", 0)):
             if out[name] == default:
                 del out[name]
         if out["stage_layer_counts"] is not None:

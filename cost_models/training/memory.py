@@ -13,6 +13,13 @@ Sources:
   eq. 4 (+ sequence parallel: 34/t), sec. 5 (selective recompute drops the 5*a*s/h term,
   full recompute keeps the 2*s*b*h layer input). We count each stored tensor by its real width,
   so GQA, GLU, MLA and MoE follow; flash attention keeps no s^2 tensors.
+* With fp8/MXFP8/NVFP4 GEMMs TransformerEngine keeps each Linear's input for the backward in
+  its quantised form only (``module/linear.py``: after the forward GEMM the saved ``inputmat``
+  drops its row-wise data and keeps the column-wise copy the weight gradient reads), so the
+  inputs of QKV, the output projection, FC1 and FC2 (and the experts') take 1 byte per value
+  plus scales (``ActivationShape.gemm_input_scale``); what non-GEMM backward passes read
+  (norm inputs, Q/K/V for attention, the activation function's input) stays 2-byte. torchao's
+  float8 (torchtitan) saves the high-precision inputs (``TrainingConfig.quantized_saved_inputs``).
 * In-flight micro-batches: 1F1B keeps p - i on stage i; the interleaved schedule keeps
   (p - i - 1)*2 + (v - 1)*p + 1 model chunks (Megatron ``schedules.py`` warm-up count), which for
   i = 0 is Korthikanti's factor (1 + (p-1)/(p*v)) (sec. 4.2.3).
@@ -83,35 +90,42 @@ class ActivationShape:
     moe_imbalance: float
     elem_bytes: int = 2  # bytes per stored element (4 in fp32; the formulas count 2-byte values)
     offload: tuple[str, ...] = ()  # activations kept on the host (TrainingConfig.offload_modules)
+    gemm_input_scale: float = 1.0  # a saved GEMM input's size relative to the compute dtype's
 
 
-def _attention_tensors(model: ModelSpec, t: int) -> float:
-    """Bytes per token kept for attention backward: Q, K, V and the output-projection input."""
-    a = model.num_heads
+def _attention_tensors(model: ModelSpec, sh: ActivationShape) -> float:
+    """Bytes per token kept for attention backward: Q, K, V and the output-projection input
+    (a GEMM input: ``gemm_input_scale``)."""
+    a, t, q = model.num_heads, sh.tp, sh.gemm_input_scale
     if model.mla is not None:
         m = model.mla
         latent = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim
-        return 2 * a * (2 * m.qk_head_dim + m.v_head_dim) / t + 2 * latent + 2 * a * m.v_head_dim / t
+        return (2 * a * (2 * m.qk_head_dim + m.v_head_dim) / t + 2 * latent
+                + 2 * q * a * m.v_head_dim / t)
     d = model.head_dim
-    return 2 * (a * d + 2 * model.num_kv_heads * d) / t + 2 * a * d / t
+    return 2 * (a * d + 2 * model.num_kv_heads * d) / t + 2 * q * a * d / t
 
 
-def _ffn_tensors(model: ModelSpec, layer: int, sh: ActivationShape) -> float:
-    """Bytes per token kept by the FFN: activation input(s) and output (GLU: 2f in, f out)."""
-    width = 6 if model.glu else 4  # bytes per FFN unit: GLU 2*(2f)+2f, else 2f+2f
+def _ffn_tensors(model: ModelSpec, layer: int, sh: ActivationShape) -> tuple[float, float]:
+    """Bytes per token kept by the FFN, as (kept, the activation outputs): the activation's
+    input (GLU 2*2f, else 2f) and its output (2f), which is FC2's input and what selective
+    recompute of the activation does not keep; routed experts also keep their FC1 input (2h).
+    GEMM inputs take ``gemm_input_scale``."""
+    act_in = 4 if model.glu else 2  # bytes per FFN unit of the activation's input
+    q = sh.gemm_input_scale
     if not model.is_moe_layer(layer):
-        return width * model.ffn_hidden_size / sh.tp
+        return act_in * model.ffn_hidden_size / sh.tp, 2 * q * model.ffn_hidden_size / sh.tp
     moe = model.moe
     routed = moe.top_k * sh.moe_imbalance * sh.etp / sh.tp
     shared_w = moe.shared_width
-    # per routed copy: the FC1 input (2h) and the activation's input (GLU 2*2f, else 2f) unless
-    # offloaded to the host, and its output (2f)
-    per_copy = width * moe.expert_ffn_hidden / sh.etp
-    if "moe_act" in sh.offload:
-        per_copy -= (width - 2) * moe.expert_ffn_hidden / sh.etp
+    # per routed copy: the FC1 input (2h) and the activation's input unless offloaded to the
+    # host, and its output (2f)
+    f_e = moe.expert_ffn_hidden / sh.etp
+    kept = 0.0 if "moe_act" in sh.offload else act_in * f_e
     if "expert_fc1" not in sh.offload:
-        per_copy += 2 * model.hidden_size
-    return routed * per_copy + width * shared_w / sh.tp + 4 * moe.num_experts / sh.tp
+        kept += 2 * q * model.hidden_size
+    kept = routed * kept + act_in * shared_w / sh.tp + 4 * moe.num_experts / sh.tp
+    return kept, 2 * q * (routed * f_e + shared_w / sh.tp)
 
 
 def _op_saved_per_token(model: ModelSpec, sh: ActivationShape) -> float:
@@ -141,14 +155,19 @@ def layer_activation_bytes(model: ModelSpec, layer: int, sh: ActivationShape,
         return scale * sh.tokens * 2 * h / rep_div
     if recompute == "op":
         return scale * sh.tokens * _op_saved_per_token(model, sh)
-    replicated = (8 * h + (2 * h if sh.dropout else 0)) / rep_div  # norms' and GEMMs' inputs
-    ffn = _ffn_tensors(model, layer, sh)
+    q = sh.gemm_input_scale
+    # the two norms' inputs (2 x 2h), their outputs, which are QKV's and FC1's inputs (2 x 2h),
+    # and the dropouts' masks
+    norm_out = 4 * q * h / rep_div
+    replicated = (4 * h + (2 * h if sh.dropout else 0)) / rep_div + norm_out
+    ffn_kept, act_out = _ffn_tensors(model, layer, sh)
+    ffn = ffn_kept + act_out
     if recompute == "selective" and not sh.unfused_attention:
-        # Megatron-Core --recompute-modules layernorm + (moe_)act: the norm outputs (2 x 2h) and
-        # the activation outputs (1/3 of a GLU's 6f, 1/2 of a plain MLP's 4f) are recomputed
-        replicated -= 4 * h / rep_div
-        ffn *= (2 / 3) if model.glu else 0.5
-    per_token = replicated + _attention_tensors(model, t) + ffn
+        # Megatron-Core --recompute-modules layernorm + (moe_)act: the norm outputs and the
+        # activation outputs are recomputed
+        replicated -= norm_out
+        ffn = ffn_kept
+    per_token = replicated + _attention_tensors(model, sh) + ffn
     if sh.unfused_attention and recompute != "selective":
         keys = sh.seq_len if not model.window(layer) else min(sh.seq_len, model.window(layer))
         per_token += (5 if sh.dropout else 2) * model.num_heads * keys / t

@@ -35,5 +35,7 @@ def bubble_s(cfg: TrainingConfig, stages: tuple[StageCost, ...]) -> float:
         rest = [s.total_s - s.weight_grad_s for s in stages]
         per = [r - min(s.weight_grad_s, r / 2) for r, s in zip(rest, stages)]
         return (cfg.degrees.pp - 1) * sum(per) / len(per)
-    mean_s = sum(s.total_s for s in stages) / len(stages)
+    # warm-up and flush do not overlap their transfers (stage.pp_exposed_s): the bubble's
+    # stage times keep the whole send/recv
+    mean_s = sum(s.total_s + s.pp_hidden_s for s in stages) / len(stages)
     return (cfg.degrees.pp - 1) / (cfg.vpp * cfg.seq_slices) * mean_s

@@ -21,8 +21,16 @@ Overlap assumptions (explicit, each a Megatron option in ``TrainingConfig``):
   (:func:`a2a_exposed_s`). Megatron allows it only without full recompute and, when
   pipelined, with the interleaved schedule (``TrainingConfig`` checks both). The micro-batches
   of the pipeline's warm-up and cool-down, which have no partner, are not told apart.
-* Pipeline send/recv is exposed: a stage pays one transfer on each of its two links
-  (``pp_link_s``).
+* Pipeline send/recv: a stage pays one transfer on each of its two links (``pp_link_s``).
+  With the interleaved schedule (``vpp`` > 1) Megatron posts each chunk's sends and receives
+  asynchronously and waits on them only when the next chunk needs its input
+  (``--overlap-p2p-communication`` is on unless ``--no-overlap-p2p-communication``, and it
+  applies to the interleaved schedule only: Megatron-LM ``arguments.py``; Megatron-Bridge
+  ``training/comm_overlap.py:451-457`` sets ``overlap_p2p_comm`` with VP > 1 and
+  ``batch_p2p_comm`` without), so in the steady state only what the stage's own work of the
+  micro-batch does not cover shows (:func:`pp_exposed_s`). Warm-up and flush are not overlapped
+  (``--overlap-p2p-communication-warmup-flush`` is off by default): the bubble keeps the
+  whole transfer (``StageCost.pp_hidden_s``). Plain 1F1B pays the transfers in full.
 
 MTP (DeepSeek-V3 report, sec. 2.2): each of ``model.mtp_layers`` modules on the last stage
 costs one more transformer layer of the last layer's kind, a 2h -> h projection and one more
@@ -77,6 +85,7 @@ class StageCost:
     ep_comm_s: float
     pp_comm_s: float
     weight_grad_s: float = 0.0  # the part of compute_s that is weight gradients (ZB-H1's W)
+    pp_hidden_s: float = 0.0  # send/recv the interleaved schedule hides (warm-up still pays)
 
     @property
     def total_s(self) -> float:
@@ -372,6 +381,16 @@ def pp_link_s(ctx: StepContext, stage: int) -> float:
                                        + comm.send_recv_s(out_link, act_bytes, ctx.prof))
 
 
+def pp_exposed_s(cfg: TrainingConfig, link_s: float, work_s: float) -> float:
+    """Pipeline send/recv that shows in a micro-batch's steady state (module docstring): all
+    of ``link_s`` in plain 1F1B; with interleaving only what exceeds the stage's own work of
+    the micro-batch (``work_s``: compute, recompute and its TP/CP/EP collectives), which the
+    asynchronous transfers run beside."""
+    if cfg.vpp == 1:
+        return link_s
+    return max(0.0, link_s - work_s)
+
+
 def stage_cost(ctx: StepContext, stage: int, layers: Sequence[int],
                cache: dict[tuple, tuple[float, ...]]) -> StageCost:
     """Cost of ``stage`` holding ``layers`` at ``ctx.rates`` (pass ``ctx.on_stage(stage)`` for
@@ -391,7 +410,8 @@ def stage_cost(ctx: StepContext, stage: int, layers: Sequence[int],
     if stage == cfg.degrees.pp - 1:  # LM head and loss: forward + 2x backward; MTP modules
         parts[0] += 3 * k * lm_head_forward_time(m, ctx.slice_shard, ctx.rates, ctx.prof)
         parts = [a + b for a, b in zip(parts, mtp_cost(ctx, views))]
-    pp = pp_link_s(ctx, stage)
+    link = pp_link_s(ctx, stage)
+    pp = pp_exposed_s(cfg, link, sum(parts[:5]))
     return StageCost(stage=stage, layers=len(layers), compute_s=parts[0], recompute_s=parts[1],
                      tp_comm_s=parts[2], cp_comm_s=parts[3], ep_comm_s=parts[4], pp_comm_s=pp,
-                     weight_grad_s=parts[5])
+                     weight_grad_s=parts[5], pp_hidden_s=link - pp)

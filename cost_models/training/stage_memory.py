@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cost_models.compute import Shard, low_precision_bytes
 from cost_models.model_spec import ModelSpec
 from cost_models.profile import Profile
 from cost_models.training.config import TrainingConfig, Workload
@@ -44,6 +45,15 @@ class ActivationTerms:
         return layer_activation_bytes(model, layer, self.shape, mode)
 
 
+def saved_gemm_input_scale(cfg: TrainingConfig, sh: Shard) -> float:
+    """A saved GEMM input's bytes relative to the compute dtype's (memory module docstring):
+    the quantised operand's (``compute.low_precision_bytes``) with fp8/NVFP4 GEMMs under
+    TransformerEngine, else 1."""
+    if not (sh.fp8 and cfg.quantized_saved_inputs):
+        return 1.0
+    return low_precision_bytes(sh) / sh.elem_bytes
+
+
 def activation_terms(ctx: StepContext) -> ActivationTerms:
     """The :class:`ActivationTerms` of ``ctx``'s configuration."""
     cfg, sh = ctx.cfg, ctx.shard
@@ -51,7 +61,8 @@ def activation_terms(ctx: StepContext) -> ActivationTerms:
                             etp=cfg.degrees.expert_tp, sequence_parallel=cfg.sequence_parallel,
                             unfused_attention=sh.unfused_attention, dropout=cfg.dropout,
                             moe_imbalance=cfg.moe_imbalance, elem_bytes=sh.elem_bytes,
-                            offload=cfg.offload_modules)
+                            offload=cfg.offload_modules,
+                            gemm_input_scale=saved_gemm_input_scale(cfg, sh))
     k = cfg.seq_slices
     # fp32 logits and their gradient (8 bytes), or both in the compute dtype with a fused loss
     per_logit = 2 * sh.elem_bytes if cfg.fused_cross_entropy else 8
@@ -105,10 +116,14 @@ def stage_memory(ctx: StepContext, stage: int, layers: Sequence[int],
     terms = activation_terms(ctx)
     k = terms.slices
     n_full = fully_recomputed(cfg, layers)
+    n_off = min(cfg.offload_layers, len(layers))  # their activations are on the host
     segments = (("full", 0, n_full), (terms.rest_mode, n_full, len(layers)))
     per_mb = sum(count * terms.layer_bytes(model, layer, mode)
                  for mode, lo, hi in segments
-                 for _, count, layer in kind_counts(model, layers, lo, hi))
+                 for _, count, layer in kind_counts(model, layers, max(lo, n_off),
+                                                    max(hi, n_off)))
+    if n_off:  # double buffering: one offloaded layer's activations on the GPU
+        per_mb += terms.layer_bytes(model, layers[0], "full" if n_full else terms.rest_mode)
     last = stage == d.pp - 1
     if last and model.mtp_layers:  # MTP modules (DeepSeek-V3 sec. 2.2): a layer each, stored
         per_mb += model.mtp_layers * terms.layer_bytes(model, model.num_layers - 1,

@@ -287,6 +287,11 @@ def megatron_args(f: Facts) -> tuple[list[str], list[str]]:
         args += ["--fine-grained-activation-offloading", "--offload-modules",
                  *cfg.offload_modules]
     notes = notes + model_notes + memory_notes
+    if cfg.offload_layers:  # TransformerConfig fields without pretrain_gpt.py flags
+        notes.append(f"Activation offloading of {cfg.offload_layers} layers per stage: "
+                     "pretrain_gpt.py has no flag for it; set TransformerConfig.cpu_offloading "
+                     f"= True, cpu_offloading_num_layers = {cfg.offload_layers} (Megatron-"
+                     "Bridge: model.cpu_offloading, model.cpu_offloading_num_layers).")
     if cfg.fp8_attention:  # a TransformerConfig field without a pretrain_gpt.py flag
         notes.append("FP8 attention: pretrain_gpt.py has no flag for it; set "
                      "TransformerConfig.fp8_dot_product_attention = True (Megatron-Bridge: "
