@@ -180,12 +180,14 @@ def test_validator_refuses_bad_shares(shared_plan: Plan, bad, says) -> None:
 
 
 def test_search_ranks_tuples_with_their_shares() -> None:
-    """The search judges each degree tuple with its batch shares, so its single best plan on a
-    small A100 + H100 cluster is a shared one, faster than its best without shares."""
-    from planner.training.search import search
+    """The search judges each degree tuple with its batch shares, so its single best 1F1B plan
+    on a small A100 + H100 cluster (shares need vpp 1) is a shared one, faster than its best
+    without shares."""
+    from planner.training.search import SearchSpace, search
     model, wl, cluster = load_model("llama-3.1-8b"), make_workload(4096, 64, "bf16"), _mixed(2, 2)
-    shared = search(model, cluster, wl, PROF, top_k=1).ranked[0]
-    plain = search(model, cluster, wl, PROF, top_k=1, batch_shares=False).ranked[0]
+    space = SearchSpace(schedules=("1f1b",))
+    shared = search(model, cluster, wl, PROF, space, top_k=1).ranked[0]
+    plain = search(model, cluster, wl, PROF, space, top_k=1, batch_shares=False).ranked[0]
     assert shared.config.dp_shares is not None
     assert shared.step_time_s < plain.step_time_s
 
