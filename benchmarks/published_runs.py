@@ -70,6 +70,7 @@ MB_SETTINGS = Path(__file__).parent / "data" / "megatron_bridge_moe_settings.jso
 ZOO_SETTINGS = Path(__file__).parent / "data" / "modelzoo_moe_settings.json"
 GUIDE_SETTINGS = Path(__file__).parent / "data" / "megatron_lm_guide_moe_settings.json"
 MB_DENSE_SETTINGS = Path(__file__).parent / "data" / "megatron_bridge_dense_settings.json"
+NEMO_SETTINGS = Path(__file__).parent / "data" / "nemo_2407_settings.json"
 MICRO_BATCHES = (1, 2, 4, 8)
 
 # Short source names (leave-one-source-out holds out one of these at a time), by id prefix.
@@ -101,9 +102,11 @@ def _load_mb_settings() -> dict[str, dict]:
     Megatron-Bridge's config of the row's release (``megatron_bridge_moe_settings.json``) and
     the MoE model zoo's launch scripts (``modelzoo_moe_settings.json``) and the Megatron-LM
     DeepSeek-V3 guide's (``megatron_lm_guide_moe_settings.json``); for the dense Llama rows,
-    Megatron-Bridge's config of the row's release (``megatron_bridge_dense_settings.json``)."""
+    Megatron-Bridge's config of the row's release (``megatron_bridge_dense_settings.json``); for
+    the NeMo 24.07 rows, NeMo-Framework-Launcher's configs of the time where the attribution is
+    of high or medium confidence (``nemo_2407_settings.json``)."""
     out = {}
-    for path in (MB_SETTINGS, ZOO_SETTINGS, GUIDE_SETTINGS, MB_DENSE_SETTINGS):
+    for path in (MB_SETTINGS, ZOO_SETTINGS, GUIDE_SETTINGS, MB_DENSE_SETTINGS, NEMO_SETTINGS):
         if path.exists():
             out.update({r["id"]: r for r in json.loads(path.read_text())["rows"]
                         if r["match"] in MATCHED})
@@ -267,7 +270,8 @@ def row_model(row: dict) -> ModelSpec:
         name=m["name"], num_layers=m["layers"], hidden_size=m["hidden"], num_heads=m["heads"],
         num_kv_heads=m.get("kv_heads") or m["heads"], head_dim=head_dim, ffn_hidden_size=ffn,
         vocab_size=m["vocab"], glu=bool(m.get("glu")), activation=m.get("activation") or "gelu"
-        if not m.get("glu") else "silu", tied_embeddings=gpt, norm="layernorm" if gpt else "rmsnorm",
+        if not m.get("glu") else "silu", tied_embeddings=m.get("tied", gpt),
+        norm=m.get("norm") or ("layernorm" if gpt else "rmsnorm"),
         qkv_bias=gpt, attn_out_bias=gpt, mlp_bias=gpt, moe=moe)
 
 
@@ -334,6 +338,9 @@ FUSED_CROSS_ENTROPY_SOURCES = ("github:mosaicml/llm-foundry", "github:NVIDIA-NeM
 def _attention(row: dict) -> str:
     if era(row) == "2021":
         return "unfused"
+    known = (MB_MOE_SETTINGS.get(row["id"]) or {}).get("attention")
+    if known:  # NeMo 24.07's launcher set NVTE_FUSED_ATTN=0: TE's flash-attn 2 backend
+        return known
     return "flash2" if row["source"].startswith(FA2_SOURCES) else "flash"
 
 

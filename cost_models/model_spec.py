@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-ACTIVATIONS = ("silu", "gelu", "relu", "swiglu", "geglu", "gelu_new", "gelu_pytorch_tanh")
+# "relu2": squared ReLU (HF NemotronConfig ``hidden_act``, Megatron ``--squared-relu``)
+ACTIVATIONS = ("silu", "gelu", "relu", "relu2", "swiglu", "geglu", "gelu_new",
+               "gelu_pytorch_tanh")
 NORMS = ("rmsnorm", "layernorm")
 
 

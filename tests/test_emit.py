@@ -741,6 +741,31 @@ def test_megatron_activation_offloading_follows_the_plan():
     assert "--offload-modules" not in plain
 
 
+def test_megatron_squared_relu_flag():
+    """A squared-ReLU MLP (Nemotron) launches with Megatron's --squared-relu, not a note."""
+    from cost_models.model_spec import ModelSpec
+    m = ModelSpec("nemotron", 4, 1024, 8, 8, 128, 4096, 256000, glu=False, activation="relu2",
+                  norm="layernorm", tied_embeddings=False)
+    c = homogeneous_cluster("H100", 1)
+    w = Workload(seq_len=4096, global_batch=16)
+    cfg = TrainingConfig.from_dict({"degrees": {"tp": 2, "dp": 4}, "sequence_parallel": True})
+    prof = load_profile(c.node_groups[0].gpu.name, None)
+    p = build_plan(m, c, estimate(m, c, w, cfg, prof), prof, why="test")
+    sh = emit("megatron", p)["megatron_args.sh"]
+    assert "--squared-relu" in sh and "add the matching" not in sh
+
+
+def test_torchtitan_fp8_says_torchao_saves_bf16_inputs():
+    """A plan whose memory counts TransformerEngine's fp8-saved Linear inputs warns that
+    torchao's float8 keeps them in bf16; a plan made with bf16-saved inputs does not."""
+    def notes(**cfg) -> str:
+        doc = emit("torchtitan", _build(precision="fp8", tp=2, dp=8, sequence_parallel=True,
+                                        **cfg))["torchtitan.toml"]
+        return doc
+    assert "torchao's float8 saves it in bf16" in notes()
+    assert "saves it in bf16" not in notes(quantized_saved_inputs=False)
+
+
 def test_megatron_names_layer_offloading_it_has_no_flag_for():
     """A plan priced with activations of whole layers on the host says how to set it (a
     TransformerConfig field pretrain_gpt.py has no flag for); plans without it keep no key."""

@@ -234,6 +234,19 @@ NEMO_ARCH = {  # nemo/collections/llm/gpt/model/{base,llama}.py (GPTConfig*B, Ll
                        ffn_hidden=13824, glu=True, activation="silu", vocab=32000),
     "LLAMA2-70B": dict(family="llama2-dense", layers=80, hidden=8192, heads=64, kv_heads=8,
                        ffn_hidden=28672, glu=True, activation="silu", vocab=32000),
+    # nemo/collections/llm/gpt/model/nemotron.py (Nemotron3Config8B, Nemotron3Config22B,
+    # Nemotron4Config340B; NemotronConfig: squared ReLU, LayerNorm, no bias, untied embeddings)
+    # with the 256,000-token Nemotron vocabulary: Megatron's FLOP count of these shapes equals
+    # the table's model TFLOP/s per token within 0.1% (51.39 / 130.2 / 2104.8 GFLOP)
+    **{name: dict(family="nemotron-dense", layers=layers, hidden=hidden, heads=heads,
+                  kv_heads=kv, ffn_hidden=ffn, glu=False, activation="relu2", vocab=256000,
+                  norm="layernorm", tied=False,
+                  arch_source="NeMo nemo/collections/llm/gpt/model/nemotron.py "
+                  f"({cls}; vocab 256000)")
+       for name, cls, layers, hidden, heads, kv, ffn in (
+           ("Nemotron-8B", "Nemotron3Config8B", 32, 4096, 32, 32, 16384),
+           ("Nemotron-22B", "Nemotron3Config22B", 40, 6144, 48, 48, 24576),
+           ("Nemotron-340B", "Nemotron4Config340B", 96, 18432, 96, 8, 73728))},
 }
 # Model | #GPUs | GBS | MBS | seq | TP | PP | CP | VP | tokens/s/GPU | model TFLOP/s/GPU
 NEMO_2407 = """GPT3-5B 64 2048 4 2048 1 1 1 1 23406 765
@@ -261,9 +274,9 @@ def nemo_2407() -> list[dict]:
         model = {"name": name, "family": family, "seq_len": seq, "preset": preset}
         if arch:
             model.update({"vocab": 50304, "kv_heads": arch["heads"], "glu": False,
-                          "activation": "gelu", **arch,
+                          "activation": "gelu",
                           "arch_source": "NeMo nemo/collections/llm/gpt/model/{base,llama}.py "
-                          "(GPT3 vocab 50304 = GPT-2 BPE padded, assumed)"})
+                          "(GPT3 vocab 50304 = GPT-2 BPE padded, assumed)", **arch})
         elif not preset:
             model["arch_source"] = "no planner preset"
         rows.append({

@@ -145,6 +145,8 @@ def _model_args(f: Facts) -> tuple[list[str], list[str]]:
         args += ["--normalization", "RMSNorm"]
     if m.glu and m.activation == "silu":
         args.append("--swiglu")
+    elif not m.glu and m.activation == "relu2":
+        args.append("--squared-relu")
     elif m.glu or m.activation not in ("gelu", "silu"):
         notes.append(f"Activation {json.dumps(m.activation)} (GLU {m.glu}): add the matching "
                      "Megatron activation flag.")

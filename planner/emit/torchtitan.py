@@ -124,6 +124,10 @@ def torchtitan_tables(f: Facts, o: EmitOptions) -> tuple[tuple, list[str]]:
         model.append(("converters", ["float8"]))
         notes.append("FP8 via the float8 converter (torchao); the key is "
                      "model.converters in TOML-era torchtitan.")
+        if cfg.quantized_saved_inputs:
+            notes.append("The plan's memory counts each Linear's saved input in fp8 "
+                         "(TransformerEngine); torchao's float8 saves it in bf16, so "
+                         "activations take more than the plan's estimate.")
     if cfg.degrees.pp > 1:
         local = cfg.micro_batch * f.micro_batches
     else:
