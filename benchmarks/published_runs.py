@@ -97,7 +97,7 @@ def load_all_rows() -> list[dict]:
 MATCHED = ("exact", "exact_but_gbs")
 
 
-def _load_mb_settings() -> dict[str, dict]:
+def _load_launch_settings() -> dict[str, dict]:
     """Row id -> the settings the row's own launch code gave it (``MATCHED`` rows only):
     Megatron-Bridge's config of the row's release (``megatron_bridge_moe_settings.json``) and
     the MoE model zoo's launch scripts (``modelzoo_moe_settings.json``) and the Megatron-LM
@@ -113,7 +113,8 @@ def _load_mb_settings() -> dict[str, dict]:
     return out
 
 
-MB_MOE_SETTINGS = _load_mb_settings()
+# (MoE and dense rows alike, whichever file holds them)
+LAUNCH_SETTINGS = _load_launch_settings()
 
 
 MEGATRON_BRIDGE_SOURCE = "github:NVIDIA-NeMo/Megatron-Bridge"
@@ -122,13 +123,13 @@ MEGATRON_BRIDGE_SOURCE = "github:NVIDIA-NeMo/Megatron-Bridge"
 def _moment_bytes(row: dict) -> int:
     """Bytes of each Adam moment the row's framework kept (2 where its Megatron-Bridge config
     stored them in bf16)."""
-    known = MB_MOE_SETTINGS.get(row["id"])
+    known = LAUNCH_SETTINGS.get(row["id"])
     return 2 if known is not None and known.get("adam_moment_dtype") == "bf16" else 4
 
 
 def _dispatcher(row: dict) -> str:
     """The MoE token dispatcher the row ran (TrainingConfig.moe_dispatcher)."""
-    known = MB_MOE_SETTINGS.get(row["id"])
+    known = LAUNCH_SETTINGS.get(row["id"])
     if known is not None and "dispatcher" in known:
         return "flex" if known["dispatcher"] == "flex" else "alltoall"
     named = str(row["config"].get("dispatcher") or "").lower()
@@ -139,7 +140,7 @@ def _cuda_graphs(row: dict) -> str:
     """What CUDA graphs captured in the row's run (TrainingConfig.cuda_graphs): from its
     release's Megatron-Bridge config (``cuda_graph_impl`` and ``cuda_graph_scope``); none
     where unknown (Megatron-Core's default, and every other framework's here)."""
-    known = MB_MOE_SETTINGS.get(row["id"])
+    known = LAUNCH_SETTINGS.get(row["id"])
     if known is None:
         return "none"
     impl, scope = known.get("cuda_graph_impl"), known.get("cuda_graph_scope") or []
@@ -153,20 +154,20 @@ def _cuda_graphs(row: dict) -> str:
 def _offload_layers(row: dict) -> int:
     """Layers whose activations the row's launch code moved to the host
     (``cpu_offloading_num_layers`` with ``cpu_offloading``; TrainingConfig.offload_layers)."""
-    off = (MB_MOE_SETTINGS.get(row["id"]) or {}).get("offloading") or {}
+    off = (LAUNCH_SETTINGS.get(row["id"]) or {}).get("offloading") or {}
     return int(off.get("cpu_offloading_num_layers") or 0) if off.get("cpu_offloading") else 0
 
 
 def _offload_modules(row: dict) -> tuple[str, ...]:
     """Activations the row's launch code offloaded to the host (TrainingConfig.offload_modules)."""
-    return tuple((MB_MOE_SETTINGS.get(row["id"]) or {}).get("offload_modules", ()))
+    return tuple((LAUNCH_SETTINGS.get(row["id"]) or {}).get("offload_modules", ()))
 
 
 def _fused_kernels(row: dict) -> dict:
     """FP8 attention and TransformerEngine's fused grouped MLP as the row's release config set
     them (``fp8_dot_product_attention``, ``cutedsl_fused_grouped_mlp`` in
     ``megatron_bridge_moe_settings.json``; both arrive with 26.06), on fp8 rows only."""
-    known = MB_MOE_SETTINGS.get(row["id"]) or {}
+    known = LAUNCH_SETTINGS.get(row["id"]) or {}
     fp8 = row_workload(row).precision == "fp8"
     return {"fp8_attention": fp8 and bool(known.get("fp8_dot_product_attention")),
             "fused_grouped_mlp": fp8 and bool(known.get("cutedsl_fused_grouped_mlp"))}
@@ -176,7 +177,7 @@ def _published_recompute(row: dict) -> str | None:
     """Recompute of a Megatron-Bridge row from its release's config: full when its granularity
     is full, selective when it names modules to recompute, none when it names none (or an
     empty list); None when unknown."""
-    known = MB_MOE_SETTINGS.get(row["id"])
+    known = LAUNCH_SETTINGS.get(row["id"])
     if known is None or "recompute_granularity" not in known:
         return None
     if known["recompute_granularity"] == "full":
@@ -189,7 +190,7 @@ def _recompute_layers(row: dict) -> int | None:
     """Layers per chunk that full recompute covers (``TrainingConfig.recompute_layers``):
     Megatron's ``recompute_method = "block"`` recomputes the first ``recompute_num_layers`` of
     each chunk; ``uniform`` (or unknown) recomputes them all."""
-    known = MB_MOE_SETTINGS.get(row["id"]) or {}
+    known = LAUNCH_SETTINGS.get(row["id"]) or {}
     if known.get("recompute_granularity") == "full" and known.get("recompute_method") == "block":
         return known.get("recompute_num_layers")
     return None
@@ -200,7 +201,7 @@ def _tp_comm_overlap(row: dict) -> bool:
     (Megatron-Bridge's Llama recipes keep ``tp_comm_overlap=True`` and the performance scripts
     turn it off for NVFP4, ``megatron_bridge_dense_settings.json``), else only where the row's
     command lists ``--tp-comm-overlap``."""
-    known = MB_MOE_SETTINGS.get(row["id"]) or {}
+    known = LAUNCH_SETTINGS.get(row["id"]) or {}
     if known.get("tp_comm_overlap") is not None:
         return bool(known["tp_comm_overlap"]) and (row["config"].get("tp") or 1) > 1
     return "tp-comm-overlap" in str(row["config"].get("overlap", ""))
@@ -338,9 +339,6 @@ FUSED_CROSS_ENTROPY_SOURCES = ("github:mosaicml/llm-foundry", "github:NVIDIA-NeM
 def _attention(row: dict) -> str:
     if era(row) == "2021":
         return "unfused"
-    known = (MB_MOE_SETTINGS.get(row["id"]) or {}).get("attention")
-    if known:  # NeMo 24.07's launcher set NVTE_FUSED_ATTN=0: TE's flash-attn 2 backend
-        return known
     return "flash2" if row["source"].startswith(FA2_SOURCES) else "flash"
 
 
@@ -390,7 +388,7 @@ def _a2a_overlap(row: dict) -> bool:
     """Expert all-to-all overlapped with the other micro-batch's compute (Megatron's
     ``--overlap-moe-expert-parallel-comm``) only where the row, or its release's
     Megatron-Bridge config, says it ran so."""
-    known = MB_MOE_SETTINGS.get(row["id"])
+    known = LAUNCH_SETTINGS.get(row["id"])
     if known is not None:
         return bool(known.get("a2a_overlap"))
     text = f"{row['config'].get('overlap', '')} {row.get('notes', '')}".lower()
