@@ -186,6 +186,16 @@ def _published_recompute(row: dict) -> str | None:
                            and known["recompute_modules"]) else "none"
 
 
+def _recompute_modules(row: dict, recompute: str) -> tuple[str, ...]:
+    """The Megatron-Core submodules a row's selective recompute re-ran
+    (``TrainingConfig.recompute_modules``), as its release's config names them; () when it
+    names none or the row does not recompute selectively (the planner's default set)."""
+    known = LAUNCH_SETTINGS.get(row["id"]) or {}
+    if recompute != "selective":
+        return ()
+    return tuple(known.get("recompute_modules") or ())
+
+
 def _recompute_layers(row: dict) -> int | None:
     """Layers per chunk that full recompute covers (``TrainingConfig.recompute_layers``):
     Megatron's ``recompute_method = "block"`` recomputes the first ``recompute_num_layers`` of
@@ -351,7 +361,8 @@ def row_config(row: dict, micro_batch: int = 1) -> TrainingConfig:
                       etp=c.get("expert_tp") or (1 if c.get("ep") else None))
     return TrainingConfig(
         degrees=degrees, vpp=c.get("vpp") or 1, micro_batch=c.get("micro_batch") or micro_batch,
-        recompute=_recompute(row), sequence_parallel=sp, zero=_zero(row),
+        recompute=_recompute(row), recompute_modules=_recompute_modules(row, _recompute(row)),
+        sequence_parallel=sp, zero=_zero(row),
         attention=_attention(row), dropout=old, overlap_grad_reduce=not old,
         overlap_param_gather=not old,
         tp_comm_overlap=_tp_comm_overlap(row), recompute_layers=_recompute_layers(row),
@@ -530,7 +541,8 @@ def candidate_configs(row: dict, num_gpus: int):
         recomputes = [published] if published else ["none", "selective", "full"]
     if c.get("pp") and c.get("dp"):
         for mb, rc in ((mb, rc) for mb in mbs for rc in recomputes):
-            cfg = _valid(lambda: replace(row_config(row, mb), recompute=rc))
+            cfg = _valid(lambda: replace(row_config(row, mb), recompute=rc,
+                                         recompute_modules=_recompute_modules(row, rc)))
             if cfg is not None:
                 yield cfg
         return
@@ -543,7 +555,8 @@ def candidate_configs(row: dict, num_gpus: int):
             for rc in recomputes:
                 cfg = row_config(row, 1)
                 degrees = replace(cfg.degrees, pp=pp, dp=dp, ep=ep, etp=1)
-                base = _valid(lambda: replace(cfg, degrees=degrees, recompute=rc))
+                base = _valid(lambda: replace(cfg, degrees=degrees, recompute=rc,
+                                              recompute_modules=_recompute_modules(row, rc)))
                 if base is not None:
                     yield from (replace(base, micro_batch=mb) for mb in mbs)
 

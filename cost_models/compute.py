@@ -144,15 +144,23 @@ def _attention_keys(model: ModelSpec, layer: int, seq_len: int, causal_skip: boo
     return seq_len / 2.0 if causal_skip else float(seq_len)
 
 
+def mla_up_gemms(model: ModelSpec, sh: Shard) -> tuple[Gemm, ...]:
+    """MLA's up-projections from the compressed latents to the heads: Q's (when queries are
+    compressed, ``q_lora_rank``) and K/V's (DeepSeek-V2 report, sec. 2.1.2, eq. 10-14)."""
+    ml, a, t, m = model.mla, model.num_heads, sh.tp, sh.tokens
+    q = (Gemm(m, a * ml.qk_head_dim / t, ml.q_lora_rank),) if ml.q_lora_rank else ()
+    return q + (Gemm(m, a * (ml.qk_nope_head_dim + ml.v_head_dim) / t, ml.kv_lora_rank),)
+
+
 def attention_gemms(model: ModelSpec, sh: Shard) -> tuple[Gemm, ...]:
     """Projection GEMMs of the attention block (standard/GQA, or MLA)."""
     h, a, t, m = model.hidden_size, model.num_heads, sh.tp, sh.tokens
     if model.mla is not None:
         ml = model.mla
-        q = ((Gemm(m, ml.q_lora_rank, h), Gemm(m, a * ml.qk_head_dim / t, ml.q_lora_rank))
-             if ml.q_lora_rank else (Gemm(m, a * ml.qk_head_dim / t, h),))
-        kv = (Gemm(m, ml.kv_lora_rank + ml.qk_rope_head_dim, h),
-              Gemm(m, a * (ml.qk_nope_head_dim + ml.v_head_dim) / t, ml.kv_lora_rank))
+        up = mla_up_gemms(model, sh)
+        q = ((Gemm(m, ml.q_lora_rank, h), up[0]) if ml.q_lora_rank
+             else (Gemm(m, a * ml.qk_head_dim / t, h),))
+        kv = (Gemm(m, ml.kv_lora_rank + ml.qk_rope_head_dim, h), up[-1])
         return q + kv + (Gemm(m, h, a * ml.v_head_dim / t),)
     d, kv_heads = model.head_dim, model.num_kv_heads
     qkv = Gemm(m, (a * d + 2 * kv_heads * d) / t, h)
@@ -303,6 +311,25 @@ def nvfp4_quant_elems(model: ModelSpec, layer: int, sh: Shard) -> float:
     return sum((g.m * g.k + g.m * g.n) * g.count for g in gemms)
 
 
+def norm_bytes_per_token(model: ModelSpec, sh: Shard) -> float:
+    """HBM bytes per token of a layer's two norms, forward: each reads h and writes h, 2-byte
+    values, sharded over TP by sequence parallelism (:func:`_elementwise_bytes`' terms)."""
+    b = ACT_BYTES * 2 * 2 * model.hidden_size
+    return b / sh.tp if sh.sequence_parallel else b
+
+
+def activation_elems_per_token(model: ModelSpec, layer: int, sh: Shard) -> float:
+    """Elements per token the FFN's activation function moves, forward (GELU: read f, write f;
+    GLU: read 2f, write f): the dense MLP's, or the routed experts' with a clamped GLU's
+    clamps (:func:`expert_eager_elems_per_copy`), without the shared experts'."""
+    if not model.is_moe_layer(layer):
+        return (3 if model.glu else 2) * model.ffn_hidden_size / sh.tp
+    moe = model.moe
+    routed = moe.top_k * sh.moe_imbalance * sh.etp / sh.tp
+    clamp = 8 * moe.expert_ffn_hidden if (model.glu_clamp is not None and model.glu) else 0
+    return routed * ((3 if model.glu else 2) * moe.expert_ffn_hidden + clamp) / sh.etp
+
+
 def _elementwise_bytes(model: ModelSpec, layer: int, sh: Shard) -> float:
     """HBM bytes of one layer's memory-bound forward kernels on this GPU.
 
@@ -412,16 +439,23 @@ UNFUSED_ROPE_EXTRA = (22, 8)
 FP8_ATTENTION_SPEEDUP = 1.6
 
 
-def layer_launches(model: ModelSpec, layer: int, sh: Shard) -> Launches:
-    """Launches of ``layer`` (see the counts above); CUDA graphs (``Shard.cuda_graphs``)
-    capture the attention half (``attn``), the router and the dispatcher's preprocessing
-    (``moe_router``), or the whole iteration (``full``, no launch is the CPU's)."""
+def attention_launches(model: ModelSpec, sh: Shard) -> tuple[int, int]:
+    """(forward, backward) launches of a layer's attention half (counts above)."""
     fp8 = FP4_PER_LINEAR if sh.nvfp4 else FP8_PER_LINEAR if sh.fp8 else 0
     attn = (ATTN_LAUNCHES[0] + 2 * fp8, ATTN_LAUNCHES[1] + 4 * fp8)
     if sh.unfused_attention:
         attn = (attn[0] + UNFUSED_ATTN_EXTRA[0], attn[1] + UNFUSED_ATTN_EXTRA[1])
     if not rope_fused(model):
         attn = (attn[0] + UNFUSED_ROPE_EXTRA[0], attn[1] + UNFUSED_ROPE_EXTRA[1])
+    return attn
+
+
+def layer_launches(model: ModelSpec, layer: int, sh: Shard) -> Launches:
+    """Launches of ``layer`` (see the counts above); CUDA graphs (``Shard.cuda_graphs``)
+    capture the attention half (``attn``), the router and the dispatcher's preprocessing
+    (``moe_router``), or the whole iteration (``full``, no launch is the CPU's)."""
+    fp8 = FP4_PER_LINEAR if sh.nvfp4 else FP8_PER_LINEAR if sh.fp8 else 0
+    attn = attention_launches(model, sh)
     captured = (0, 0)
     if not model.is_moe_layer(layer):
         parts = [attn, (DENSE_MLP_LAUNCHES[0] + 2 * fp8, DENSE_MLP_LAUNCHES[1] + 4 * fp8)]

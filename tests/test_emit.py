@@ -478,6 +478,21 @@ def test_megatron_pipeline_flags_pick_the_simplest_form():
                        for a in args)
 
 
+def test_megatron_writes_the_plans_recompute_modules(tmp_path):
+    """Named submodules go to --recompute-modules as the plan names them, and survive the
+    plan file; the default set for a dense model is the norms (Megatron refuses moe_act
+    without MoE layers)."""
+    named = _build(nodes=1, dp=8, recompute="selective", recompute_modules=["mlp", "layernorm"])
+    path = tmp_path / "plan.json"
+    path.write_text(plan_to_json(named))
+    args = megatron_dict(json.loads(emit("megatron", plan_from_json(path.read_text()))[
+        "megatron_args.json"]))
+    assert args["--recompute-modules"] == ["mlp", "layernorm"]
+    default = _build(nodes=1, dp=8, recompute="selective")
+    args = megatron_dict(json.loads(emit("megatron", default)["megatron_args.json"]))
+    assert args["--recompute-modules"] == ["layernorm"]
+
+
 def test_megatron_memory_precision_and_schedule_flags():
     args, text = _megatron("zb")
     assert args["--recompute-granularity"] == ["full"]

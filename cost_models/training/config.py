@@ -21,6 +21,21 @@ OPTIMIZERS = ("adam", "sgd")
 ATTENTION = ("flash", "flash2", "unfused")
 MOE_DISPATCHERS = ("alltoall", "flex")
 OFFLOAD_MODULES = ("expert_fc1", "moe_act")
+# Megatron-Core's selective-recompute submodules (``TransformerConfig.recompute_modules``,
+# ``--recompute-modules``; megatron/core/transformer/transformer_config.py): the attention core,
+# the routed experts' activation function, the two norms, MLA's up-projections and RoPE, the
+# dense MLP, the whole MoE layer and the shared experts
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "moe",
+                     "shared_experts")
+
+
+def default_selective_modules(unfused_attention: bool) -> frozenset[str]:
+    """What selective recompute re-runs when no submodule is named: the attention core with
+    unfused attention (Korthikanti et al. 2022, sec. 5; Megatron's default), else the norms
+    and the routed experts' activation functions (``--recompute-modules layernorm moe_act``)."""
+    return frozenset(("core_attn",) if unfused_attention else ("layernorm", "moe_act"))
+
+
 DEGREE_KEYS = tuple(f.name for f in fields(Degrees))  # the keys of a flat (schema-1) config
 
 
@@ -129,9 +144,10 @@ class TrainingConfig:
     :data:`cost_models.compute.FA2_ON_SM90_PLUS`) or ``unfused`` (Megatron's 2021 softmax
     kernels, Korthikanti et al. 2022).
     The overlap flags are the Megatron options of the same names. ``recompute="selective"``
-    recomputes what is cheap and large: with unfused attention the attention core (Korthikanti
-    et al. 2022, sec. 5); with flash attention, which keeps no s^2 tensors, the norms and
-    activation functions (Megatron-Core ``--recompute-modules layernorm mlp moe_act``).
+    re-runs Megatron-Core submodules (``recompute_modules``): by default what is cheap and
+    large, with unfused attention the attention core (Korthikanti et al. 2022, sec. 5), with
+    flash attention, which keeps no s^2 tensors, the norms and the routed experts' activation
+    functions (``--recompute-modules layernorm moe_act``).
     ``recompute="op"`` is torchtitan's per-op selective activation checkpointing
     (``selective_ac_option = "op"``): every op's output is recomputed but those of matmuls,
     SDPA and reduce-scatters, and of every second matmul of a block also recomputed
@@ -213,6 +229,12 @@ class TrainingConfig:
     # 70B FSDP configs on GB200/GB300): the first N of each stage, double-buffered (one layer's
     # stays). Memory only, like ``offload_modules``: the copies run on a side stream
     offload_layers: int = 0
+    # with recompute="selective": the Megatron-Core submodules re-run in the backward
+    # (RECOMPUTE_MODULES; ``--recompute-modules``), their outputs not kept. None named: the
+    # attention core with unfused attention (Korthikanti et al. 2022, sec. 5; Megatron's
+    # default), else the norms and the routed experts' activation functions
+    # (:meth:`selective_modules`)
+    recompute_modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("vpp", "micro_batch"):
@@ -232,6 +254,13 @@ class TrainingConfig:
         if not set(self.offload_modules) <= set(OFFLOAD_MODULES):
             raise ConfigError("offload_modules", f"names among {OFFLOAD_MODULES}",
                               self.offload_modules)
+        if (not set(self.recompute_modules) <= set(RECOMPUTE_MODULES)
+                or len(set(self.recompute_modules)) != len(self.recompute_modules)):
+            raise ConfigError("recompute_modules", f"distinct names among {RECOMPUTE_MODULES}",
+                              self.recompute_modules)
+        if self.recompute_modules and self.recompute != "selective":
+            raise ConfigError("recompute_modules", "none unless recompute is 'selective'",
+                              self.recompute_modules)
         if self.cuda_graphs not in CUDA_GRAPHS:
             raise ConfigError("cuda_graphs", f"one of {CUDA_GRAPHS}", self.cuda_graphs)
         if self.offload_layers < 0:
@@ -286,8 +315,9 @@ class TrainingConfig:
             data["stage_layer_counts"] = tuple(data["stage_layer_counts"])
         if data.get("dp_shares") is not None:
             data["dp_shares"] = tuple(data["dp_shares"])
-        if data.get("offload_modules") is not None:
-            data["offload_modules"] = tuple(data["offload_modules"])
+        for name in ("offload_modules", "recompute_modules"):
+            if data.get(name) is not None:
+                data[name] = tuple(data[name])
         return cls(degrees=Degrees(**degrees), **data)
 
     def options_dict(self) -> dict:
@@ -295,7 +325,8 @@ class TrainingConfig:
         ``dp_shares``, ``low_precision_shard``, ``fused_cross_entropy``, ``moe_dispatcher``,
         ``grad_reduce_in_fp32``, ``optimizer_moment_bytes``, ``cuda_graphs``,
         ``offload_modules``, ``fp8_attention``, ``fused_grouped_mlp`` and
-        ``quantized_saved_inputs`` and ``offload_layers`` only when not their defaults,
+        ``quantized_saved_inputs``, ``offload_layers`` and ``recompute_modules`` only when
+        not their defaults,
         so that plans written before them read and hash alike)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "degrees"}
         for name, default in (("low_precision_shard", True), ("fused_cross_entropy", False),
@@ -303,13 +334,14 @@ class TrainingConfig:
                               ("optimizer_moment_bytes", 4), ("cuda_graphs", "none"),
                               ("offload_modules", ()), ("fp8_attention", False),
                               ("fused_grouped_mlp", False), ("quantized_saved_inputs", True),
-                              ("offload_layers", 0)):
+                              ("offload_layers", 0), ("recompute_modules", ())):
             if out[name] == default:
                 del out[name]
         if out["stage_layer_counts"] is not None:
             out["stage_layer_counts"] = list(out["stage_layer_counts"])
-        if "offload_modules" in out:
-            out["offload_modules"] = list(out["offload_modules"])
+        for name in ("offload_modules", "recompute_modules"):
+            if name in out:
+                out[name] = list(out[name])
         if not out["moe_a2a_overlap"]:
             del out["moe_a2a_overlap"]
         if out["dp_shares"] is None:
@@ -317,6 +349,16 @@ class TrainingConfig:
         else:
             out["dp_shares"] = list(out["dp_shares"])
         return out
+
+    def selective_modules(self) -> frozenset[str]:
+        """The submodules selective recompute re-runs (none unless ``recompute`` is
+        "selective"): those named, or by default the attention core with unfused attention and
+        the norms and routed experts' activation functions with fused attention."""
+        if self.recompute != "selective":
+            return frozenset()
+        if self.recompute_modules:
+            return frozenset(self.recompute_modules)
+        return default_selective_modules(self.attention == "unfused")
 
     def flat_dict(self) -> dict:
         """Degrees and options in one flat dict (``planner estimate --format json``'s config)."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cost_models.model_spec import ModelSpec, attention_params, mlp_params
+from cost_models.training.config import default_selective_modules
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,41 +92,66 @@ class ActivationShape:
     elem_bytes: int = 2  # bytes per stored element (4 in fp32; the formulas count 2-byte values)
     offload: tuple[str, ...] = ()  # activations kept on the host (TrainingConfig.offload_modules)
     gemm_input_scale: float = 1.0  # a saved GEMM input's size relative to the compute dtype's
+    # under selective recompute: the submodules re-run (TrainingConfig.selective_modules;
+    # empty: the default set, config.default_selective_modules)
+    recompute_modules: frozenset[str] = frozenset()
 
 
-def _attention_tensors(model: ModelSpec, sh: ActivationShape) -> float:
+def _attention_tensors(model: ModelSpec, sh: ActivationShape, drop_up: bool = False) -> float:
     """Bytes per token kept for attention backward: Q, K, V and the output-projection input
-    (a GEMM input: ``gemm_input_scale``)."""
+    (a GEMM input: ``gemm_input_scale``). With MLA, also the compressed latents; ``drop_up``:
+    Q, K and V, MLA's up-projected heads, are recomputed from them (``mla_up_proj``)."""
     a, t, q = model.num_heads, sh.tp, sh.gemm_input_scale
     if model.mla is not None:
         m = model.mla
         latent = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim
-        return (2 * a * (2 * m.qk_head_dim + m.v_head_dim) / t + 2 * latent
-                + 2 * q * a * m.v_head_dim / t)
+        heads = 0.0 if drop_up else 2 * a * (2 * m.qk_head_dim + m.v_head_dim) / t
+        return heads + 2 * latent + 2 * q * a * m.v_head_dim / t
     d = model.head_dim
     return 2 * (a * d + 2 * model.num_kv_heads * d) / t + 2 * q * a * d / t
 
 
-def _ffn_tensors(model: ModelSpec, layer: int, sh: ActivationShape) -> tuple[float, float]:
-    """Bytes per token kept by the FFN, as (kept, the activation outputs): the activation's
-    input (GLU 2*2f, else 2f) and its output (2f), which is FC2's input and what selective
-    recompute of the activation does not keep; routed experts also keep their FC1 input (2h).
-    GEMM inputs take ``gemm_input_scale``."""
+@dataclass(frozen=True)
+class FfnSaved:
+    """Bytes per token the FFN of one layer keeps for its backward, by the submodule whose
+    selective recompute would drop them (:func:`layer_activation_bytes`)."""
+
+    dense: float = 0.0  # the dense MLP's activation input and output (``mlp``)
+    shared: float = 0.0  # the shared experts' activation input and output (``shared_experts``)
+    routed_act_out: float = 0.0  # the routed experts' activation outputs (``moe_act``)
+    routed: float = 0.0  # their FC1 inputs and activation inputs, the router's probabilities
+
+    def kept(self, modules: frozenset[str]) -> float:
+        """What stays when ``modules`` are recomputed: ``moe`` re-runs the whole MoE layer
+        from its input (normal checkpointing), the others drop their own tensors."""
+        moe = "moe" in modules
+        return (self.dense * ("mlp" not in modules)
+                + self.shared * (not moe and "shared_experts" not in modules)
+                + self.routed_act_out * (not moe and "moe_act" not in modules)
+                + self.routed * (not moe))
+
+
+def _ffn_tensors(model: ModelSpec, layer: int, sh: ActivationShape) -> FfnSaved:
+    """Bytes per token kept by the FFN: the activation's input (GLU 2*2f, else 2f) and its
+    output (2f), which is FC2's input; routed experts also keep their FC1 input (2h), and
+    the router its probabilities. GEMM inputs take ``gemm_input_scale``."""
     act_in = 4 if model.glu else 2  # bytes per FFN unit of the activation's input
     q = sh.gemm_input_scale
     if not model.is_moe_layer(layer):
-        return act_in * model.ffn_hidden_size / sh.tp, 2 * q * model.ffn_hidden_size / sh.tp
+        f = model.ffn_hidden_size / sh.tp
+        return FfnSaved(dense=act_in * f + 2 * q * f)
     moe = model.moe
     routed = moe.top_k * sh.moe_imbalance * sh.etp / sh.tp
-    shared_w = moe.shared_width
+    shared_w = moe.shared_width / sh.tp
     # per routed copy: the FC1 input (2h) and the activation's input unless offloaded to the
     # host, and its output (2f)
     f_e = moe.expert_ffn_hidden / sh.etp
     kept = 0.0 if "moe_act" in sh.offload else act_in * f_e
     if "expert_fc1" not in sh.offload:
         kept += 2 * q * model.hidden_size
-    kept = routed * kept + act_in * shared_w / sh.tp + 4 * moe.num_experts / sh.tp
-    return kept, 2 * q * (routed * f_e + shared_w / sh.tp)
+    return FfnSaved(shared=act_in * shared_w + 2 * q * shared_w,
+                    routed_act_out=2 * q * routed * f_e,
+                    routed=routed * kept + 4 * moe.num_experts / sh.tp)
 
 
 def _op_saved_per_token(model: ModelSpec, sh: ActivationShape) -> float:
@@ -147,7 +173,8 @@ def _op_saved_per_token(model: ModelSpec, sh: ActivationShape) -> float:
 
 def layer_activation_bytes(model: ModelSpec, layer: int, sh: ActivationShape,
                            recompute: str) -> float:
-    """Activation bytes of one layer for one micro-batch (Korthikanti et al. 2022)."""
+    """Activation bytes of one layer for one micro-batch (Korthikanti et al. 2022); under
+    selective recompute without the outputs of ``sh.recompute_modules``."""
     h, t = model.hidden_size, sh.tp
     rep_div = t if sh.sequence_parallel else 1
     scale = sh.elem_bytes / 2
@@ -155,23 +182,20 @@ def layer_activation_bytes(model: ModelSpec, layer: int, sh: ActivationShape,
         return scale * sh.tokens * 2 * h / rep_div
     if recompute == "op":
         return scale * sh.tokens * _op_saved_per_token(model, sh)
+    modules = frozenset()
+    if recompute == "selective":
+        modules = sh.recompute_modules or default_selective_modules(sh.unfused_attention)
     q = sh.gemm_input_scale
-    # the two norms' inputs (2 x 2h), their outputs, which are QKV's and FC1's inputs (2 x 2h),
-    # and the dropouts' masks
-    norm_out = 4 * q * h / rep_div
+    # the two norms' inputs (2 x 2h), their outputs, which are QKV's and FC1's inputs (2 x 2h)
+    # unless ``layernorm`` re-runs the norms, and the dropouts' masks
+    norm_out = 0.0 if "layernorm" in modules else 4 * q * h / rep_div
     replicated = (4 * h + (2 * h if sh.dropout else 0)) / rep_div + norm_out
-    ffn_kept, act_out = _ffn_tensors(model, layer, sh)
-    ffn = ffn_kept + act_out
-    if recompute == "selective" and not sh.unfused_attention:
-        # Megatron-Core --recompute-modules layernorm + (moe_)act: the norm outputs and the
-        # activation outputs are recomputed
-        replicated -= norm_out
-        ffn = ffn_kept
-    per_token = replicated + _attention_tensors(model, sh) + ffn
-    if sh.unfused_attention and recompute != "selective":
+    per_token = (replicated + _attention_tensors(model, sh, "mla_up_proj" in modules)
+                 + _ffn_tensors(model, layer, sh).kept(modules))
+    if sh.unfused_attention and "core_attn" not in modules:
         keys = sh.seq_len if not model.window(layer) else min(sh.seq_len, model.window(layer))
         per_token += (5 if sh.dropout else 2) * model.num_heads * keys / t
-    elif not sh.unfused_attention:
+    elif not sh.unfused_attention and "core_attn" not in modules:
         per_token += 4 * model.num_heads / t  # fp32 log-sum-exp per query and head
     return scale * sh.tokens * per_token
 

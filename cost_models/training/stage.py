@@ -46,30 +46,35 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from cost_models import communication as comm
-from cost_models.compute import (BWD_ATTN, BWD_GEMM, Gemm, LayerTime, Shard, attention_gemms,
-                                 backward_time_s, gemm_time_s, layer_forward_time, layer_work,
-                                 lm_head_forward_time, low_precision_bytes, mlp_gemms)
+from cost_models.compute import (ACT_BYTES, BWD_ATTN, BWD_GEMM, Gemm, LayerTime, Shard,
+                                 activation_elems_per_token, attention_gemms,
+                                 attention_launches, backward_time_s, gemm_time_s,
+                                 layer_forward_time, layer_launches, layer_work,
+                                 lm_head_forward_time, low_precision_bytes, mla_up_gemms,
+                                 mlp_gemms, moe_gemms, moe_permute_elems_per_token,
+                                 norm_bytes_per_token, rope_bytes_per_elem,
+                                 router_bytes_per_token)
 from cost_models.groups import GroupViews
 from cost_models.model_spec import ModelSpec
 from cost_models.training.config import TrainingConfig
 from cost_models.training.context import StepContext
 from cost_models.training.layers import kind_counts
 
-__all__ = ["A2A_SM_SHARE", "pp_link_s", "SELECTIVE_FLASH_ELEMENTWISE_SHARE",
-           "SELECTIVE_UNFUSED_ELEMENTWISE_SHARE", "StageCost", "a2a_exposed_s",
-           "fully_recomputed", "layer_cost", "mtp_cost", "op_gemms", "op_recompute_s",
-           "stage_cost"]
+__all__ = ["A2A_SM_SHARE", "pp_link_s", "SELECTIVE_UNFUSED_ELEMENTWISE_SHARE", "StageCost",
+           "a2a_exposed_s", "fully_recomputed", "layer_cost", "mtp_cost", "op_gemms",
+           "op_recompute_s", "selective_recompute_s", "stage_cost"]
 
-# Selective recompute re-runs part of a layer's memory-bound (elementwise) forward time; which
-# part depends on the attention kernel (TrainingConfig docstring). No published measurement
-# gives these shares; they are modelling assumptions, kept as they were fitted with the rest:
-# * unfused attention (Korthikanti et al. 2022, sec. 5: QK^T, softmax, dropout, AV re-run): the
-#   attention core plus the scale/mask/softmax/dropout kernels, taken as 0.3 of the elementwise
-#   time;
-# * flash attention (Megatron-Core ``--recompute-modules layernorm mlp moe_act``): the norms and
-#   the activation functions, taken as 0.5 of the elementwise time.
+# Selective recompute with unfused attention re-runs the attention core (Korthikanti et al.
+# 2022, sec. 5: QK^T, softmax, dropout, AV) and its scale/mask/softmax/dropout kernels, taken
+# as 0.3 of the layer's elementwise time: a modelling assumption no published measurement
+# gives, kept as it was fitted with the rest. Every other submodule is priced by its own
+# kernels (:func:`selective_recompute_s`).
 SELECTIVE_UNFUSED_ELEMENTWISE_SHARE = 0.3
-SELECTIVE_FLASH_ELEMENTWISE_SHARE = 0.5
+# Kernels the forward of each selectively recomputed submodule launches again (the launch
+# counts of cost_models.compute): the two norms 2; the routed experts' activation 1, with a
+# clamped GLU's two clamps and cat 3 more; the dense MLP or the shared experts FC1, the
+# activation and FC2 3; MLA's up-projections (one or two) and RoPE on q and k 2 more.
+NORM_KERNELS, ACT_KERNELS, CLAMP_KERNELS, MLP_KERNELS, ROPE_KERNELS = 2, 1, 3, 3, 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,11 +185,65 @@ def _forward_time(ctx: StepContext, layer: int) -> LayerTime:
     return replace(ts.scaled(k), attention_s=t.attention_s)
 
 
-def _selective_recompute_s(ctx: StepContext, t: LayerTime) -> float:
-    """Recompute time of one layer under ``recompute="selective"`` (shares above)."""
-    if ctx.shard.unfused_attention:  # attention core: QK^T, softmax, AV
-        return t.attention_s + SELECTIVE_UNFUSED_ELEMENTWISE_SHARE * t.elementwise_s
-    return SELECTIVE_FLASH_ELEMENTWISE_SHARE * t.elementwise_s  # norms and activation functions
+def selective_recompute_s(ctx: StepContext, layer: int, t: LayerTime, ep_s: float) -> float:
+    """Recompute time of one layer under ``recompute="selective"``: the forward of each
+    submodule ``TrainingConfig.selective_modules`` names, re-run in the backward (Megatron-Core
+    ``recompute_modules``), by its own kernels: its GEMMs at their efficiency, its
+    memory-bound passes at the HBM rate, a kernel overhead per launch. ``core_attn``: the
+    attention core (with unfused attention also its softmax kernels, the share above);
+    ``layernorm``: the two norms; ``moe_act``: the routed experts' activation (with a clamped
+    GLU's clamps); ``mlp``: a dense layer's MLP; ``shared_experts``: the shared experts' MLP;
+    ``mla_up_proj``: MLA's up-projections and RoPE; ``moe``: the whole MoE layer, its token
+    exchange (``ep_s``, forward dispatch and combine) included."""
+    mods = ctx.cfg.selective_modules()
+    m, sh, rates, prof, k = ctx.model, ctx.slice_shard, ctx.rates, ctx.prof, ctx.cfg.seq_slices
+    moe_layer = m.is_moe_layer(layer)
+    bytes_per_s = rates.hbm_bytes_per_s * prof.hbm_efficiency
+
+    def gemms(gs) -> float:
+        return sum(gemm_time_s(g, rates, prof) for g in gs)
+
+    def passes(elems_per_token: float) -> float:  # memory-bound, 2-byte (elem_bytes) values
+        return sh.tokens * elems_per_token * sh.elem_bytes / bytes_per_s
+
+    s, kernels = 0.0, 0
+    if "layernorm" in mods:
+        s += passes(norm_bytes_per_token(m, sh) / ACT_BYTES)
+        kernels += NORM_KERNELS
+    if "moe_act" in mods and moe_layer and "moe" not in mods:
+        s += passes(activation_elems_per_token(m, layer, sh))
+        kernels += ACT_KERNELS + (CLAMP_KERNELS if m.glu_clamp is not None and m.glu else 0)
+    if "mlp" in mods and not moe_layer:
+        s += gemms(mlp_gemms(m.hidden_size, m.ffn_hidden_size, m.glu, sh.tokens, sh.tp))
+        s += passes(activation_elems_per_token(m, layer, sh))
+        kernels += MLP_KERNELS
+    if moe_layer and m.moe.num_shared_experts and ("shared_experts" in mods or "moe" in mods):
+        w = m.moe.shared_width
+        s += gemms(mlp_gemms(m.hidden_size, w, m.glu, sh.tokens, sh.tp))
+        s += passes((3 if m.glu else 2) * w / sh.tp)
+        kernels += MLP_KERNELS
+    if "moe" in mods and moe_layer:
+        routed = moe_gemms(m, sh)[:3]  # the router and the routed experts (shared: above)
+        s += gemms(routed) + passes(activation_elems_per_token(m, layer, sh)
+                                    + moe_permute_elems_per_token(
+                                        m.moe.top_k * sh.moe_imbalance * sh.etp / sh.tp,
+                                        m.hidden_size))
+        s += sh.tokens * router_bytes_per_token(m.moe.num_experts) / sh.tp / bytes_per_s
+        kernels += (layer_launches(m, layer, sh).fwd - attention_launches(m, sh)[0]
+                    - (MLP_KERNELS if m.moe.num_shared_experts else 0))
+    if "mla_up_proj" in mods and m.mla is not None:
+        up = mla_up_gemms(m, sh)
+        rope = (m.num_heads / sh.tp + 1) * m.mla.qk_rope_head_dim  # q's heads and k's one
+        s += gemms(up) + passes(rope_bytes_per_elem(m) * rope / ACT_BYTES)
+        kernels += len(up) + ROPE_KERNELS
+    total = k * (s + kernels * prof.kernel_overhead_s)
+    if "core_attn" in mods:
+        total += t.attention_s
+        if sh.unfused_attention:
+            total += SELECTIVE_UNFUSED_ELEMENTWISE_SHARE * t.elementwise_s
+    if "moe" in mods and moe_layer:
+        total += ep_s
+    return total
 
 
 def op_gemms(model: ModelSpec, layer: int, sh: Shard) -> tuple[Gemm, ...]:
@@ -278,7 +337,7 @@ def layer_cost(ctx: StepContext, views: GroupViews, layer: int,
     if recomputed:
         recompute = fwd + tp_fwd + cp_fwd + ep
     elif ctx.cfg.recompute == "selective":
-        recompute = _selective_recompute_s(ctx, t)
+        recompute = selective_recompute_s(ctx, layer, t, ep)
     elif ctx.cfg.recompute == "op":
         recompute = op_recompute_s(ctx, layer, t, tp)
     weight_grad = (BWD_GEMM - 1) * t.gemm_s  # dW = x^T dy: one forward GEMM's worth

@@ -62,7 +62,8 @@ def activation_terms(ctx: StepContext) -> ActivationTerms:
                             unfused_attention=sh.unfused_attention, dropout=cfg.dropout,
                             moe_imbalance=cfg.moe_imbalance, elem_bytes=sh.elem_bytes,
                             offload=cfg.offload_modules,
-                            gemm_input_scale=saved_gemm_input_scale(cfg, sh))
+                            gemm_input_scale=saved_gemm_input_scale(cfg, sh),
+                            recompute_modules=cfg.selective_modules())
     k = cfg.seq_slices
     # fp32 logits and their gradient (8 bytes), or both in the compute dtype with a fused loss
     per_logit = 2 * sh.elem_bytes if cfg.fused_cross_entropy else 8

@@ -32,8 +32,9 @@ from planner.training.estimate_json import estimate_to_dict
 from planner.files import write_all_atomic, write_atomic
 from planner.training.estimation import (AUTO, DEFAULT_GPU, ClusterChoice, ParallelChoice,
                                          auto_estimate, load_profile, parse_auto_int,
-                                         make_workload, resolve_cluster)
+                                         make_workload, parse_names, resolve_cluster)
 from planner.inputs.clusters import OPTIONS_SOURCE
+from cost_models.training.config import RECOMPUTE_MODULES
 from planner.inputs.limits import CLUSTER_NODES
 from planner.inputs.models import load_model, model_presets
 from planner.report.estimate import render_estimate
@@ -304,6 +305,10 @@ def estimate(
     ] = Recompute.none,
     recompute_layers: Annotated[Optional[int], typer.Option(
         min=1, help="With --recompute full: layers per stage to recompute (default: all).")] = None,
+    recompute_modules: Annotated[Optional[str], typer.Option(
+        help="With --recompute selective (or auto): Megatron-Core's submodules to recompute, "
+             "comma-separated, among " + ", ".join(RECOMPUTE_MODULES) + " (default: "
+             "layernorm,moe_act; core_attn with --attention unfused).")] = None,
     sequence_parallel: Annotated[Optional[bool], typer.Option(
         "--sequence-parallel/--no-sequence-parallel",
         help="Megatron sequence parallelism (default: on when tp > 1).")] = None,
@@ -344,6 +349,7 @@ def estimate(
     choice = ParallelChoice(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=AUTO if etp is None else etp,
                             vpp=vpp, micro_batch=parse_auto_int(micro_batch, "--micro-batch"),
                             recompute=recompute.value, recompute_layers=recompute_layers,
+                            recompute_modules=parse_names(recompute_modules),
                             sequence_parallel=sequence_parallel, zero=zero,
                             zero_bubble=zero_bubble, seq_slices=seq_slices,
                             moe_dispatcher=moe_dispatcher.value, attention=attention.value,

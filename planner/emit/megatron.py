@@ -212,14 +212,10 @@ def _memory_args(f: Facts) -> tuple[list[str], list[str]]:
                      "Megatron has no flag for: nothing is recomputed here; --recompute-"
                      "granularity selective with --recompute-modules is the closest.")
     elif cfg.recompute == "selective":
-        if cfg.attention == "unfused":
-            modules = ["core_attn"]
-        else:
-            modules = ["layernorm"] + (["moe_act"] if f.model.is_moe else [])
-            if f.model.num_dense_layers:
-                notes.append("Selective recompute: the plan also recomputes dense-MLP "
-                             "activation functions, which Megatron's --recompute-modules "
-                             "cannot name; expect slightly more activation memory.")
+        # the plan's modules as named, or its default set (moe_act only where there are MoE
+        # layers: Megatron refuses it without grouped-GEMM experts)
+        modules = list(cfg.recompute_modules) or [
+            m for m in sorted(cfg.selective_modules()) if m != "moe_act" or f.model.is_moe]
         args += ["--recompute-granularity", "selective", "--recompute-modules", *modules]
     if cfg.attention == "unfused":
         args += ["--attention-backend", "unfused"]

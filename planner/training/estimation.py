@@ -55,6 +55,7 @@ class ParallelChoice:
     micro_batch: int | str = 1
     recompute: str = "none"
     recompute_layers: int | None = None
+    recompute_modules: tuple[str, ...] = ()  # with selective: Megatron-Core's submodule names
     sequence_parallel: bool | None = None  # default: on when tp > 1
     zero: int = 1
     zero_bubble: bool = False
@@ -118,6 +119,7 @@ def make_config(choice: ParallelChoice, num_gpus: int) -> TrainingConfig:
         return TrainingConfig(
             degrees=degrees, vpp=choice.vpp, micro_batch=choice.micro_batch,
             recompute=choice.recompute, recompute_layers=choice.recompute_layers,
+            recompute_modules=choice.recompute_modules,
             sequence_parallel=sequence_parallel, zero=choice.zero,
             zero_bubble=choice.zero_bubble, seq_slices=choice.seq_slices,
             moe_dispatcher=choice.moe_dispatcher, attention=choice.attention,
@@ -199,6 +201,14 @@ def parse_auto_int(value: str, option: str) -> int | str:
     return number
 
 
+def parse_names(value: str | None) -> tuple[str, ...]:
+    """A comma-separated list as typed (``--recompute-modules layernorm,moe_act``); the names
+    are checked where they are used (TrainingConfig)."""
+    if value is None:
+        return ()
+    return tuple(name.strip() for name in value.split(",") if name.strip())
+
+
 def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
@@ -207,7 +217,8 @@ def candidate_choices(choice: ParallelChoice, model: ModelSpec, workload: Worklo
                       num_gpus: int) -> Iterator[ParallelChoice]:
     """Every explicit choice the :data:`AUTO` fields of ``choice`` stand for (``choice`` alone
     when none is auto): recompute none, selective, full; micro-batches dividing the sequences
-    per data-parallel replica (``global_batch / dp``, up to :data:`MAX_AUTO_MICRO_BATCH`);
+    per data-parallel replica (``global_batch / dp``, up to :data:`MAX_AUTO_MICRO_BATCH`),
+    ``recompute_modules`` kept for the selective candidate only;
     expert TP the divisors of ``tp`` on MoE models (dense models: equal to tp, unused)."""
     recomputes = RECOMPUTE if choice.recompute == AUTO else (choice.recompute,)
     micro_batches: list[int | str] = [choice.micro_batch]
@@ -221,7 +232,11 @@ def candidate_choices(choice: ParallelChoice, model: ModelSpec, workload: Worklo
     for recompute in recomputes:
         for micro_batch in micro_batches:
             for etp in etps:
-                yield replace(choice, recompute=recompute, micro_batch=micro_batch, etp=etp)
+                modules = choice.recompute_modules
+                if choice.recompute == AUTO and recompute != "selective":
+                    modules = ()
+                yield replace(choice, recompute=recompute, recompute_modules=modules,
+                              micro_batch=micro_batch, etp=etp)
 
 
 @dataclass(frozen=True)
