@@ -267,7 +267,9 @@ def main() -> None:
         if args.loso_cache:
             args.loso_cache.write_text(json.dumps(loso_results))
     from calibration_report import memory_results, write_outputs
-    write_outputs(results, memory_results(rows), RESULTS_JSON, DOC_MD, reasons, loso_results)
+    from feature_steps import feature_steps
+    write_outputs(results, memory_results(rows), RESULTS_JSON, DOC_MD, reasons, loso_results,
+                  feature_steps())
 
 
 if __name__ == "__main__":

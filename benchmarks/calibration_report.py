@@ -231,8 +231,14 @@ def _sweep_table(sw: list[dict], loso_sw: dict | None) -> list[str]:
     return lines
 
 
+def feature_lines(steps: dict) -> list[str]:
+    from feature_steps import lines
+    return lines(steps)
+
+
 def write_outputs(results: list[dict], memory: list[dict], json_path: Path, md_path: Path,
-                  skipped: dict[str, str], loso: dict | None = None) -> None:
+                  skipped: dict[str, str], loso: dict | None = None,
+                  steps: dict | None = None) -> None:
     s = summary(results, memory)
     sw = sweeps(results)
     ssum = sweep_summary(sw)
@@ -258,7 +264,8 @@ def write_outputs(results: list[dict], memory: list[dict], json_path: Path, md_p
             "sweeps": list(loso_sw.values()),
             "held_out_rows": [{k: r[k] for k in ("id", "source", "published", "predicted",
                                                  "error", "scored")} for r in loso["held_out"]]},
-        "rows": results, "memory_rows": memory, "not_predicted": skipped}, indent=1) + "\n")
+        "rows": results, "memory_rows": memory, "not_predicted": skipped,
+        "feature_steps": steps}, indent=1) + "\n")
     template = (Path(__file__).parent / "calibration_doc_head.md").read_text()
     values = defaultdict(lambda: "n/a (run with --loso)", {
         k: (f"{v:+.2f}" if "tau" in k and isinstance(v, float) else
@@ -293,6 +300,7 @@ def write_outputs(results: list[dict], memory: list[dict], json_path: Path, md_p
                       for kind, x in ((k, sweep_summary(sw, k))
                                       for k in ("one table", "across releases"))], "",
                     *_sweep_table(sw, loso_sw), "",
+                    *(feature_lines(steps) if steps else []),
                     "## Throughput rows", "", *_table(results), "", *_regression_lines(results),
                     "## Memory rows (Korthikanti et al. 2022, Figure 1)", "",
                     *_memory_table(memory), "",

@@ -615,12 +615,17 @@ def layer_forward_time(work: LayerWork, rates: GpuRates, prof: Profile) -> Layer
                      host_bwd_s=n.host_bwd * prof.host_launch_s)
 
 
+def backward_gpu_s(t: LayerTime) -> float:
+    """The GPU's backward work of a layer from its forward parts (ratios in the module
+    docstring) and its own launches."""
+    return (BWD_GEMM * t.gemm_s + BWD_ATTN * t.attention_s + BWD_ELEM * t.elementwise_s
+            + t.overhead_bwd_s)
+
+
 def backward_time_s(t: LayerTime) -> float:
-    """Backward time of a layer from its forward parts (ratios in the module docstring) and its
-    own launches, or the CPU's time to issue them when that is longer."""
-    gpu = (BWD_GEMM * t.gemm_s + BWD_ATTN * t.attention_s + BWD_ELEM * t.elementwise_s
-           + t.overhead_bwd_s)
-    return max(gpu, t.host_bwd_s)
+    """Backward time of a layer: the GPU's work, or the CPU's time to issue its launches when
+    that is longer."""
+    return max(backward_gpu_s(t), t.host_bwd_s)
 
 
 def lm_head_forward_time(model: ModelSpec, sh: Shard, rates: GpuRates, prof: Profile) -> float:

@@ -306,3 +306,22 @@ def test_nemo_2407_rows_take_tp_overlap_where_the_attribution_holds():
                 "nemo-2407-gpt3-175b-h100-512"):
         assert pr.row_config(rows[rid], 1).tp_comm_overlap
     assert not pr.row_config(rows["nemo-2407-gpt3-175b-h100-128"], 1).tp_comm_overlap
+
+
+def test_feature_steps_end_at_the_calibration_row():
+    """The DeepSeek-V3 GB200 optimisation history (benchmarks/feature_steps.py) accumulates its
+    steps' settings into exactly the configuration the calibration row runs with, so its last
+    prediction is the row's; each modelled step names a setting the TrainingConfig has."""
+    import feature_steps
+    data = json.loads(feature_steps.DATA.read_text())
+    fields = set(pr.TrainingConfig.__dataclass_fields__)
+    for step in data["steps"]:
+        assert ("options" in step) != ("not_modelled" in step)
+        assert set(step.get("options", {})) <= fields
+    out = feature_steps.feature_steps()
+    assert out["final_config_matches_row"]
+    row = next(r for r in pr.load_all_rows() if r["id"] == data["row"])
+    prof = calibration.default_profile(row["cluster"]["gpu_key"])
+    assert out["steps"][-1]["predicted"] == pytest.approx(
+        calibration.evaluate_row(row, prof)["predicted"], rel=1e-12)
+    assert out["steps"][-1]["published"] == pr.row_target(row).value

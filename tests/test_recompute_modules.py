@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cost_models.compute import gemm_time_s, layer_forward_time, layer_work, mla_up_gemms
+from cost_models.compute import (backward_gpu_s, gemm_time_s, layer_forward_time, layer_work,
+                                 mla_up_gemms)
 from cost_models.parallel import ConfigError, Degrees
 from cost_models.profile import Profile
 from cost_models.training.config import RECOMPUTE_MODULES, TrainingConfig, Workload
 from cost_models.training.context import make_context
 from cost_models.training.memory import ActivationShape, layer_activation_bytes
-from cost_models.training.stage import selective_recompute_s
+from cost_models.training.stage import selective_recompute_s, selective_recompute_work
 from cost_models.training.step import estimate
 from planner.cli.app import app
 from planner.inputs.models import load_model
@@ -199,3 +200,24 @@ def test_calibration_rows_take_their_releases_modules():
     (cfg,) = published_runs.candidate_configs(rows[rid], 256)
     assert cfg.recompute == "selective" and cfg.recompute_modules == ("mla_up_proj",)
     assert published_runs._recompute_modules(rows[rid], "none") == ()
+
+
+def test_a_launch_bound_backward_pays_the_rerun_launches():
+    """The re-run's kernels are issued by the CPU too: with a backward the GPU finishes before
+    the CPU has launched it, the recompute costs its launches at the host rate, and with the
+    CPU far ahead it costs its GPU work."""
+    cfg = TrainingConfig(degrees=Degrees(dp=8, ep=8), recompute="selective",
+                         recompute_modules=("layernorm", "moe_act", "mla_up_proj"))
+    layer = DSV3.num_layers - 1
+    for host_launch_s in (0.0, 2e-3):
+        ctx = make_context(DSV3, homogeneous_cluster("H100-SXM5-80GB", 1), Workload(TOKENS, 64),
+                           cfg, Profile(host_launch_s=host_launch_s), ())
+        t = _forward(ctx, layer)
+        gpu, kernels = selective_recompute_work(ctx, layer, t, 0.0)
+        s = selective_recompute_s(ctx, layer, t, 0.0)
+        if host_launch_s == 0:
+            assert s == pytest.approx(gpu)
+        else:
+            assert t.host_bwd_s > backward_gpu_s(t)  # launch bound
+            assert s == pytest.approx(kernels * host_launch_s)
+            assert kernels == 2 + 1 + 2 + 2  # norms, activation, two up-projections, RoPE

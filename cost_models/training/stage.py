@@ -46,9 +46,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from cost_models import communication as comm
-from cost_models.compute import (ACT_BYTES, BWD_ATTN, BWD_GEMM, Gemm, LayerTime, Shard,
+from cost_models.compute import (ACT_BYTES, BWD_ATTN, BWD_GEMM, FP4_PER_LINEAR,
+                                 FP8_PER_LINEAR, UNFUSED_ATTN_EXTRA, Gemm, LayerTime, Shard,
                                  activation_elems_per_token, attention_gemms,
-                                 attention_launches, backward_time_s, gemm_time_s,
+                                 attention_launches, backward_gpu_s, backward_time_s,
+                                 gemm_time_s,
                                  layer_forward_time, layer_launches, layer_work,
                                  lm_head_forward_time, low_precision_bytes, mla_up_gemms,
                                  mlp_gemms, moe_gemms, moe_permute_elems_per_token,
@@ -62,7 +64,8 @@ from cost_models.training.layers import kind_counts
 
 __all__ = ["A2A_SM_SHARE", "pp_link_s", "SELECTIVE_UNFUSED_ELEMENTWISE_SHARE", "StageCost",
            "a2a_exposed_s", "fully_recomputed", "layer_cost", "mtp_cost", "op_gemms",
-           "op_recompute_s", "selective_recompute_s", "stage_cost"]
+           "op_recompute_s", "selective_recompute_s", "selective_recompute_work",
+           "stage_cost"]
 
 # Selective recompute with unfused attention re-runs the attention core (Korthikanti et al.
 # 2022, sec. 5: QK^T, softmax, dropout, AV) and its scale/mask/softmax/dropout kernels, taken
@@ -73,7 +76,11 @@ SELECTIVE_UNFUSED_ELEMENTWISE_SHARE = 0.3
 # Kernels the forward of each selectively recomputed submodule launches again (the launch
 # counts of cost_models.compute): the two norms 2; the routed experts' activation 1, with a
 # clamped GLU's two clamps and cat 3 more; the dense MLP or the shared experts FC1, the
-# activation and FC2 3; MLA's up-projections (one or two) and RoPE on q and k 2 more.
+# activation and FC2 3; MLA's up-projections (one or two) and RoPE on q and k 2 more; the
+# attention core 1 (unfused: its softmax kernels too). With fp8/NVFP4 each re-run Linear
+# quantises its input again (FP8_PER_LINEAR, FP4_PER_LINEAR launches): Megatron's
+# output-discarding recompute keeps the high-precision input of a discarded output and
+# requantises it in the backward (NVIDIA's DeepSeek-V3 GB200 guide, sec. 2.2.2).
 NORM_KERNELS, ACT_KERNELS, CLAMP_KERNELS, MLP_KERNELS, ROPE_KERNELS = 2, 1, 3, 3, 2
 
 
@@ -189,7 +196,20 @@ def selective_recompute_s(ctx: StepContext, layer: int, t: LayerTime, ep_s: floa
     """Recompute time of one layer under ``recompute="selective"``: the forward of each
     submodule ``TrainingConfig.selective_modules`` names, re-run in the backward (Megatron-Core
     ``recompute_modules``), by its own kernels: its GEMMs at their efficiency, its
-    memory-bound passes at the HBM rate, a kernel overhead per launch. ``core_attn``: the
+    memory-bound passes at the HBM rate, a kernel overhead per launch
+    (:func:`selective_recompute_work`). Its launches are the CPU's too: the backward then
+    takes the GPU's work plus the re-run, or the CPU's launches plus the re-run's, whichever
+    is longer, and the recompute is what that adds to the backward alone (a launch-bound
+    backward pays the re-run's launches, not its GPU time)."""
+    gpu, kernels = selective_recompute_work(ctx, layer, t, ep_s)
+    host = 0.0 if ctx.cfg.cuda_graphs == "full" else kernels * ctx.prof.host_launch_s
+    gpu_bwd = backward_gpu_s(t)
+    return max(gpu_bwd + gpu, t.host_bwd_s + host) - max(gpu_bwd, t.host_bwd_s)
+
+
+def selective_recompute_work(ctx: StepContext, layer: int, t: LayerTime,
+                             ep_s: float) -> tuple[float, int]:
+    """(GPU seconds, kernel launches) of one layer's selective re-run. ``core_attn``: the
     attention core (with unfused attention also its softmax kernels, the share above);
     ``layernorm``: the two norms; ``moe_act``: the routed experts' activation (with a clamped
     GLU's clamps); ``mlp``: a dense layer's MLP; ``shared_experts``: the shared experts' MLP;
@@ -213,15 +233,16 @@ def selective_recompute_s(ctx: StepContext, layer: int, t: LayerTime, ep_s: floa
     if "moe_act" in mods and moe_layer and "moe" not in mods:
         s += passes(activation_elems_per_token(m, layer, sh))
         kernels += ACT_KERNELS + (CLAMP_KERNELS if m.glu_clamp is not None and m.glu else 0)
+    quant = FP4_PER_LINEAR if sh.nvfp4 else FP8_PER_LINEAR if sh.fp8 else 0
     if "mlp" in mods and not moe_layer:
         s += gemms(mlp_gemms(m.hidden_size, m.ffn_hidden_size, m.glu, sh.tokens, sh.tp))
         s += passes(activation_elems_per_token(m, layer, sh))
-        kernels += MLP_KERNELS
+        kernels += MLP_KERNELS + 2 * quant
     if moe_layer and m.moe.num_shared_experts and ("shared_experts" in mods or "moe" in mods):
         w = m.moe.shared_width
         s += gemms(mlp_gemms(m.hidden_size, w, m.glu, sh.tokens, sh.tp))
         s += passes((3 if m.glu else 2) * w / sh.tp)
-        kernels += MLP_KERNELS
+        kernels += MLP_KERNELS + 2 * quant
     if "moe" in mods and moe_layer:
         routed = moe_gemms(m, sh)[:3]  # the router and the routed experts (shared: above)
         s += gemms(routed) + passes(activation_elems_per_token(m, layer, sh)
@@ -235,7 +256,9 @@ def selective_recompute_s(ctx: StepContext, layer: int, t: LayerTime, ep_s: floa
         up = mla_up_gemms(m, sh)
         rope = (m.num_heads / sh.tp + 1) * m.mla.qk_rope_head_dim  # q's heads and k's one
         s += gemms(up) + passes(rope_bytes_per_elem(m) * rope / ACT_BYTES)
-        kernels += len(up) + ROPE_KERNELS
+        kernels += len(up) * (1 + quant) + ROPE_KERNELS
+    if "core_attn" in mods:
+        kernels += 1 + (UNFUSED_ATTN_EXTRA[0] if sh.unfused_attention else 0)
     total = k * (s + kernels * prof.kernel_overhead_s)
     if "core_attn" in mods:
         total += t.attention_s
@@ -243,7 +266,7 @@ def selective_recompute_s(ctx: StepContext, layer: int, t: LayerTime, ep_s: floa
             total += SELECTIVE_UNFUSED_ELEMENTWISE_SHARE * t.elementwise_s
     if "moe" in mods and moe_layer:
         total += ep_s
-    return total
+    return total, k * kernels
 
 
 def op_gemms(model: ModelSpec, layer: int, sh: Shard) -> tuple[Gemm, ...]:
