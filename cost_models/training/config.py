@@ -8,6 +8,7 @@ Errors name the quantity (``global_batch``, ``vpp``), not a command-line flag.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from functools import cached_property
 
 from cost_models.compute import CUDA_GRAPHS
 from cost_models.parallel import (ConfigError, Degrees, check_degrees, divides,
@@ -350,15 +351,19 @@ class TrainingConfig:
             out["dp_shares"] = list(out["dp_shares"])
         return out
 
-    def selective_modules(self) -> frozenset[str]:
-        """The submodules selective recompute re-runs (none unless ``recompute`` is
-        "selective"): those named, or by default the attention core with unfused attention and
-        the norms and routed experts' activation functions with fused attention."""
+    @cached_property
+    def _selective_modules(self) -> frozenset[str]:
         if self.recompute != "selective":
             return frozenset()
         if self.recompute_modules:
             return frozenset(self.recompute_modules)
         return default_selective_modules(self.attention == "unfused")
+
+    def selective_modules(self) -> frozenset[str]:
+        """The submodules selective recompute re-runs (none unless ``recompute`` is
+        "selective"): those named, or by default the attention core with unfused attention and
+        the norms and routed experts' activation functions with fused attention."""
+        return self._selective_modules
 
     def flat_dict(self) -> dict:
         """Degrees and options in one flat dict (``planner estimate --format json``'s config)."""

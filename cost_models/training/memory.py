@@ -30,6 +30,7 @@ Sources:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from cost_models.model_spec import ModelSpec, attention_params, mlp_params
 from cost_models.training.config import default_selective_modules
@@ -111,10 +112,13 @@ def _attention_tensors(model: ModelSpec, sh: ActivationShape, drop_up: bool = Fa
     return 2 * (a * d + 2 * model.num_kv_heads * d) / t + 2 * q * a * d / t
 
 
-@dataclass(frozen=True)
-class FfnSaved:
+NO_MODULES: frozenset[str] = frozenset()
+
+
+class FfnSaved(NamedTuple):
     """Bytes per token the FFN of one layer keeps for its backward, by the submodule whose
-    selective recompute would drop them (:func:`layer_activation_bytes`)."""
+    selective recompute would drop them (:func:`layer_activation_bytes`; a named tuple: the
+    search builds one per layer and option)."""
 
     dense: float = 0.0  # the dense MLP's activation input and output (``mlp``)
     shared: float = 0.0  # the shared experts' activation input and output (``shared_experts``)
@@ -124,6 +128,8 @@ class FfnSaved:
     def kept(self, modules: frozenset[str]) -> float:
         """What stays when ``modules`` are recomputed: ``moe`` re-runs the whole MoE layer
         from its input (normal checkpointing), the others drop their own tensors."""
+        if not modules:
+            return self.dense + self.shared + self.routed_act_out + self.routed
         moe = "moe" in modules
         return (self.dense * ("mlp" not in modules)
                 + self.shared * (not moe and "shared_experts" not in modules)
@@ -139,7 +145,7 @@ def _ffn_tensors(model: ModelSpec, layer: int, sh: ActivationShape) -> FfnSaved:
     q = sh.gemm_input_scale
     if not model.is_moe_layer(layer):
         f = model.ffn_hidden_size / sh.tp
-        return FfnSaved(dense=act_in * f + 2 * q * f)
+        return FfnSaved(act_in * f + 2 * q * f)  # (dense, shared, routed_act_out, routed)
     moe = model.moe
     routed = moe.top_k * sh.moe_imbalance * sh.etp / sh.tp
     shared_w = moe.shared_width / sh.tp
@@ -149,9 +155,8 @@ def _ffn_tensors(model: ModelSpec, layer: int, sh: ActivationShape) -> FfnSaved:
     kept = 0.0 if "moe_act" in sh.offload else act_in * f_e
     if "expert_fc1" not in sh.offload:
         kept += 2 * q * model.hidden_size
-    return FfnSaved(shared=act_in * shared_w + 2 * q * shared_w,
-                    routed_act_out=2 * q * routed * f_e,
-                    routed=routed * kept + 4 * moe.num_experts / sh.tp)
+    return FfnSaved(0.0, act_in * shared_w + 2 * q * shared_w, 2 * q * routed * f_e,
+                    routed * kept + 4 * moe.num_experts / sh.tp)
 
 
 def _op_saved_per_token(model: ModelSpec, sh: ActivationShape) -> float:
@@ -182,7 +187,7 @@ def layer_activation_bytes(model: ModelSpec, layer: int, sh: ActivationShape,
         return scale * sh.tokens * 2 * h / rep_div
     if recompute == "op":
         return scale * sh.tokens * _op_saved_per_token(model, sh)
-    modules = frozenset()
+    modules = NO_MODULES
     if recompute == "selective":
         modules = sh.recompute_modules or default_selective_modules(sh.unfused_attention)
     q = sh.gemm_input_scale
