@@ -57,10 +57,10 @@ def _header(est: Mapping[str, Any], cluster: Cluster, num_layers: int) -> Text:
                  f"{cfg['schedule']}\n")
     title.append(f"global batch {work['global_batch']:,} x {work['seq_len']:,} tokens in "
                  f"{cfg['micro_batches']:,} micro-batches of {cfg['micro_batch']}\n")
-    modules = cfg.get("recompute_modules")  # named when set, as the plan's options
-    recompute = cfg["recompute"] + (f" ({', '.join(modules)})" if modules else "")
-    title.append(f"{work['precision']} · recompute {recompute} · ZeRO-{cfg['zero']} · "
+    title.append(f"{work['precision']} · recompute {cfg['recompute']} · ZeRO-{cfg['zero']} · "
                  f"sequence parallel {'on' if cfg['sequence_parallel'] else 'off'}")
+    if cfg.get("recompute_modules"):  # named when set, as the plan's options
+        title.append(f"\nrecompute modules {', '.join(cfg['recompute_modules'])}")
     if cfg.get("attention", "flash") != "flash":  # the default kernels go unnamed
         title.append(f" · attention {cfg['attention']}")
     if cfg.get("cuda_graphs", "none") != "none":  # as the plan's options: named when set
