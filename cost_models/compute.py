@@ -211,7 +211,8 @@ def moe_permute_elems_per_token(routed_per_token: float, hidden: int) -> float:
     return routed_per_token * 4 * hidden
 
 
-def expert_eager_elems_per_copy(model: ModelSpec) -> tuple[float, int, int]:
+def expert_eager_elems_per_copy(model: ModelSpec,
+                                fp32_probs: bool = False) -> tuple[float, int, int]:
     """(elements moved per routed token copy, kernels per local expert, kernels per layer) of the
     eager PyTorch passes Megatron-Core's ``TEGroupedMLP`` runs around its grouped GEMMs (its
     path without TransformerEngine's fused grouped MLP, ``Shard.fused_grouped_mlp``, which
@@ -225,7 +226,12 @@ def expert_eager_elems_per_copy(model: ModelSpec) -> tuple[float, int, int]:
       ``_apply_bias`` (``megatron/core/transformer/moe/experts.py``) adds bias x router
       probability per local expert in a Python loop (``b * p`` writes h, the add reads 2h and
       writes h) and concatenates the results (reads h, writes h): 6h per copy, 2 kernels per
-      local expert and the ``torch.cat``.
+      local expert and the ``torch.cat``. With ``fp32_probs`` (the flex dispatcher: DeepEP and
+      HybridEP take fp32 probabilities, ``token_dispatcher.py`` at d7288711 casts them,
+      "DeepEP only supports float32 probs") the loop runs in fp32 and a cast back to the
+      compute dtype follows (``.to(intermediate_parallel.dtype)``): ``b * p`` writes 2h, the
+      add reads h + 2h and writes 2h, the cat reads and writes 2h each, the cast reads 2h and
+      writes h, in 2-byte units: 14h per copy and one kernel more.
     """
     moe = model.moe
     elems, per_expert, per_layer = 0.0, 0, 0
@@ -233,8 +239,8 @@ def expert_eager_elems_per_copy(model: ModelSpec) -> tuple[float, int, int]:
         elems += 8 * moe.expert_ffn_hidden
         per_layer += 3
     if moe.expert_bias:
-        elems += 6 * model.hidden_size
-        per_expert, per_layer = per_expert + 2, per_layer + 1
+        elems += (14 if fp32_probs else 6) * model.hidden_size
+        per_expert, per_layer = per_expert + 2, per_layer + (2 if fp32_probs else 1)
     return elems, per_expert, per_layer
 
 
@@ -356,7 +362,7 @@ def _elementwise_bytes(model: ModelSpec, layer: int, sh: Shard) -> float:
         ffn += moe_permute_elems_per_token(routed, h)
         if not sh.fused_grouped_mlp:  # else the activation (and clamp, bias) is FC1's epilogue
             ffn += routed * (3 if model.glu else 2) * moe.expert_ffn_hidden / sh.etp
-            ffn += routed * expert_eager_elems_per_copy(model)[0] / sh.etp
+            ffn += routed * expert_eager_elems_per_copy(model, sh.flex_dispatch)[0] / sh.etp
         router = router_bytes_per_token(moe.num_experts) / t  # router sees tokens/tp
     else:
         ffn = (3 if model.glu else 2) * model.ffn_hidden_size / t
@@ -462,7 +468,7 @@ def layer_launches(model: ModelSpec, layer: int, sh: Shard) -> Launches:
         if sh.cuda_graphs == "attn+moe_router":
             captured = attn
     else:
-        _, per_expert, per_layer = expert_eager_elems_per_copy(model)
+        _, per_expert, per_layer = expert_eager_elems_per_copy(model, sh.flex_dispatch)
         local = math.ceil(model.moe.num_experts / sh.ep)
         gemm_fwd = (2 + (2 if sh.fp8 else 0)) * local
         experts = (1 + gemm_fwd + (3 if sh.fp8 else 0) + per_layer + per_expert * local,

@@ -216,6 +216,25 @@ def test_gpt_oss_eager_expert_passes_are_priced_exactly():
     assert a.gemms == b.gemms
 
 
+def test_flex_dispatcher_runs_the_expert_bias_loop_in_fp32():
+    """DeepEP and HybridEP hand the experts fp32 router probabilities, so GPT-OSS's FC2 bias
+    loop (t + b * p per local expert, then the cat) runs in fp32 and is cast back: 14h
+    2-byte units per routed copy instead of 6h, and one cast kernel more; a model without
+    expert biases is priced alike under both dispatchers."""
+    oss = load_model("gpt-oss-120b")
+    a2a, flex = _shard(tokens=4096, ep=8), replace(_shard(tokens=4096, ep=8), flex_dispatch=True)
+    a, b = layer_work(oss, 0, flex), layer_work(oss, 0, a2a)
+    routed = oss.moe.top_k * a2a.tokens
+    assert a.elementwise_bytes - b.elementwise_bytes == pytest.approx(
+        routed * 8 * oss.hidden_size * ACT_BYTES)
+    plain = replace(oss, moe=replace(oss.moe, expert_bias=False))
+    assert layer_work(plain, 0, flex).elementwise_bytes == pytest.approx(
+        layer_work(plain, 0, a2a).elementwise_bytes)
+    launches = (a.launches.fwd - layer_work(plain, 0, flex).launches.fwd,
+                b.launches.fwd - layer_work(plain, 0, a2a).launches.fwd)
+    assert launches[0] == launches[1] + 1
+
+
 def test_yarn_runs_the_unfused_rope():
     """GPT-OSS's YaRN attention factor (1.347) is not taken by TransformerEngine's fused RoPE,
     so Megatron-Core runs the unfused one: 24 bytes per q/k element instead of 4, and 22 more
