@@ -428,6 +428,7 @@ ATTN_LAUNCHES, DENSE_MLP_LAUNCHES, ROUTER_LAUNCHES = (10, 15), (5, 8), (10, 8)
 DISPATCH_LAUNCHES = {"alltoall": (24, 16), "flex": (12, 8)}
 DISPATCH_PREPROCESS = {"alltoall": 7, "flex": 2}  # captured by the "moe_preprocess" scope
 MOE_TAIL_LAUNCHES = (1, 1)  # the MoE layer's bias-dropout-add
+SHARED_EXPERT_LAUNCHES = (4, 6)  # shared experts: FC1, activation, FC2, their sum (fp8: more)
 UNFUSED_ATTN_EXTRA = (6, 12)  # scale, mask, softmax, dropout, two batched GEMMs (2021 Megatron)
 FP8_PER_LINEAR = 3
 # * nvfp4 (TransformerEngine's NVFP4BlockScaling): the fp8 path's quantisation and scale
@@ -481,7 +482,7 @@ def layer_launches(model: ModelSpec, layer: int, sh: Shard) -> Launches:
             dispatch, pre = (5, 5), 0
         parts = [attn, ROUTER_LAUNCHES, dispatch, experts, MOE_TAIL_LAUNCHES]
         if model.moe.num_shared_experts:
-            parts.append((4 + 2 * fp8, 6 + 4 * fp8))
+            parts.append((SHARED_EXPERT_LAUNCHES[0] + 2 * fp8, SHARED_EXPERT_LAUNCHES[1] + 4 * fp8))
         router = (ROUTER_LAUNCHES[0] + pre, ROUTER_LAUNCHES[1])
         if sh.cuda_graphs == "moe_router":
             captured = router

@@ -47,7 +47,8 @@ from dataclasses import dataclass, replace
 
 from cost_models import communication as comm
 from cost_models.compute import (ACT_BYTES, BWD_ATTN, BWD_GEMM, FP4_PER_LINEAR,
-                                 FP8_PER_LINEAR, UNFUSED_ATTN_EXTRA, Gemm, LayerTime, Shard,
+                                 FP8_PER_LINEAR, SHARED_EXPERT_LAUNCHES, UNFUSED_ATTN_EXTRA,
+                                 Gemm, LayerTime, Shard,
                                  activation_elems_per_token, attention_gemms,
                                  attention_launches, backward_gpu_s, backward_time_s,
                                  gemm_time_s,
@@ -250,8 +251,10 @@ def selective_recompute_work(ctx: StepContext, layer: int, t: LayerTime,
                                         m.moe.top_k * sh.moe_imbalance * sh.etp / sh.tp,
                                         m.hidden_size))
         s += sh.tokens * router_bytes_per_token(m.moe.num_experts) / sh.tp / bytes_per_s
+        # the layer's launches but attention's and the shared experts' (counted above)
         kernels += (layer_launches(m, layer, sh).fwd - attention_launches(m, sh)[0]
-                    - (MLP_KERNELS if m.moe.num_shared_experts else 0))
+                    - (SHARED_EXPERT_LAUNCHES[0] + 2 * quant if m.moe.num_shared_experts
+                       else 0))
     if "mla_up_proj" in mods and m.mla is not None:
         up = mla_up_gemms(m, sh)
         rope = (m.num_heads / sh.tp + 1) * m.mla.qk_rope_head_dim  # q's heads and k's one
