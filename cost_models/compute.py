@@ -211,6 +211,12 @@ def moe_permute_elems_per_token(routed_per_token: float, hidden: int) -> float:
     return routed_per_token * 4 * hidden
 
 
+def clamp_elems_per_copy(model: ModelSpec) -> float:
+    """Elements a clamped GLU's two clamps and cat move per routed copy (8f; 0 without a
+    clamp; :func:`expert_eager_elems_per_copy`)."""
+    return 8 * model.moe.expert_ffn_hidden if model.glu_clamp is not None and model.glu else 0
+
+
 def expert_eager_elems_per_copy(model: ModelSpec,
                                 fp32_probs: bool = False) -> tuple[float, int, int]:
     """(elements moved per routed token copy, kernels per local expert, kernels per layer) of the
@@ -234,9 +240,8 @@ def expert_eager_elems_per_copy(model: ModelSpec,
       writes h, in 2-byte units: 14h per copy and one kernel more.
     """
     moe = model.moe
-    elems, per_expert, per_layer = 0.0, 0, 0
-    if model.glu_clamp is not None and model.glu:
-        elems += 8 * moe.expert_ffn_hidden
+    elems, per_expert, per_layer = clamp_elems_per_copy(model), 0, 0
+    if elems:
         per_layer += 3
     if moe.expert_bias:
         elems += (14 if fp32_probs else 6) * model.hidden_size
@@ -332,8 +337,8 @@ def activation_elems_per_token(model: ModelSpec, layer: int, sh: Shard) -> float
         return (3 if model.glu else 2) * model.ffn_hidden_size / sh.tp
     moe = model.moe
     routed = moe.top_k * sh.moe_imbalance * sh.etp / sh.tp
-    clamp = 8 * moe.expert_ffn_hidden if (model.glu_clamp is not None and model.glu) else 0
-    return routed * ((3 if model.glu else 2) * moe.expert_ffn_hidden + clamp) / sh.etp
+    return routed * ((3 if model.glu else 2) * moe.expert_ffn_hidden
+                     + clamp_elems_per_copy(model)) / sh.etp
 
 
 def _elementwise_bytes(model: ModelSpec, layer: int, sh: Shard) -> float:
@@ -361,11 +366,12 @@ def _elementwise_bytes(model: ModelSpec, layer: int, sh: Shard) -> float:
             moe.shared_ffn_hidden or moe.expert_ffn_hidden) / t
         ffn += moe_permute_elems_per_token(routed, h)
         if not sh.fused_grouped_mlp:  # else the activation (and clamp, bias) is FC1's epilogue
-            ffn += routed * (3 if model.glu else 2) * moe.expert_ffn_hidden / sh.etp
-            ffn += routed * expert_eager_elems_per_copy(model, sh.flex_dispatch)[0] / sh.etp
+            bias = (expert_eager_elems_per_copy(model, sh.flex_dispatch)[0]
+                    - clamp_elems_per_copy(model))
+            ffn += activation_elems_per_token(model, layer, sh) + routed * bias / sh.etp
         router = router_bytes_per_token(moe.num_experts) / t  # router sees tokens/tp
     else:
-        ffn = (3 if model.glu else 2) * model.ffn_hidden_size / t
+        ffn = activation_elems_per_token(model, layer, sh)
         router = 0.0
     per_token = replicated + rotary + ACT_BYTES * ffn
     scores = 0.0
