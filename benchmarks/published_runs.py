@@ -359,9 +359,10 @@ def row_config(row: dict, micro_batch: int = 1) -> TrainingConfig:
     degrees = Degrees(tp=tp, pp=c.get("pp") or 1, dp=c.get("dp") or 1, cp=c.get("cp") or 1,
                       ep=c.get("ep") or 1,
                       etp=c.get("expert_tp") or (1 if c.get("ep") else None))
+    recompute = _recompute(row)
     return TrainingConfig(
         degrees=degrees, vpp=c.get("vpp") or 1, micro_batch=c.get("micro_batch") or micro_batch,
-        recompute=_recompute(row), recompute_modules=_recompute_modules(row, _recompute(row)),
+        recompute=recompute, recompute_modules=_recompute_modules(row, recompute),
         sequence_parallel=sp, zero=_zero(row),
         attention=_attention(row), dropout=old, overlap_grad_reduce=not old,
         overlap_param_gather=not old,
