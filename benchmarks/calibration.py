@@ -60,10 +60,11 @@ PARENT_FAMILY = {"GB300": "GB200"}
 # A family with a parent gets its own efficiency only from at least this many rows: one or two
 # rows cannot tell the silicon from their own runs' particulars.
 MIN_FAMILY_ROWS = 10
-# Each grid's step is at most about 3% of the values the fit lands on, so that the grid is not
-# what limits the fit: with 0.05 steps the attention efficiency had to choose between 0.30 and
-# 0.35, and rows at 16k-262k tokens (attention-bound) sat at -9% against +1% at 2k
-# (docs/calibration.md, "tenth step").
+# Each grid's step is a few percent of the value the fit lands on (attention 0.01 at 0.33, the
+# kernel overhead 1 us at 16 us, GEMM efficiencies 0.01, fp8_speedup 0.05 at 1.9), so that the
+# grid is not what limits the fit: with 0.05 steps the attention efficiency had to choose
+# between 0.30 and 0.35, and rows at 16k-262k tokens (attention-bound) sat at -9% against +1%
+# at 2k (docs/calibration.md, "tenth step").
 GRIDS = {
     "gemm_efficiency": [x / 100 for x in range(50, 96, 1)],
     "attention_efficiency": [x / 100 for x in range(25, 81, 1)],

@@ -325,3 +325,23 @@ def test_feature_steps_end_at_the_calibration_row():
     assert out["steps"][-1]["predicted"] == pytest.approx(
         calibration.evaluate_row(row, prof)["predicted"], rel=1e-12)
     assert out["steps"][-1]["published"] == pr.row_target(row).value
+
+
+def test_shipped_parameters_sit_inside_their_grids_at_fine_resolution():
+    """Every fitted value in profiles.json is a point of its fit grid with a neighbour on each
+    side (a value at the edge means the grid, not the data, stopped the fit), and the step
+    next to it is at most 7% of the value (shipped: attention 0.01 at 0.33, kernel overhead
+    1 us at 16 us; with 0.05 steps the attention level could only be 0.30 or 0.35, and every
+    row at 16k tokens and more was predicted too slow)."""
+    shipped = json.loads(calibration.PROFILES_JSON.read_text())
+    values = {k: v for k, v in shipped["common"].items() if k in calibration.GRIDS}
+    values.update({f"gemm_efficiency[{gpu}]": entry["gemm_efficiency"]
+                   for gpu, entry in shipped["gpus"].items()})
+    assert len(values) == len(calibration.GRIDS) - 1 + len(set(calibration.FAMILIES.values()))
+    for name, value in values.items():
+        grid = calibration.GRIDS[name.split("[")[0]]
+        i = min(range(len(grid)), key=lambda j: abs(grid[j] - value))
+        assert abs(grid[i] - value) <= 1e-9 * max(1.0, abs(value)), (name, value)
+        assert 0 < i < len(grid) - 1, f"{name} = {value} is at the edge of its grid"
+        step = max(grid[i + 1] - grid[i], grid[i] - grid[i - 1])
+        assert step <= 0.07 * value, (name, value, step)
