@@ -344,7 +344,13 @@ def test_recomputed_forwards_widen_the_backward_window_that_hides_dp_communicati
     G = 3 s and parameters P = 0.5 s per reduction, a micro-batch's compute F = 3 s and its
     recompute R = 0.6 s: without ZeRO-3 (overlap_grad_reduce, no param-gather overlap) the
     exposed part is max(0, G - (2F/3 + R)) + P = 0.9 s (1.5 s without R in the window); with
-    ZeRO-3, per micro-batch, max(0, P - F/3) + max(0, P + G - (2F/3 + R)) = 0.9 s (1.5 s)."""
+    ZeRO-3, per micro-batch, max(0, P - F/3) + max(0, P + G - (2F/3 + R)) = 0.9 s (1.5 s).
+    While a collective overlaps compute c it holds f = 20/132 of the SMs
+    (``COMM_SM_SHARE``): the pair takes max(comm, c + min(comm, c) * 20/112). Without ZeRO-3
+    and with R, the slowed backward (2.6 s * 132/112 = 3.064 s) outlasts G = 3 s: 0.464 s
+    over the window instead of 0.4 s; the other cases' collectives outlast their slowed
+    windows and are exposed as before. With ZeRO-3 the forward's gather (P under F/3 = 1 s)
+    adds 0.5 * 20/112 s per micro-batch."""
     from cost_models.parallel import Degrees
     from cost_models.training import data_parallel as dp_module
     from cost_models.training.config import TrainingConfig
@@ -357,11 +363,36 @@ def test_recomputed_forwards_widen_the_backward_window_that_hides_dp_communicati
                          overlap_grad_reduce=True, overlap_param_gather=False)
     ctx = make_context(model, cluster, workload, cfg, Profile(), ())
     m = 4
-    for recompute_s, per_micro_batch in ((0.6, 0.9), (0.0, 1.5)):
+    gather = 0.5 * 20 / 112 if zero else 0.5
+    for recompute_s, backward in ((0.6, 0.9 if zero else 2.6 * 132 / 112 - 2.6),
+                                  (0.0, 1.5 if zero else 1.0)):
         cost = StageCost(stage=0, layers=4, compute_s=3.0, recompute_s=recompute_s,
                          tp_comm_s=0.0, cp_comm_s=0.0, ep_comm_s=0.0, pp_comm_s=0.0)
         sync = dp_module.stage_sync(ctx, 0, range(model.num_layers), cost, m)
-        assert sync.exposed_s == pytest.approx(per_micro_batch * (m if zero else 1))
+        assert sync.exposed_s == pytest.approx((gather + backward) * (m if zero else 1))
+
+
+def test_only_overlapped_dp_communication_slows_the_compute(monkeypatch):
+    """Without overlap the gradient reduction and the gather run alone: the step pays them in
+    full (G + P = 3.5 s) and nothing more. With both overlapped, a short reduction (G = 0.3 s
+    inside the 2 s backward window, P = 0.2 s inside the 1 s forward window) is hidden, and
+    the step pays only the compute it slowed, (G + P) * 20/112."""
+    from cost_models.parallel import Degrees
+    from cost_models.training import data_parallel as dp_module
+    from cost_models.training.config import TrainingConfig
+    from cost_models.training.context import make_context
+    from cost_models.training.stage import StageCost
+
+    model, cluster, workload, _ = _llama_8b_one_node()
+    cost = StageCost(stage=0, layers=4, compute_s=3.0, recompute_s=0.0,
+                     tp_comm_s=0.0, cp_comm_s=0.0, ep_comm_s=0.0, pp_comm_s=0.0)
+    for overlap, comm_s, expected in ((False, (3.0, 0.5), 3.5), (True, (0.3, 0.2), 0.5 * 20 / 112)):
+        monkeypatch.setattr(dp_module, "_dp_comm", lambda ctx, stage, d, e, c=comm_s: c)
+        cfg = TrainingConfig(degrees=Degrees(tp=1, pp=1, dp=8), micro_batch=1, zero=1,
+                             overlap_grad_reduce=overlap, overlap_param_gather=overlap)
+        ctx = make_context(model, cluster, workload, cfg, Profile(), ())
+        sync = dp_module.stage_sync(ctx, 0, range(model.num_layers), cost, 4)
+        assert sync.exposed_s == pytest.approx(expected)
 
 
 def test_overlapped_tp_collectives_hide_only_behind_their_own_gemm():

@@ -19,7 +19,7 @@ from cost_models.parallel import ConfigError, Degrees
 from cost_models.profile import Profile
 from cost_models.training.config import TrainingConfig, Workload
 from cost_models.training.context import make_context
-from cost_models.training.stage import A2A_SM_SHARE, a2a_exposed_s
+from cost_models.training.stage import COMM_SM_SHARE, a2a_exposed_s
 from cost_models.training.step import estimate
 from planner.inputs.models import load_model
 from topologies.standard import homogeneous_cluster
@@ -99,7 +99,7 @@ def test_imbalance_slows_the_busiest_rank():
     assert skewed.time.ep_comm_s > balanced.time.ep_comm_s
 
 
-F = A2A_SM_SHARE / (1 - A2A_SM_SHARE)  # compute slow-down while an all-to-all runs beside it
+F = COMM_SM_SHARE / (1 - COMM_SM_SHARE)  # compute slow-down while an all-to-all runs beside it
 
 
 @pytest.mark.parametrize("a2a,parts,expected", [

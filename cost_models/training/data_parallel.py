@@ -12,6 +12,9 @@ Overlap assumptions (explicit, each a Megatron option in ``TrainingConfig``):
 * FSDP / ZeRO-3 (Zhao et al. 2023, sec. 3.2): per micro-batch, weights are gathered before the
   forward and again before the backward, gradients reduce-scattered after it, each prefetched
   behind the neighbouring layers' compute (in the backward, their recomputed forwards too).
+* What overlap hides still costs compute: the collective holds ``COMM_SM_SHARE`` of the SMs
+  while it runs beside the compute (``stage.overlapped_exposed_s``, as for the expert
+  all-to-all).
 * The optimizer step is memory bound (``Workload.optimizer_bytes_per_param`` over HBM
   bandwidth at ``Profile.stream_eff``: one streaming pass over flat buffers, as fused Adam and
   foreach SGD run it) and runs after the last reduction.
@@ -29,7 +32,7 @@ from cost_models import communication as comm
 from cost_models.training.config import TrainingConfig, Workload
 from cost_models.training.context import StepContext
 from cost_models.training.layers import stage_params
-from cost_models.training.stage import StageCost
+from cost_models.training.stage import StageCost, overlapped_exposed_s
 
 __all__ = ["StageSync", "backward_window_s", "forward_window_s", "stage_sync"]
 
@@ -38,7 +41,7 @@ __all__ = ["StageSync", "backward_window_s", "forward_window_s", "stage_sync"]
 class StageSync:
     """One stage's data-parallel synchronisation per step (seconds)."""
 
-    exposed_s: float  # communication overlap does not hide
+    exposed_s: float  # communication overlap does not hide, and the compute the rest slows
     total_s: float  # communication before overlap
     optimizer_s: float
 
@@ -105,12 +108,13 @@ def stage_sync(ctx: StepContext, stage: int, layers: Sequence[int], cost: StageC
     bwd_compute = backward_window_s(cost.compute_s) + cost.recompute_s
     bwd_window = bwd_compute if cfg.overlap_grad_reduce else 0.0
     fwd_window = forward_window_s(cost.compute_s) if cfg.overlap_param_gather else 0.0
-    exposed = max(0.0, grads - bwd_window) + max(0.0, params - fwd_window)
+    exposed = overlapped_exposed_s(grads, bwd_window) + overlapped_exposed_s(params, fwd_window)
     if grads > 0:  # overlapped or not, the last bucket waits for the slowest rank
         exposed += comm.arrival_skew_s(_since_last_sync_s(cost, m), ctx.prof)
     if cfg.zero >= 3:  # every micro-batch: gather, gather again, reduce-scatter
         fwd_c = forward_window_s(cost.compute_s)
-        exposed = m * (max(0.0, params - fwd_c) + max(0.0, params + grads - bwd_compute))
+        exposed = m * (overlapped_exposed_s(params, fwd_c)
+                       + overlapped_exposed_s(params + grads, bwd_compute))
         grads, params = m * grads, 2 * m * params
     shard = (dense / (d.dp * d.cp) + expert / d.expert_dp) if cfg.zero else dense + expert
     optimizer = shard * optimizer_bytes_per_param(cfg, ctx.workload) / (

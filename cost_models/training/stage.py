@@ -63,10 +63,10 @@ from cost_models.training.config import TrainingConfig
 from cost_models.training.context import StepContext
 from cost_models.training.layers import kind_counts
 
-__all__ = ["A2A_SM_SHARE", "pp_link_s", "SELECTIVE_UNFUSED_ELEMENTWISE_SHARE", "StageCost",
+__all__ = ["COMM_SM_SHARE", "pp_link_s", "SELECTIVE_UNFUSED_ELEMENTWISE_SHARE", "StageCost",
            "a2a_exposed_s", "fully_recomputed", "layer_cost", "mtp_cost", "op_gemms",
-           "op_recompute_s", "selective_recompute_s", "selective_recompute_work",
-           "stage_cost"]
+           "overlapped_exposed_s", "op_recompute_s", "selective_recompute_s",
+           "selective_recompute_work", "stage_cost"]
 
 # Selective recompute with unfused attention re-runs the attention core (Korthikanti et al.
 # 2022, sec. 5: QK^T, softmax, dropout, AV) and its scale/mask/softmax/dropout kernels, taken
@@ -307,10 +307,21 @@ def op_recompute_s(ctx: StepContext, layer: int, t: LayerTime, tp: float) -> flo
     return t.elementwise_s + rerun + gathers
 
 
-# Share of the GPU's SMs an overlapped all-to-all takes from the compute it runs beside:
-# DeepSeek-V3 report, sec. 3.2.2 ("only 20 SMs are sufficient to fully utilize the bandwidths
-# of IB and NVLink", of the H800's 132). A physical figure, not fitted.
-A2A_SM_SHARE = 20 / 132
+# Share of the GPU's SMs a collective overlapped with compute takes from it: DeepSeek-V3
+# report, sec. 3.2.2 ("only 20 SMs are sufficient to fully utilize the bandwidths of IB and
+# NVLink", of the H800's 132). Taken alike for the expert all-to-all and for NCCL's data-parallel
+# reductions and gathers (a CTA per channel, a comparable count). A physical figure, not fitted.
+COMM_SM_SHARE = 20 / 132
+
+
+def overlapped_exposed_s(comm_s: float, compute_s: float) -> float:
+    """Time a collective of ``comm_s`` adds to the ``compute_s`` it overlaps: the pair takes
+    the longer of the collective and the compute, the compute slowed while they overlap by
+    the SMs the collective holds (``COMM_SM_SHARE`` = f): max(comm, c + min(comm, c) * f /
+    (1 - f)) - c. Between f / (1 - f) of the collective (short, hidden) and comm - c (longer
+    than the compute); with no compute to hide behind, the whole collective."""
+    slowed = compute_s + min(comm_s, compute_s) * COMM_SM_SHARE / (1 - COMM_SM_SHARE)
+    return max(comm_s, slowed) - compute_s
 
 
 def a2a_exposed_s(a2a_s: float, attn_fwd_s: float, mlp_fwd_s: float, attn_bwd_s: float,
@@ -323,12 +334,11 @@ def a2a_exposed_s(a2a_s: float, attn_fwd_s: float, mlp_fwd_s: float, attn_bwd_s:
     forward attention | backward combine, forward dispatch | backward MLP, forward MLP |
     backward dispatch, forward combine | backward attention. Each pair takes the longer of the
     all-to-all and its partner compute c, the compute slowed while they overlap by the SMs the
-    communication holds: c + min(a2a, c) * f / (1 - f), f = ``A2A_SM_SHARE``. The result is
+    communication holds: c + min(a2a, c) * f / (1 - f), f = ``COMM_SM_SHARE``. The result is
     that minus the compute: between 0 and the four all-to-alls fully exposed.
     """
-    slow = A2A_SM_SHARE / (1 - A2A_SM_SHARE)
-    return sum(max(a2a_s, c + slow * min(a2a_s, c)) - c
-               for c in (attn_fwd_s, mlp_bwd_s, mlp_fwd_s, attn_bwd_s))
+    return sum(overlapped_exposed_s(a2a_s, c) for c in (attn_fwd_s, mlp_bwd_s, mlp_fwd_s,
+                                                        attn_bwd_s))
 
 
 def _attention_block_s(ctx: StepContext, t: LayerTime) -> tuple[float, float]:
