@@ -3,7 +3,7 @@
     python benchmarks/calibration.py          # evaluate the shipped defaults
     python benchmarks/calibration.py --fit    # refit, write cost_models/data/profiles.json
     python benchmarks/calibration.py --fit --fit-only fp8_speedup   # move one, keep the rest
-    python benchmarks/calibration.py --loso   # also leave-one-source-out refits (~13 min on 2 cores)
+    python benchmarks/calibration.py --loso   # also leave-one-source-out refits (~8 min, 2 cores)
 
 Rows: ``benchmarks/data/published_runs_calibration.json`` (reference set) plus
 ``benchmarks/data/published_runs_extra.json`` (Megatron-Bridge and MPT tables). Rows whose model
@@ -60,8 +60,8 @@ PARENT_FAMILY = {"GB300": "GB200"}
 # A family with a parent gets its own efficiency only from at least this many rows: one or two
 # rows cannot tell the silicon from their own runs' particulars.
 MIN_FAMILY_ROWS = 10
-# Each grid's step is a few percent of the value the fit lands on (attention 0.01 at 0.33, the
-# kernel overhead 1 us at 16 us, GEMM efficiencies 0.01, fp8_speedup 0.05 at 1.9), so that the
+# Each grid's step is a few percent of the value the fit lands on (attention 0.01 at 0.34, the
+# kernel overhead 1 us at 16 us, GEMM efficiencies 0.01, fp8_speedup 0.05 at 1.95), so that the
 # grid is not what limits the fit: with 0.05 steps the attention efficiency had to choose
 # between 0.30 and 0.35, and rows at 16k-262k tokens (attention-bound) sat at -9% against +1%
 # at 2k (docs/calibration.md, "tenth step").
