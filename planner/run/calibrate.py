@@ -199,8 +199,8 @@ def machine_cluster(fit: Any, raw: dict, nproc: int, name: str = "local") -> dic
     if math.isfinite(fit.link.bw_bytes_per_s):
         group["intra_bw_GBps"] = round(fit.link.bw_bytes_per_s / 1e9, 6)
         group["intra_latency_us"] = round(max(fit.link.latency_s * 1e6, 0.01), 3)
-    elif raw["backend"] == "gloo":
-        group["intra_bw_GBps"] = 1.0  # one process: no collective was measured
+    else:  # one process: no collective was measured, and none crosses a link on one device
+        group["intra_bw_GBps"] = 1.0
     return {"name": name, "description": f"this machine, measured by planner calibrate "
                                          f"({nproc} x {device['name']})",
             "node_groups": [group]}

@@ -1,6 +1,7 @@
 """The reference job's command line: ``python -m planner.run.reference_job PLAN [--out RUN.json]
-[--steps N] [--size tiny|plan] [--hidden H] [--seq-len S] [--micro-batches M]``, one process
-per rank under torchrun (``planner launch PLAN`` starts it)."""
+[--steps N] [--size tiny|plan] [--hidden H] [--seq-len S] [--micro-batches M]
+[--device auto|cpu|cuda] [--precision fp32|bf16]``, one process per rank under torchrun
+(``planner launch PLAN`` starts it)."""
 from __future__ import annotations
 
 import argparse
@@ -11,6 +12,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from planner.errors import PlannerError
+from planner.run.reference_job.device import DEVICES, DTYPES, job_device
 from planner.run.reference_job.shape import plan_shape_fields
 from planner.run.reference_job.train import train
 
@@ -36,6 +38,12 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"tiny size only (default {TINY['hidden']})")
     parser.add_argument("--seq-len", type=int, default=None,
                         help=f"tiny size only (default {TINY['seq_len']})")
+    parser.add_argument("--device", choices=DEVICES, default="auto",
+                        help="cpu: gloo, fp32; cuda: NCCL, this rank's GPU, bf16; auto (default): "
+                             "cuda when every process of the node has a GPU of its own")
+    parser.add_argument("--precision", choices=tuple(DTYPES), default=None,
+                        help="parameters, activations and gradients (default: fp32 on the CPU, "
+                             "bf16 on a GPU)")
     parser.add_argument("--dump-params", default=None, metavar="PREFIX",
                         help="after the first step, each rank saves its parameters to "
                              "PREFIX.rank<R>.pt (for the parameter check)")
@@ -63,8 +71,9 @@ def main(argv: list[str] | None = None) -> None:
             overrides = plan_shape_fields(load_plan(Path(args.plan)))
         else:
             overrides = {**TINY, **given}
+        device = job_device(args.device, args.precision, os.environ)
         losses = train(args.plan, {"steps": args.steps, **overrides}, args.out,
-                       args.dump_params, args.grad_error)
+                       args.dump_params, args.grad_error, device)
     except PlannerError as err:
         sys.exit(f"error: {err}")
     if int(os.environ.get("RANK", "0")) == 0:

@@ -25,7 +25,8 @@ def attach_grad_bucket(params: list[nn.Parameter]) -> torch.Tensor:
     no flatten or copy-back (Megatron-LM's contiguous grad buffer,
     ``megatron/core/distributed/param_and_grad_buffer.py``). Zero it in place
     (``zero_grad(set_to_none=False)``) to keep the views."""
-    bucket = torch.zeros(sum(p.numel() for p in params))
+    bucket = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype,
+                         device=params[0].device)
     start = 0
     for p in params:
         p.grad = bucket[start:start + p.numel()].view_as(p)

@@ -120,22 +120,23 @@ class ExpertDispatch:
         with self.timers.timed("ep_comm"):
             dist.all_gather(gathered, local, group=self.group)
         with self.timers.timed("quota_solve"):
-            counts = torch.stack(gathered).numpy()
+            counts = torch.stack(gathered).cpu().numpy()
             order, send_splits, recv_splits, received, perm, matrix = dispatch_bookkeeping(
-                counts, experts.numpy(), self.phy2log, self.S, self.ep, self.me)
+                counts, experts.cpu().numpy(), self.phy2log, self.S, self.ep, self.me)
         mine = range(self.me * self.S, (self.me + 1) * self.S)
-        tokens = torch.as_tensor(order // self.moe.top_k)
+        on = flat.device
+        tokens = torch.as_tensor(order // self.moe.top_k, device=on)
         recv = _AllToAll.apply(flat[tokens], recv_splits, send_splits, self.group, self.timers)
         # Megatron-Core's permute / unpermute: one gather puts each local slot's rows together,
         # each expert runs on its contiguous rows, one gather puts them back in arrival order
-        perm_t = torch.as_tensor(perm)
+        perm_t = torch.as_tensor(perm, device=on)
         sizes = received.sum(0).tolist()
         chunks = recv[perm_t].split(sizes)
         outs = [self.moe.experts[i](c) for i, c in enumerate(chunks) if sizes[i]]
         grouped = torch.cat(outs) if outs else recv[:0]
-        out = grouped[torch.as_tensor(np.argsort(perm, kind="stable"))]
+        out = grouped[torch.as_tensor(np.argsort(perm, kind="stable"), device=on)]
         back = _AllToAll.apply(out, send_splits, recv_splits, self.group, self.timers)
-        weights = gates.reshape(-1)[torch.as_tensor(order)].unsqueeze(1)
+        weights = gates.reshape(-1)[torch.as_tensor(order, device=on)].unsqueeze(1)
         self.log.append({"layer": self.layer, "global_counts": counts.sum(0).tolist(),
                          "received": {int(p): int(matrix[:, p].sum()) for p in mine}})
         return torch.zeros_like(flat).index_add(0, tokens, back * weights).view_as(x)
@@ -177,7 +178,9 @@ def sync_expert_grads(model: nn.Module, num_experts: int, group) -> None:
         width = sum(p.numel() for p in params[0])
         total = getattr(block.moe, "grad_sum", None)
         if total is None:
-            total = block.moe.grad_sum = torch.zeros(num_experts, width)
+            first = params[0][0]
+            total = block.moe.grad_sum = torch.zeros(num_experts, width, dtype=first.dtype,
+                                                     device=first.device)
         total.zero_()
         for e, ps in zip(block.moe.slots, params):
             start = 0

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from planner.run.reference_job.device import JobDevice
 from planner.run.reference_job.dp import sync_grads
 from planner.run.reference_job.model import batch, loss_of
 from planner.run.reference_job.shape import JobShape
@@ -47,6 +48,7 @@ class StageContext:
     dp_group: object  # None for a DP group of one
     ep: int
     timers: Timers
+    device: JobDevice = JobDevice()
 
 
 def run_step(ctx: StageContext, model: nn.Module, opt: torch.optim.Optimizer, step: int,
@@ -55,12 +57,14 @@ def run_step(ctx: StageContext, model: nn.Module, opt: torch.optim.Optimizer, st
     and how many micro-batches this rank ran forward."""
     shape, timers, s, pp = ctx.shape, ctx.timers, ctx.stage, len(ctx.pp_ranks)
     d = ctx.dp_rank
+    dev = ctx.device
     x_all, y_all = batch(shape, step)
     mine = slice(shape.first_sequence(d), shape.first_sequence(d + 1))  # DP batch shares
-    x_mine, y_mine = x_all[mine], y_all[mine]
+    x_mine, y_mine = x_all[mine].to(dev.device), y_all[mine].to(dev.device)
     total = y_all.numel()
     act_shape = (shape.micro_batch, shape.seq_len, shape.hidden)
-    saved, sends, loss_sum, forwards = {}, [], torch.zeros(()), 0
+    act = {"device": dev.device, "dtype": dev.dtype}
+    saved, sends, loss_sum, forwards = {}, [], torch.zeros((), device=dev.device), 0
     opt.zero_grad(set_to_none=False)  # in place: dense grads stay views of the bucket
     for kind, i in one_f_one_b(s, pp, shape.replica_micro_batches(d)):
         rows = slice(i * shape.micro_batch, (i + 1) * shape.micro_batch)
@@ -69,7 +73,7 @@ def run_step(ctx: StageContext, model: nn.Module, opt: torch.optim.Optimizer, st
             if s == 0:
                 inp = x_mine[rows]
             else:
-                inp = torch.empty(act_shape)
+                inp = torch.empty(act_shape, **act)
                 with timers.timed("pp_wait"):
                     dist.recv(inp, src=ctx.pp_ranks[s - 1])
                 inp.requires_grad_(True)
@@ -78,7 +82,7 @@ def run_step(ctx: StageContext, model: nn.Module, opt: torch.optim.Optimizer, st
                 if s == pp - 1:
                     outp = loss_of(outp, y_mine[rows], total)
             if s == pp - 1:
-                loss_sum = loss_sum + outp.detach()
+                loss_sum = loss_sum + outp.detach().float()
             else:
                 sends.append(dist.isend(outp.detach().contiguous(), dst=ctx.pp_ranks[s + 1]))
             saved[i] = (inp, outp)
@@ -88,7 +92,7 @@ def run_step(ctx: StageContext, model: nn.Module, opt: torch.optim.Optimizer, st
                 with timers.timed("backward"):
                     outp.backward()
             else:
-                grad = torch.empty(act_shape)
+                grad = torch.empty(act_shape, **act)
                 with timers.timed("pp_wait"):
                     dist.recv(grad, src=ctx.pp_ranks[s + 1])
                 with timers.timed("backward"):
@@ -106,6 +110,6 @@ def run_step(ctx: StageContext, model: nn.Module, opt: torch.optim.Optimizer, st
     # The loss lives on the last stages (each holds its DP share of the global mean): the sum
     # over the world is the global mean loss, and every rank learns it.
     holder = s == pp - 1 and ctx.tp_rank == 0  # TP ranks hold the same loss: count it once
-    loss = loss_sum.reshape(1) if holder else torch.zeros(1)
+    loss = loss_sum.reshape(1) if holder else torch.zeros(1, device=dev.device)
     dist.all_reduce(loss)
     return loss.item(), forwards

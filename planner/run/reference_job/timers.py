@@ -21,7 +21,7 @@ The kinds (``TIMED_KINDS``) are disjoint, so they add up to at most the step:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 __all__ = ["STEP_KINDS", "TIMED_KINDS", "Timers"]
@@ -37,9 +37,14 @@ class Timers:
     :meth:`timed` sections nest and are exclusive: a section's time leaves out the sections
     timed inside it (the TP all-reduces inside a forward count as ``tp_comm``, not
     ``forward``), so the kinds are disjoint. Autograd runs a CPU backward on the thread that
-    called ``backward()``, so sections timed inside it nest in the ``backward`` section."""
+    called ``backward()``, so sections timed inside it nest in the ``backward`` section.
 
-    def __init__(self) -> None:
+    ``sync``: called at each section's start and end before the clock is read (a GPU job's
+    ``torch.cuda.synchronize``, :class:`~planner.run.reference_job.device.JobDevice`), so a
+    section holds the kernels it queued and none queued before it."""
+
+    def __init__(self, sync: Callable[[], None] | None = None) -> None:
+        self.sync = sync
         self.steps: list[dict[str, float]] = []
         self.current = dict.fromkeys(TIMED_KINDS, 0.0)
         self._stack: list[float] = []  # per open section: seconds of the sections inside it
@@ -52,10 +57,14 @@ class Timers:
     def timed(self, kind: str) -> Iterator[None]:
         """Time the ``with`` body as ``kind``, less the sections timed inside it."""
         self._stack.append(0.0)
+        if self.sync is not None:
+            self.sync()
         start = time.perf_counter()
         try:
             yield
         finally:
+            if self.sync is not None:
+                self.sync()
             elapsed = time.perf_counter() - start
             inner = self._stack.pop()
             self.add(kind, elapsed - inner)

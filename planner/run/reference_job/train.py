@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from planner.errors import PlannerError
+from planner.run.reference_job.device import JobDevice
 from planner.run.reference_job.dp import attach_grad_bucket, dense_params
 from planner.run.reference_job.ep import ExpertDispatch
 from planner.run.reference_job.model import Stage
@@ -24,7 +25,7 @@ from planner.run.reference_job.shape import IMPLEMENTATION, JobShape, plan_share
 from planner.run.reference_job.timers import Timers
 from planner.run.reference_job.tp import shard_block
 from planner.run.runtime import degrees_of, expert_maps, init
-from planner.run.affinity import Pinning, pin_local_rank
+from planner.run.affinity import Pinning, pin_rank_for
 from planner.run.transport_threads import idle_transport_threads
 
 __all__ = ["build_stage", "train"]
@@ -48,21 +49,26 @@ def _job_shape(rt, shape_overrides: dict) -> JobShape:
 
 
 def train(plan_path: str, shape_overrides: dict, out: str | None,
-          dump_params: str | None = None, grad_error: float = 0.0) -> list[float]:
+          dump_params: str | None = None, grad_error: float = 0.0,
+          device: JobDevice = JobDevice()) -> list[float]:
     """Run the job on this rank (see :mod:`planner.run.reference_job`); the per-step losses.
     ``dump_params``: after the first step each rank saves its parameters by their place in
     the whole model (:func:`~planner.run.reference_job.params.global_params`) to
     ``<dump_params>.rank<R>.pt``. ``grad_error`` (for tests of the checks): every gradient is
-    scaled by ``1 + grad_error`` before each optimizer step."""
+    scaled by ``1 + grad_error`` before each optimizer step. ``device``: where the tensors live
+    and in which precision (:mod:`planner.run.reference_job.device`; the CPU in fp32 with gloo
+    by default). The model is built on the CPU in fp32 from its seeds, split, then moved."""
     if os.environ.get("OMP_NUM_THREADS"):  # torchrun sets 1 for nproc > 1; torch usually obeys
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    pinning = pin_local_rank()  # a core of its own (planner.run.affinity), before gloo's threads
-    rt = init(plan_path, backend="gloo")  # the job's tensors live on the CPU
-    idle_transport_threads()  # every group exists now (planner.run.transport_threads)
+    # a gloo rank gets cores of its own (planner.run.affinity), before gloo's threads start
+    pinning = pin_rank_for(device.backend)
+    rt = init(plan_path, backend=device.backend)
+    if not device.cuda:
+        idle_transport_threads()  # every group exists now (planner.run.transport_threads)
     view = rt.view
     shape = _job_shape(rt, shape_overrides)
-    timers, log = Timers(), []
-    model = build_stage(rt, shape, log, timers)
+    timers, log = Timers(device.sync if device.cuda else None), []
+    model = build_stage(rt, shape, log, timers).to(device=device.device, dtype=device.dtype)
     opt = torch.optim.SGD(model.parameters(), lr=shape.lr)
     if grad_error:
         opt.register_step_pre_hook(lambda o, _args, _kw: _scale_grads(o, 1.0 + grad_error))
@@ -71,12 +77,14 @@ def train(plan_path: str, shape_overrides: dict, out: str | None,
               if rt.groups.get("dp") is not None else None)
     ctx = StageContext(shape, view.stage, view.coords["dp"], view.coords["tp"],
                        tuple(next(g for g in rt.plan.groups["pp"] if view.rank in g)),
-                       rt.groups.get("dp"), ep, timers)
+                       rt.groups.get("dp"), ep, timers, device)
     losses, times, forwards = [], [], []
     for step in range(shape.steps):
+        device.sync()
         start = time.perf_counter()
         loss, ran = run_step(ctx, model, opt, step, bucket)
         forwards.append(ran)
+        device.sync()
         times.append(time.perf_counter() - start)
         timers.end_step(times[-1])
         losses.append(loss)
@@ -89,7 +97,7 @@ def train(plan_path: str, shape_overrides: dict, out: str | None,
                                    "threads": torch.get_num_threads(), "steps": timers.steps,
                                    "micro_batches": forwards, "pinned": bool(pinning.pinned)})
     if out is not None and view.rank == 0:
-        _write_record(out, rt, shape, losses, times, ranks, pinning)
+        _write_record(out, rt, shape, losses, times, ranks, pinning, device)
     dist.barrier()
     dist.destroy_process_group()
     return losses
@@ -130,9 +138,10 @@ def build_stage(rt, shape: JobShape, log: list, timers: Timers) -> Stage:
 
 
 def _write_record(out: str, rt, shape: JobShape, losses: list[float], times: list[float],
-                  ranks: list[dict], pinning: Pinning) -> None:
+                  ranks: list[dict], pinning: Pinning, device: JobDevice) -> None:
     """``ranks``: every rank's gathered object (expert events, coordinates, threads, timings);
-    ``pinning``: rank 0's (the machine's cores before it, whether the ranks were pinned)."""
+    ``pinning``: rank 0's (the machine's cores before it, whether the ranks were pinned);
+    ``device``: the job's, whose precision the record's ``implementation`` states."""
     from planner.run.launch import write_run_record
 
     ranks = sorted(ranks, key=lambda r: r["rank"])
@@ -147,8 +156,10 @@ def _write_record(out: str, rt, shape: JobShape, losses: list[float], times: lis
                                                           for r in range(shape.dp)]},
                       "losses": losses, "step_times_s": times,
                       "step_times_max_s": step_max, "rank_timings": timings,
-                      "expert_events": events, "implementation": dict(IMPLEMENTATION)},
+                      "expert_events": events,
+                      "implementation": {**IMPLEMENTATION, "precision": device.precision}},
                      {"torch": torch.__version__, "backend": dist.get_backend(),
                       "threads": torch.get_num_threads(),
                       "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-                      "processes": dist.get_world_size(), **pinning.record()})
+                      "processes": dist.get_world_size(), **pinning.record(),
+                      **device.describe()})
