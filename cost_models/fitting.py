@@ -23,7 +23,16 @@ closed form with both unknowns kept non-negative:
   ``hbm_efficiency`` of the fitted bandwidth plus its kernel launches
   (``LayerWork.launches``, forward and backward: ``compute.backward_time_s``) at
   ``kernel_overhead_s`` each: two unknowns, 1/efficiency and the overhead, fitted over layers
-  from launch-bound (tiny) to the sizes jobs run.
+  from launch-bound (tiny) to the sizes jobs run. That is a CPU's arithmetic, where a "kernel"
+  runs on the core that issues it. On a GPU the CPU queues kernels ahead of the device, so a
+  launch costs the GPU only a short gap between kernels while the CPU's time to issue it
+  overlaps the device's work: a layer's forward takes max(GPU work + launches x gap, launches
+  x issue time), its backward likewise (``compute.LayerTime.total_s``,
+  ``compute.backward_time_s``), and the fit has three unknowns, 1/efficiency, the gap
+  (``kernel_overhead_s``) and the issue time (``host_launch_s``), found by grid search
+  (:func:`fit_layer_launches`). On the lent H200 the additive fit put 27.6 us on every launch
+  and predicted the reference job 9-41% too slow, the most at the smallest micro-batch
+  (``docs/runtime.md``, "The reference job on a GPU").
 """
 from __future__ import annotations
 
@@ -33,7 +42,8 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from cost_models import communication as comm
-from cost_models.compute import (Gemm, GpuRates, Shard, fused_attention_efficiency,
+from cost_models.compute import (BWD_ELEM, BWD_GEMM, Gemm, GpuRates, Shard,
+                                  backward_time_s, fused_attention_efficiency,
                                   layer_forward_time, layer_work)
 from cost_models.model_spec import ModelSpec
 from cost_models.profile import Profile
@@ -380,6 +390,50 @@ def fit_layer_overheads(cases: Sequence[dict], rates: GpuRates, prof: Profile
     return 1.0 / inv_eff, overhead
 
 
+# Grids of fit_layer_launches: 1/hbm_efficiency, the GPU's gap per kernel and the CPU's time to
+# issue one (seconds); steps of a few percent of the values a GPU lands on (gap 2-10 us,
+# issue 10-40 us) so that the grid does not limit the fit.
+INV_EFF_GRID = tuple(1.0 + 0.02 * i for i in range(201))
+GAP_GRID_S = tuple(0.25e-6 * i for i in range(81))
+ISSUE_GRID_S = tuple(0.5e-6 * i for i in range(201))
+
+
+def layer_case_s(case: dict, rates: GpuRates, prof: Profile) -> float:
+    """A layer case's forward + backward time as the step model prices a layer: each pass the
+    GPU's work (its launches' gaps included) or the CPU's launches, whichever is longer."""
+    t, _ = _layer_forward(case, rates, prof)
+    return t.total_s + backward_time_s(t)
+
+
+def fit_layer_launches(cases: Sequence[dict], rates: GpuRates, prof: Profile
+                       ) -> tuple[float, float, float]:
+    """(``hbm_efficiency``, ``kernel_overhead_s``, ``host_launch_s``) on a GPU, where the CPU
+    queues kernels ahead of the device (module docstring): least squares in relative error
+    over :data:`INV_EFF_GRID` x :data:`GAP_GRID_S` x :data:`ISSUE_GRID_S`. ``prof``'s own three
+    values are ignored."""
+    import numpy as np
+
+    base = Profile(**{**prof.__dict__, "hbm_efficiency": 1.0, "kernel_overhead_s": 0.0,
+                      "host_launch_s": 0.0})
+    inv = np.asarray(INV_EFF_GRID)[:, None, None]
+    gap = np.asarray(GAP_GRID_S)[None, :, None]
+    issue = np.asarray(ISSUE_GRID_S)[None, None, :]
+    loss = np.zeros((len(INV_EFF_GRID), len(GAP_GRID_S), len(ISSUE_GRID_S)))
+    for c in cases:
+        t, _ = _layer_forward(c, rates, base)
+        n = layer_work(block_model(c["hidden"], c["heads"], c["ffn"]), 0, Shard(
+            c["batch"], c["seq"], 1, 1, 1, 1, False, False, False,
+            elem_bytes=rates.elem_bytes)).launches
+        dense = t.gemm_s + t.attention_s
+        fwd = np.maximum(dense + t.elementwise_s * inv + n.fwd * gap, n.host_fwd * issue)
+        bwd_dense = BWD_GEMM * t.gemm_s + BWD_ATTN * t.attention_s
+        bwd = np.maximum(bwd_dense + BWD_ELEM * t.elementwise_s * inv + n.bwd * gap,
+                         n.host_bwd * issue)
+        loss += ((fwd + bwd) / c["time_s"] - 1.0) ** 2
+    i, j, k = np.unravel_index(int(np.argmin(loss)), loss.shape)
+    return 1.0 / INV_EFF_GRID[i], GAP_GRID_S[j], ISSUE_GRID_S[k]
+
+
 def median_cases(per_rank: Sequence[Sequence[dict]]) -> list[dict]:
     """One list of cases: each case's median time over the ranks that ran it together."""
     out = []
@@ -417,7 +471,11 @@ def fit_all(raw: dict, tier: str = "host", elem_bytes: int = 4) -> CalibrationFi
                    hbm_efficiency=1.0, kernel_overhead_s=0.0,
                    link_efficiency={tier: 1.0})
     rates = GpuRates(g.peak_flops, bw, False, elem_bytes)
-    hbm_eff, overhead = fit_layer_overheads(layer_cases, rates, prof)
+    host_launch = 0.0
+    if raw.get("backend", "gloo") == "gloo":  # a CPU: every kernel runs on the issuing core
+        hbm_eff, overhead = fit_layer_overheads(layer_cases, rates, prof)
+    else:  # a GPU: launches overlap the device's work (module docstring)
+        hbm_eff, overhead, host_launch = fit_layer_launches(layer_cases, rates, prof)
     comm_cases = raw.get("collectives", [])
     link = fit_link_per_op(comm_cases, tier)
     interleave = raw.get("interleave", [])
@@ -426,7 +484,8 @@ def fit_all(raw: dict, tier: str = "host", elem_bytes: int = 4) -> CalibrationFi
     switch, skew, burst = fit_collective_switch(interleave, link, tier, tables)
     solve_s, solve_per_expert_s = fit_dispatch(dispatch_cases)
     prof = Profile(**{**prof.__dict__, "kernel_overhead_s": overhead, "hbm_efficiency": hbm_eff,
-                      "resume_s": resume_s, "p2p_latency_s": p2p_latency_s,
+                      "host_launch_s": host_launch, "resume_s": resume_s,
+                      "p2p_latency_s": p2p_latency_s,
                       "late_read_s": fit_late_read(raw.get("resume", [])),
                       "collective_latency_factor": link.latency_factor,
                       "collective_bw_factor": link.bw_factor,
@@ -464,9 +523,8 @@ def _residuals(gemm_cases, attn_cases, layer_cases, copy_cases, comm_cases, g: G
         out.append(Residual("attention", f"b{c['batch']} a{c['heads']} s{c['seq']} "
                                          f"d{c['head_dim']}", c["time_s"], pred))
     for c in layer_cases:
-        work, kernels = layer_train_parts_s(c, rates, prof)
         out.append(Residual("layer", f"b{c['batch']} s{c['seq']} h{c['hidden']}", c["time_s"],
-                            work + kernels * prof.kernel_overhead_s))
+                            layer_case_s(c, rates, prof)))
     for c in copy_cases:
         out.append(Residual("memory", f"{c['bytes'] // 2**10} KiB", c["time_s"],
                             c["moved_bytes"] / rates.hbm_bytes_per_s))  # streaming, eff. 1

@@ -6,6 +6,7 @@ import itertools
 import json
 import random
 import socket
+from pathlib import Path
 
 import pytest
 import yaml
@@ -18,6 +19,8 @@ from cost_models.model_spec import ModelSpec
 from cost_models.profile import Profile
 from planner.cli.app import app
 from planner.inputs.clusters import load_cluster
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RUNNER = CliRunner()
 
@@ -245,3 +248,66 @@ def test_fp32_sgd_workload_costs_four_byte_states_and_no_optimizer_moments():
     assert fp32.memory.activations_bytes == pytest.approx(2 * mixed.memory.activations_bytes)
     assert Workload(1, 1, "fp32", "sgd").optimizer_bytes_per_param == 12
     assert Workload(1, 1).optimizer_bytes_per_param == 30
+
+
+def _gpu_layer_cases(rates, prof) -> list[dict]:
+    """Layer cases timed as the step model prices a layer on a GPU (launches overlap the
+    device's work), from launch-bound to GEMM-bound."""
+    cases = []
+    for b, s, h, a in ((1, 128, 256, 4), (1, 512, 512, 8), (2, 1024, 1024, 16),
+                       (3, 2048, 1536, 12), (2, 4096, 3072, 24), (1, 4096, 4096, 32)):
+        case = {"batch": b, "seq": s, "hidden": h, "heads": a, "ffn": 4 * h}
+        cases.append({**case, "time_s": fitting.layer_case_s(case, rates, prof)})
+    return cases
+
+
+def test_gpu_layer_fit_recovers_the_gap_the_cpus_issue_time_and_the_efficiency():
+    # a GPU of 700 TFLOP/s and 4 TB/s in bf16; values on the fit's grids
+    rates = GpuRates(700e12, 4e12, False, 2)
+    truth = Profile(gemm_efficiency=0.9, gemm_half_dim=150.0, attention_efficiency=0.6,
+                    hbm_efficiency=1 / 1.5, kernel_overhead_s=2.5e-6, host_launch_s=30e-6)
+    cases = _gpu_layer_cases(rates, truth)
+    # both regimes present: the smallest case waits on the CPU, the largest on the GPU
+    small, large = fitting._layer_forward(cases[0], rates, truth)[0], \
+        fitting._layer_forward(cases[-1], rates, truth)[0]
+    assert small.host_s > small.gpu_s and large.gpu_s > large.host_s
+    start = Profile(**{**truth.__dict__, "hbm_efficiency": 0.9, "kernel_overhead_s": 0.0,
+                       "host_launch_s": 0.0})
+    eff, gap, issue = fitting.fit_layer_launches(cases, rates, start)
+    assert eff == pytest.approx(1 / 1.5, rel=1e-9)
+    assert gap == pytest.approx(2.5e-6, rel=1e-9)
+    assert issue == pytest.approx(30e-6, rel=1e-9)
+
+
+def test_on_overlapped_launches_the_additive_fit_is_wrong_and_the_gpu_fit_exact():
+    rates = GpuRates(700e12, 4e12, False, 2)
+    truth = Profile(gemm_efficiency=0.9, gemm_half_dim=150.0, attention_efficiency=0.6,
+                    hbm_efficiency=1 / 1.5, kernel_overhead_s=2.5e-6, host_launch_s=30e-6)
+    layers = _gpu_layer_cases(rates, truth)
+    gpu = fitting.fit_layer_launches(layers, rates, truth)
+    cpu = fitting.fit_layer_overheads(layers, rates, truth)
+    # the additive fit reads the CPU's issue time as GPU time per kernel: far above the gap
+    assert cpu[1] > 4 * gpu[1]
+    additive = [fitting.layer_case_s(c, rates, Profile(**{
+        **truth.__dict__, "hbm_efficiency": cpu[0], "kernel_overhead_s": cpu[1],
+        "host_launch_s": 0.0})) / c["time_s"] - 1 for c in layers]
+    overlapped = [fitting.layer_case_s(c, rates, Profile(**{
+        **truth.__dict__, "hbm_efficiency": gpu[0], "kernel_overhead_s": gpu[1],
+        "host_launch_s": gpu[2]})) / c["time_s"] - 1 for c in layers]
+    assert max(map(abs, overlapped)) < 1e-9 < 0.05 < max(map(abs, additive))
+
+
+def test_refit_of_a_lent_h200_overlaps_launches_and_explains_its_layers():
+    """The raw timings of ``planner calibrate --backend nccl`` on the lent H200 (2026-11-28,
+    ``tests/fixtures/h200-calibration-raw.json``): fit_all takes the GPU's layer model, and
+    it explains the layer cases (median residual 24% with the additive model)."""
+    raw = json.loads((ROOT / "tests" / "fixtures" / "h200-calibration-raw.json").read_text())
+    assert raw["backend"] == "nccl"
+    fit = fitting.fit_all(raw, tier="nvswitch", elem_bytes=2)
+    assert fit.profile.host_launch_s > 10 * fit.profile.kernel_overhead_s > 0
+    layer = sorted(abs(r.error) for r in fit.residuals if r.kind == "layer")
+    assert layer[len(layer) // 2] < 0.05
+    cpu = fitting.fit_all({**raw, "backend": "gloo"}, tier="nvswitch", elem_bytes=2)
+    assert cpu.profile.host_launch_s == 0.0  # a CPU's kernels run on the issuing core
+    additive = sorted(abs(r.error) for r in cpu.residuals if r.kind == "layer")
+    assert additive[len(additive) // 2] > 0.15

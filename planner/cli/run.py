@@ -115,6 +115,8 @@ def _calibration_tables(doc: dict, nproc: int, backend: str) -> tuple[Table, Tab
              f"{doc['fit'].get('attention_call_s', 0.0) * 1e6:,.1f} us"),
             ("memory bandwidth", f"{dev['gpu']['memory_bw_GBps']:,.1f} GB/s"),
             ("kernel_overhead_s", f"{prof['kernel_overhead_s'] * 1e6:.1f} us"),
+            *([("host_launch_s (CPU, overlaps GPU)",
+                f"{prof['host_launch_s'] * 1e6:.1f} us")] if prof.get("host_launch_s") else []),
             ("link bandwidth (all-reduce)", f"{dev.get('intra_bw_GBps', 0):,.3f} GB/s"),
             ("link latency (all-reduce)", f"{dev.get('intra_latency_us', 0):,.1f} us"),
             ("collective_switch_s", f"{prof.get('collective_switch_s', 0.0) * 1e6:,.1f} us"),
@@ -188,15 +190,15 @@ def _check_backend(opts) -> None:
 
 
 def _serving_rows(doc: dict) -> list[tuple[str, str]]:
-    """The serving fit's rows of the calibrate table: the field it sets, and the skinny-GEMM
-    check (weight reads at M = 1 against the profile's ``hbm_efficiency``, which serve uses)."""
+    """The serving fit's rows of the calibrate table: the two fields it sets (KV reads, and
+    the weights' reads of an M = 1 GEMM, beside the layers' ``hbm_efficiency``)."""
     fit = doc["fit"].get("serving")
     if fit is None:
         return []
     return [("serving kv_read_efficiency",
              f"{fit['kv_read_efficiency']:.3f} ({fit['kv_read_bytes_per_s'] / 1e9:,.1f} GB/s)"),
-            ("decode GEMM weight reads (check)",
-             f"{fit['weight_read_efficiency']:.3f} (hbm_efficiency "
+            ("serving weight_read_efficiency",
+             f"{fit['weight_read_efficiency']:.3f} (layers' hbm_efficiency "
              f"{doc['profile']['hbm_efficiency']:.3f})")]
 
 
