@@ -85,16 +85,20 @@ def _training(prof: Profile) -> CalibrationFit:
 
 
 @pytest.mark.parametrize("hbm_eff", [0.3, 0.85])
-def test_fit_serving_measures_weight_reads_and_checks_the_gemm_roofline(hbm_eff):
-    """Skinny GEMMs timed by the serving model's ``gemm_s`` on a profile: the weight-read check
-    gives that profile's ``hbm_efficiency`` back (M = 1 reads the weight at it), every GEMM
-    residual is within the noise (the check prices them with the same profile), the crossover
-    to compute-bound is inside the sweep, and ``kv_read_efficiency`` is fitted as above."""
+def test_fit_serving_measures_weight_reads_and_prices_the_gemms_with_them(hbm_eff):
+    """Skinny GEMMs timed by the serving model's ``gemm_s`` reading weights at ``hbm_eff``,
+    while the training fit's layers put ``hbm_efficiency`` elsewhere (as on a GPU, where eager
+    element-wise kernels reach less of the bandwidth than a weight read): the fit gives
+    ``hbm_eff`` back as ``weight_read_efficiency`` and applies it, so every GEMM residual is
+    within the noise, the crossover to compute-bound is inside the sweep, and
+    ``kv_read_efficiency`` is fitted as above."""
     prof = Profile(gemm_efficiency=0.7, hbm_efficiency=hbm_eff)
-    fit = fit_serving(_raw(prof, 0.6, seed=3), _training(prof))
+    layers = Profile(gemm_efficiency=0.7, hbm_efficiency=hbm_eff / 1.6)
+    fit = fit_serving(_raw(prof, 0.6, seed=3), _training(layers))
     assert fit.weight_read_efficiency == pytest.approx(hbm_eff, rel=0.06)
     assert fit.kv_read_efficiency == pytest.approx(0.6, rel=0.04)
-    assert fit.profile_fields() == {"kv_read_efficiency": fit.kv_read_efficiency}
+    assert fit.profile_fields() == {"kv_read_efficiency": fit.kv_read_efficiency,
+                                    "weight_read_efficiency": fit.weight_read_efficiency}
     gemm = [r for r in fit.residuals if r.kind == "decode_gemm"]
     assert len(gemm) == len(ROWS) and max(abs(r.error) for r in gemm) < 0.15
     flat = [r.predicted_s for r in gemm]
@@ -102,6 +106,9 @@ def test_fit_serving_measures_weight_reads_and_checks_the_gemm_roofline(hbm_eff)
     streaming = [r for r in fit.residuals if r.kind == "decode_attention"
                  and r.measured_s > 1e-3]
     assert streaming and max(abs(r.error) for r in streaming) < 0.15
+    # priced at the layers' efficiency instead, the memory-bound GEMMs miss by the ratio
+    at_layers = decode_gemm_s({**_gemm_cases(4096, 4)[0]}, PEAK, BW, layers)
+    assert at_layers > 1.4 * gemm[0].measured_s
 
 
 def test_fit_serving_without_decode_benchmarks_is_none():
@@ -124,7 +131,7 @@ def test_calibration_document_has_the_serving_block_serve_applies(tmp_path):
     """The document's ``serving`` holds only measured fields, ``serving_overrides`` applies
     it, and the residual summary lists the serving benchmarks after the training ones."""
     doc = _document(0.45)
-    assert set(doc["serving"]) == {"kv_read_efficiency"}
+    assert set(doc["serving"]) == {"kv_read_efficiency", "weight_read_efficiency"}
     assert doc["serving"]["kv_read_efficiency"] == pytest.approx(0.45, rel=0.04)
     assert doc["fit"]["serving"]["weight_read_efficiency"] == pytest.approx(0.8, rel=0.06)
     path = tmp_path / "cal.json"
@@ -132,6 +139,7 @@ def test_calibration_document_has_the_serving_block_serve_applies(tmp_path):
     base = default_serving_profile("H100-SXM5-80GB")
     applied = serving_overrides(base, path)
     assert applied.kv_read_efficiency == doc["serving"]["kv_read_efficiency"]
+    assert applied.weight_read_efficiency == doc["serving"]["weight_read_efficiency"]
     assert applied.decode_step_overhead_s == base.decode_step_overhead_s  # the rest untouched
     kinds = [kind for kind, *_ in residual_summary(doc)]
     assert kinds == ["gemm", "decode_gemm", "decode_attention"]

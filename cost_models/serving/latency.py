@@ -125,8 +125,15 @@ def gemm_s(c: Costing, flops: float, weight_params: float, m: float, act_bytes: 
     padded = flops * max(m, MMA_ROWS) / m if m > 0 else 0.0
     compute = padded / (c.hw.peak_flops * c.prof.gemm_efficiency * _speedup(c))
     memory = (weight_params * WEIGHT_BYTES[c.precision] + act_bytes) / (
-        c.hw.hbm_bytes_per_s * c.prof.hbm_efficiency)
+        c.hw.hbm_bytes_per_s * weight_read_efficiency(c))
     return max(compute, memory)
+
+
+def weight_read_efficiency(c: Costing) -> float:
+    """The fraction of HBM bandwidth decode streams weights at: the serving profile's
+    ``weight_read_efficiency`` when measured (``planner calibrate``), else the training
+    profile's ``hbm_efficiency``."""
+    return c.sprof.weight_read_efficiency or c.prof.hbm_efficiency
 
 
 def _attention_dims(model: ModelSpec, decode: bool) -> tuple[float, float]:
@@ -337,7 +344,7 @@ def _head_s(c: Costing, tokens: float) -> float:
     """LM head on the last stage for ``tokens`` positions (bf16, vocab-parallel over TP)."""
     p = c.model.vocab_size * c.model.hidden_size / c.layout.tp
     return max(2.0 * max(tokens, MMA_ROWS) * p / (c.hw.peak_flops * c.prof.gemm_efficiency),
-               p * BF16 / (c.hw.hbm_bytes_per_s * c.prof.hbm_efficiency))
+               p * BF16 / (c.hw.hbm_bytes_per_s * weight_read_efficiency(c)))
 
 
 def _stage_hops_s(c: Costing, tokens_rank: float) -> float:

@@ -25,6 +25,11 @@ class ServingProfile:
     per_request_overhead_s: float = 0.0  # each running request's share of a decode iteration
     eager_kernel_overhead_s: float = 8e-6  # launch gap per kernel when CUDA graphs are off
     kv_read_efficiency: float = 0.8  # paged-attention KV reads, fraction of HBM bandwidth
+    # weights streamed by decode's skinny GEMMs, fraction of HBM bandwidth; 0: the training
+    # profile's hbm_efficiency (what the shipped profiles use). planner calibrate measures it
+    # apart: on a GPU a layer's eager element-wise kernels (what hbm_efficiency is fitted on)
+    # reached 0.68 of the bandwidth where an M = 1 GEMM read its weight at 0.86 (lent H200)
+    weight_read_efficiency: float = 0.0
     # decode attention kernels when compute bound (MLA, long MTP chains): FlashMLA reaches
     # 660 of H800's 989 dense TFLOP/s (deepseek-ai/FlashMLA README)
     decode_attention_efficiency: float = 0.66
@@ -40,6 +45,10 @@ class ServingProfile:
                      "decode_attention_efficiency"):
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"serving profile {name}={getattr(self, name)} must be in (0, 1]")
+        if self.weight_read_efficiency > 1:
+            raise ValueError(f"serving profile weight_read_efficiency="
+                             f"{self.weight_read_efficiency} must be in (0, 1], or 0 for the "
+                             "training profile's hbm_efficiency")
 
 
 def merge_serving(base: ServingProfile, overrides: dict) -> ServingProfile:
