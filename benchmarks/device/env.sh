@@ -12,3 +12,15 @@ else
     export PYTHONPATH=$PWD
 fi
 export PYTHONUNBUFFERED=1
+
+# The machine, its GPU and its software, to "$OUT/machine.txt" (and the terminal).
+record_machine() {
+    {
+        date -u
+        nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit,driver_version \
+            --format=csv
+        nproc; uptime
+        python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+              "nccl", torch.cuda.nccl.version())'
+    } 2>&1 | tee "$OUT/machine.txt"
+}

@@ -6,12 +6,7 @@
 # each plan launched twice, results written after every plan. Wheels for planner's
 # dependencies that the machine lacks travel in .whl/ (env.sh).
 . benchmarks/device/env.sh
-{
-    date -u
-    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit,driver_version --format=csv
-    nproc; uptime
-    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'
-} 2>&1 | tee "$OUT/machine.txt"
+record_machine
 SECONDS=0
 timeout "${GPU_JOBS_TIMEOUT:-480}" python3 benchmarks/gpu_executor_prediction.py --out "$OUT/gpu" \
     --runs "${RUNS:-2}" 2>&1 | tee "$OUT/gpu.log"

@@ -8,12 +8,7 @@
 # 3. the executor-prediction benchmark (gloo on CPU) pinned to two idle cores, once.
 # Wheels for planner's dependencies that the machine lacks travel in .whl/ (env.sh).
 . benchmarks/device/env.sh
-{
-    date -u
-    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit,driver_version --format=csv
-    nproc; uptime
-    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'
-} 2>&1 | tee "$OUT/machine.txt"
+record_machine
 
 echo "=== 1. planner calibrate --backend nccl"
 SECONDS=0
