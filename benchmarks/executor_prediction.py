@@ -9,7 +9,7 @@ Commands it runs, in order (all through the ``planner`` CLI, as a user would):
    --model benchmarks/data/reference-gpt.yaml --precision fp32 --optimizer sgd
    --global-batch 8 --seq-len 128 <degrees> --schedule 1f1b --out PLAN``;
 3. ``planner launch PLAN --record RUN --script-arg=--size --script-arg=plan
-   --script-arg=--steps --script-arg=6``;
+   --script-arg=--steps --script-arg=6 --script-arg=--device --script-arg=cpu``;
 4. ``planner check-run RUN --calibration ... --format json``.
 
 Every plan trains the same model on the same global batch (8 sequences of 128 tokens), so their
@@ -172,7 +172,8 @@ def run_plan(name: str, plan: Path, record: Path) -> dict:
     """``planner launch`` the plan once with a run record, then ``planner check-run``."""
     start = time.monotonic()
     planner("launch", str(plan), "--record", str(record), "--script-arg=--size",
-            "--script-arg=plan", f"--script-arg=--steps", f"--script-arg={STEPS}")
+            "--script-arg=plan", f"--script-arg=--steps", f"--script-arg={STEPS}",
+            "--script-arg=--device", "--script-arg=cpu")  # gloo's calibration: CPU ranks
     wall = time.monotonic() - start
     rows = json.loads(planner("check-run", str(record), "--calibration", str(CAL),
                               "--format", "json").stdout)

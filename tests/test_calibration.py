@@ -203,7 +203,8 @@ def test_calibrate_solve_launch_check_run(tmp_path):
     record = tmp_path / "run.json"
     result = RUNNER.invoke(app, ["launch", str(plan), "--record", str(record),
                                  "--master-port", str(_free_port()), "--script-arg=--size",
-                                 "--script-arg=plan", "--script-arg=--steps", "--script-arg=3"])
+                                 "--script-arg=plan", "--script-arg=--steps", "--script-arg=3",
+                                 "--script-arg=--device", "--script-arg=cpu"])
     assert result.exit_code == 0, result.output
     result = RUNNER.invoke(app, ["check-run", str(record), "--calibration", str(cal),
                                  "--format", "json"])

@@ -35,7 +35,7 @@ def _run(plan: Path, record: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                            "--nproc-per-node=4", "-m", "planner.run.reference_job", str(plan),
-                           "--out", str(record), *args], capture_output=True, text=True,
+                           "--out", str(record), "--device", "cpu", *args], capture_output=True, text=True,
                           timeout=240, env=env)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from planner.errors import PlannerError
-from planner.run.reference_job.device import DEVICES, DTYPES, job_device
+from planner.run.reference_job.device import DEVICES, DTYPES, job_device, planned_on_cpus
 from planner.run.reference_job.shape import plan_shape_fields
 from planner.run.reference_job.train import train
 
@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"tiny size only (default {TINY['seq_len']})")
     parser.add_argument("--device", choices=DEVICES, default="auto",
                         help="cpu: gloo, fp32; cuda: NCCL, this rank's GPU, bf16; auto (default): "
-                             "cuda when every process of the node has a GPU of its own")
+                             "cuda when every process of the node has a GPU of its own and the "
+                             "plan's devices are GPUs (not a gloo calibration's CPU processes)")
     parser.add_argument("--precision", choices=tuple(DTYPES), default=None,
                         help="parameters, activations and gradients (default: fp32 on the CPU, "
                              "bf16 on a GPU)")
@@ -64,14 +65,12 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"{names}: only with --size tiny (with --size plan the plan sets the "
                      "model widths, seq-len and micro-batches)")
     try:
-        if args.size == "plan":
-            from planner.plan.file import load_plan
+        from planner.plan.file import load_plan
 
-            # refused here, before torch.distributed starts
-            overrides = plan_shape_fields(load_plan(Path(args.plan)))
-        else:
-            overrides = {**TINY, **given}
-        device = job_device(args.device, args.precision, os.environ)
+        plan = load_plan(Path(args.plan))
+        # refused here, before torch.distributed starts
+        overrides = plan_shape_fields(plan) if args.size == "plan" else {**TINY, **given}
+        device = job_device(args.device, args.precision, os.environ, planned_on_cpus(plan))
         losses = train(args.plan, {"steps": args.steps, **overrides}, args.out,
                        args.dump_params, args.grad_error, device)
     except PlannerError as err:

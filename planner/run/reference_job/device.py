@@ -5,7 +5,9 @@
 * ``cuda``: NCCL, this rank's GPU (``cuda:LOCAL_RANK``), bf16 parameters, activations and
   gradients (what ``planner calibrate --backend nccl`` measures: its GEMM, attention and layer
   benchmarks run in bf16). ``auto`` picks ``cuda`` when every process of the node has a GPU
-  of its own (:func:`planner.run.runtime.choose_backend`), else ``cpu``.
+  of its own (:func:`planner.run.runtime.choose_backend`) and the plan's devices are GPUs,
+  else ``cpu``: a plan solved on a ``planner calibrate`` gloo calibration's cluster (devices
+  of arch ``cpu``) runs on the CPU wherever it is launched, as it was calibrated.
 
 CUDA kernels run asynchronously, so on a GPU the job's timers synchronise the device at
 each section's start and end (:meth:`JobDevice.sync`): a section's time is then its kernels'
@@ -20,7 +22,7 @@ import torch
 
 from planner.errors import PlannerError
 
-__all__ = ["DEVICES", "DTYPES", "JobDevice", "job_device"]
+__all__ = ["DEVICES", "DTYPES", "JobDevice", "job_device", "planned_on_cpus"]
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -57,9 +59,11 @@ class JobDevice:
         return {"device": self.device, "device_name": name, "precision": self.precision}
 
 
-def job_device(device: str, precision: str | None, env: Mapping[str, str]) -> JobDevice:
+def job_device(device: str, precision: str | None, env: Mapping[str, str],
+               planned_on_cpus: bool = False) -> JobDevice:
     """The job's :class:`JobDevice` for ``--device`` (``auto``, ``cpu`` or ``cuda``) and
     ``--precision`` (``None``: fp32 on the CPU, bf16 on a GPU), with torchrun's ``env``;
+    ``planned_on_cpus``: the plan's devices are CPU processes (``auto`` is then ``cpu``).
     :class:`PlannerError` for ``cuda`` without a GPU per process."""
     from planner.run.runtime import node_backend
 
@@ -68,7 +72,7 @@ def job_device(device: str, precision: str | None, env: Mapping[str, str]) -> Jo
     if precision is not None and precision not in DTYPES:
         raise PlannerError(f"--precision {precision!r}: expected one of {', '.join(DTYPES)}")
     if device == "auto":
-        device = "cuda" if node_backend(None, env) == "nccl" else "cpu"
+        device = "cuda" if not planned_on_cpus and node_backend(None, env) == "nccl" else "cpu"
     elif device == "cuda":
         try:
             node_backend("nccl", env)  # refuses a node with fewer GPUs than processes
@@ -77,3 +81,9 @@ def job_device(device: str, precision: str | None, env: Mapping[str, str]) -> Jo
     if device == "cpu":
         return JobDevice("cpu", precision or "fp32")
     return JobDevice(f"cuda:{int(env.get('LOCAL_RANK', '0'))}", precision or "bf16")
+
+
+def planned_on_cpus(plan) -> bool:
+    """Whether ``plan``'s devices are CPU processes (the cluster ``planner calibrate`` writes
+    for gloo names its devices' arch ``cpu``)."""
+    return all(g.gpu.arch == "cpu" for g in plan.cluster().node_groups)
