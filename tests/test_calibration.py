@@ -334,3 +334,27 @@ def test_the_gpu_layer_grid_pins_the_element_wise_efficiency_under_noise():
         eff, _, issue = fitting.fit_layer_launches(cases, rates, truth)
         assert abs(eff / 0.7 - 1) <= 0.2, (seed, eff)
         assert abs(issue / 40e-6 - 1) <= 0.1, (seed, issue)
+
+
+def test_refit_of_a_one_gpu_calibration_reports_and_writes_a_solvable_machine(tmp_path):
+    """``planner calibrate --refit`` on the lent H200's raw timings (one process, NCCL): the
+    table shows the CPU's launch time and says no link was measured, and its cluster file is
+    one ``planner solve`` accepts (it refused the first one written: fabric without a link)."""
+    raw = json.loads((ROOT / "tests" / "fixtures" / "h200-calibration-raw.json").read_text())
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"schema": "planner.calibration/v1", "raw": raw}))
+    out = tmp_path / "cal.json"
+    result = RUNNER.invoke(app, ["calibrate", "--refit", str(old), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "host_launch_s" in result.output and "not measured (one process)" in result.output
+    assert "link bandwidth" not in result.output
+    doc = json.loads(out.read_text())
+    assert doc["profile"]["host_launch_s"] > 10 * doc["profile"]["kernel_overhead_s"]
+    assert set(doc["serving"]) == {"kv_read_efficiency", "weight_read_efficiency"}
+    solved = RUNNER.invoke(app, [
+        "solve", "--cluster", str(tmp_path / "cal.cluster.yaml"), "--calibration", str(out),
+        "--model", str(ROOT / "benchmarks" / "data" / "reference-gpt-gpu.yaml"),
+        "--precision", "bf16", "--optimizer", "sgd", "--global-batch", "8", "--seq-len",
+        "2048", "--tp", "1", "--pp", "1", "--schedule", "1f1b", "--out",
+        str(tmp_path / "plan.json")])
+    assert solved.exit_code == 0, solved.output

@@ -117,15 +117,7 @@ def _calibration_tables(doc: dict, nproc: int, backend: str) -> tuple[Table, Tab
             ("kernel_overhead_s", f"{prof['kernel_overhead_s'] * 1e6:.1f} us"),
             *([("host_launch_s (CPU, overlaps GPU)",
                 f"{prof['host_launch_s'] * 1e6:.1f} us")] if prof.get("host_launch_s") else []),
-            ("link bandwidth (all-reduce)", f"{dev.get('intra_bw_GBps', 0):,.3f} GB/s"),
-            ("link latency (all-reduce)", f"{dev.get('intra_latency_us', 0):,.1f} us"),
-            ("collective_switch_s", f"{prof.get('collective_switch_s', 0.0) * 1e6:,.1f} us"),
-            ("collective_skew_sqrt_s (arrival skew)",
-             f"{prof.get('collective_skew_sqrt_s', 0.0) * 1e3:,.2f} ms/sqrt(s)"),
-            ("resume_s (compute after a wait)", f"{prof.get('resume_s', 0.0) * 1e6:,.1f} us"),
-            ("p2p_latency_s (receiver waits)",
-             f"{prof.get('p2p_latency_s', 0.0) * 1e6:,.1f} us"),
-            ("late_read_s (came while busy)", f"{prof.get('late_read_s', 0.0) * 1e6:,.1f} us"),
+            *_link_rows(doc, prof, dev),
             *_serving_rows(doc)):
         table.add_row(name, value)
     fits = Table(title="Fit residuals (predicted / measured - 1)")
@@ -187,6 +179,22 @@ def _check_backend(opts) -> None:
     if opts.nproc > gpus:
         fail(f"command line: --nproc: expected at most {gpus} with --backend nccl (one process "
              f"per GPU: NCCL refuses two ranks on one GPU), got {opts.nproc}", 2)
+
+
+def _link_rows(doc: dict, prof: dict, dev: dict) -> list[tuple[str, str]]:
+    """The rows of what the collectives and the ping-pong pairs fitted; one row saying so when
+    one process measured none (its cluster file's link is a placeholder)."""
+    if not doc["quality"].get("collective_cases"):
+        return [("links, collectives, waits", "not measured (one process)")]
+    return [("link bandwidth (all-reduce)", f"{dev.get('intra_bw_GBps', 0):,.3f} GB/s"),
+            ("link latency (all-reduce)", f"{dev.get('intra_latency_us', 0):,.1f} us"),
+            ("collective_switch_s", f"{prof.get('collective_switch_s', 0.0) * 1e6:,.1f} us"),
+            ("collective_skew_sqrt_s (arrival skew)",
+             f"{prof.get('collective_skew_sqrt_s', 0.0) * 1e3:,.2f} ms/sqrt(s)"),
+            ("resume_s (compute after a wait)", f"{prof.get('resume_s', 0.0) * 1e6:,.1f} us"),
+            ("p2p_latency_s (receiver waits)",
+             f"{prof.get('p2p_latency_s', 0.0) * 1e6:,.1f} us"),
+            ("late_read_s (came while busy)", f"{prof.get('late_read_s', 0.0) * 1e6:,.1f} us")]
 
 
 def _serving_rows(doc: dict) -> list[tuple[str, str]]:
