@@ -53,6 +53,8 @@ PLANS = {
     "long: h2048 x 8 layers, s8192, batch 2, micro-batch 1": (GPT, 8192, 2, 1),
     "small: h512 x 8 layers, s512, batch 16, micro-batch 2": (SMALL, 512, 16, 2),
 }
+# --smoke: the script's plumbing on a machine without a GPU (tiny plans, gloo, the CPU)
+SMOKE_PLANS = {f"{SWEEP}, micro-batch 1": (SMALL, 64, 2, 1), "small: smoke": (SMALL, 64, 2, 2)}
 
 
 def plan_file(name: str, spec: tuple, cal: Path, machine: Path, work: Path,
@@ -121,11 +123,7 @@ def main() -> None:
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     cal, machine = out / "calibration-nccl.json", out / "calibration-nccl.cluster.yaml"
-    device = "cpu" if args.smoke else "cuda"
-    if args.smoke:  # the script's plumbing on a machine without a GPU: tiny, gloo, CPU
-        PLANS.clear()
-        PLANS.update({f"{SWEEP}, micro-batch 1": (SMALL, 64, 2, 1),
-                      "small: smoke": (SMALL, 64, 2, 2)})
+    device, plans = ("cpu", SMOKE_PLANS) if args.smoke else ("cuda", PLANS)
     if not args.skip_calibrate:
         start = time.monotonic()
         planner("calibrate", "--backend", "gloo" if args.smoke else "nccl", "--nproc", "1",
@@ -133,8 +131,8 @@ def main() -> None:
                 "--cluster-out", str(machine))
         print(f"calibrated in {time.monotonic() - start:.0f} s", flush=True)
     files = {name: plan_file(name, spec, cal, machine, out, "fp32" if args.smoke else "bf16")
-             for name, spec in PLANS.items()}
-    done: dict[str, list[dict]] = {name: [] for name in PLANS}
+             for name, spec in plans.items()}
+    done: dict[str, list[dict]] = {name: [] for name in plans}
     calibration, results = json.loads(cal.read_text()), []
     for k in range(args.runs):
         for name, plan in files.items():
@@ -148,10 +146,10 @@ def main() -> None:
             print(f"{name} (run {k + 1} of {args.runs}): predicted "
                   f"{res['predicted_step_s']:.4f} s, measured {res['measured_step_s']:.4f} s "
                   f"({res['error']:+.1%})", flush=True)
-            results = [{"model": PLANS[n][0].name, "seq_len": PLANS[n][1],
-                        "global_batch": PLANS[n][2], "micro_batch": PLANS[n][3],
+            results = [{"model": plans[n][0].name, "seq_len": plans[n][1],
+                        "global_batch": plans[n][2], "micro_batch": plans[n][3],
                         **median_of(done[n])}
-                       for n in PLANS if done[n]]
+                       for n in plans if done[n]]
             doc = {"machine": calibration.get("machine"),
                    "conditions": calibration.get("conditions"),
                    "quality": calibration.get("quality"), "profile": calibration["profile"],
