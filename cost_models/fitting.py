@@ -354,12 +354,17 @@ def block_model(hidden: int, heads: int, ffn: int) -> ModelSpec:
                      attn_out_bias=True, mlp_bias=True)
 
 
-def _layer_forward(case: dict, rates: GpuRates, prof: Profile):
-    """(``LayerTime``, forward kernel launches) of a layer case."""
+def _layer_case_work(case: dict, rates: GpuRates):
+    """The ``LayerWork`` of a layer case (one of the reference job's blocks)."""
     model = block_model(case["hidden"], case["heads"], case["ffn"])
     shard = Shard(case["batch"], case["seq"], 1, 1, 1, 1, False, False, False,
                   elem_bytes=rates.elem_bytes)
-    work = layer_work(model, 0, shard)
+    return layer_work(model, 0, shard)
+
+
+def _layer_forward(case: dict, rates: GpuRates, prof: Profile):
+    """(``LayerTime``, kernel launches forward and backward) of a layer case."""
+    work = _layer_case_work(case, rates)
     return layer_forward_time(work, rates, prof), work.launches.fwd + work.launches.bwd
 
 
@@ -420,10 +425,8 @@ def fit_layer_launches(cases: Sequence[dict], rates: GpuRates, prof: Profile
     issue = np.asarray(ISSUE_GRID_S)[None, None, :]
     loss = np.zeros((len(INV_EFF_GRID), len(GAP_GRID_S), len(ISSUE_GRID_S)))
     for c in cases:
-        t, _ = _layer_forward(c, rates, base)
-        n = layer_work(block_model(c["hidden"], c["heads"], c["ffn"]), 0, Shard(
-            c["batch"], c["seq"], 1, 1, 1, 1, False, False, False,
-            elem_bytes=rates.elem_bytes)).launches
+        work = _layer_case_work(c, rates)
+        t, n = layer_forward_time(work, rates, base), work.launches
         dense = t.gemm_s + t.attention_s
         fwd = np.maximum(dense + t.elementwise_s * inv + n.fwd * gap, n.host_fwd * issue)
         bwd_dense = BWD_GEMM * t.gemm_s + BWD_ATTN * t.attention_s
