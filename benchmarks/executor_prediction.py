@@ -157,25 +157,31 @@ def planner(*args: str) -> subprocess.CompletedProcess:
     return proc
 
 
+def slug(name: str) -> str:
+    """A plan's name as a file stem: lower case, words joined by '-'."""
+    return "".join(c for c in name.lower().replace(", ", "-").replace(" ", "-")
+                   if c.isalnum() or c == "-")
+
+
 def plan_file(name: str, model: Path, seq_len: int, options: list[str], work: Path) -> Path:
     """``planner solve`` the plan ``name`` on the calibrated machine; its path."""
-    slug = "".join(c for c in name.lower().replace(", ", "-").replace(" ", "-")
-                   if c.isalnum() or c == "-")
-    plan = work / f"{slug}.json"
+    plan = work / f"{slug(name)}.json"
     planner("solve", "--cluster", str(MACHINE), "--calibration", str(CAL), "--model", str(model),
             "--precision", "fp32", "--optimizer", "sgd", "--global-batch", "8", "--seq-len",
             str(seq_len), *options, "--schedule", "1f1b", "--top-k", "1", "--out", str(plan))
     return plan
 
 
-def run_plan(name: str, plan: Path, record: Path) -> dict:
-    """``planner launch`` the plan once with a run record, then ``planner check-run``."""
+def run_plan(name: str, plan: Path, record: Path, cal: Path = CAL, device: str = "cpu",
+             steps: int = STEPS) -> dict:
+    """``planner launch`` the plan once with a run record (the reference job on ``device``:
+    the CPU for gloo's calibration), then ``planner check-run`` with ``cal``."""
     start = time.monotonic()
     planner("launch", str(plan), "--record", str(record), "--script-arg=--size",
-            "--script-arg=plan", f"--script-arg=--steps", f"--script-arg={STEPS}",
-            "--script-arg=--device", "--script-arg=cpu")  # gloo's calibration: CPU ranks
+            "--script-arg=plan", "--script-arg=--steps", f"--script-arg={steps}",
+            "--script-arg=--device", f"--script-arg={device}")
     wall = time.monotonic() - start
-    rows = json.loads(planner("check-run", str(record), "--calibration", str(CAL),
+    rows = json.loads(planner("check-run", str(record), "--calibration", str(cal),
                               "--format", "json").stdout)
     run = json.loads(record.read_text())
     step = next(r for r in rows if r["what"] == "step")
@@ -184,21 +190,30 @@ def run_plan(name: str, plan: Path, record: Path) -> dict:
             "rank_imbalance": imbalance[0] if imbalance else None,
             "predicted_step_s": step["predicted_s"], "measured_step_s": step["measured_s"],
             "error": step["error"], "step_times_max_s": run["step_times_max_s"],
-            "launch_wall_s": wall, "rows": rows}
+            "environment": run["environment"], "launch_wall_s": wall, "rows": rows}
+
+
+def median_index(runs: list[dict]) -> int:
+    """Which of ``runs`` measured the median step (the lower middle one for an even count)."""
+    order = sorted(range(len(runs)), key=lambda i: runs[i]["measured_step_s"])
+    return order[(len(runs) - 1) // 2]
+
+
+def median_of(runs: list[dict]) -> dict:
+    """The median run (:func:`median_index`), with every run's measured step."""
+    return {**runs[median_index(runs)],
+            "runs_measured_step_s": [r["measured_step_s"] for r in runs]}
 
 
 def median_run(runs: list[dict], records: list[Path], keep: Path) -> dict:
-    """The run whose measured step is the median of ``runs`` (the lower middle one for an
-    even count), with every run's measured step; its record is kept as ``keep``, the others'
-    removed."""
-    order = sorted(range(len(runs)), key=lambda i: runs[i]["measured_step_s"])
-    mid = order[(len(runs) - 1) // 2]
+    """:func:`median_of` ``runs``; its record is kept as ``keep``, the others' removed."""
+    mid = median_index(runs)
     for i, rec in enumerate(records):
         if i == mid:
             rec.replace(keep)
         else:
             rec.unlink()
-    return {**runs[mid], "runs_measured_step_s": [r["measured_step_s"] for r in runs]}
+    return median_of(runs)
 
 
 def _ranks(values: list[float]) -> list[int]:

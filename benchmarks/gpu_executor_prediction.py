@@ -35,7 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from doc_tables import update_section  # noqa: E402
-from executor_prediction import _ranks, discordant, planner  # noqa: E402
+from executor_prediction import (_ranks, discordant, median_of, planner, run_plan,  # noqa: E402
+                                 slug)
 
 DATA = ROOT / "benchmarks" / "data"
 GPT = DATA / "reference-gpt-gpu.yaml"
@@ -60,38 +61,12 @@ SMOKE_PLANS = {f"{SWEEP}, micro-batch 1": (SMALL, 64, 2, 1), "small: smoke": (SM
 def plan_file(name: str, spec: tuple, cal: Path, machine: Path, work: Path,
               precision: str = "bf16") -> Path:
     model, seq_len, batch, micro = spec
-    slug = "".join(c for c in name.lower().replace(", ", "-").replace(" ", "-")
-                   if c.isalnum() or c == "-")[:60]
-    plan = work / f"{slug}.json"
+    plan = work / f"{slug(name)[:60]}.json"
     planner("solve", "--cluster", str(machine), "--calibration", str(cal), "--model", str(model),
             "--precision", precision, "--optimizer", "sgd", "--global-batch", str(batch),
             "--seq-len", str(seq_len), "--tp", "1", "--pp", "1", "--micro-batch", str(micro),
             "--schedule", "1f1b", "--top-k", "1", "--out", str(plan))
     return plan
-
-
-def run_plan(name: str, plan: Path, record: Path, cal: Path, device: str = "cuda") -> dict:
-    """``planner launch`` the plan once on the GPU with a run record, then ``check-run``."""
-    start = time.monotonic()
-    planner("launch", str(plan), "--record", str(record), "--script-arg=--size",
-            "--script-arg=plan", "--script-arg=--steps", f"--script-arg={STEPS}",
-            f"--script-arg=--device", f"--script-arg={device}")
-    wall = time.monotonic() - start
-    rows = json.loads(planner("check-run", str(record), "--calibration", str(cal),
-                              "--format", "json").stdout)
-    run = json.loads(record.read_text())
-    step = next(r for r in rows if r["what"] == "step")
-    return {"plan": name, "config": run["config"], "environment": run["environment"],
-            "predicted_step_s": step["predicted_s"], "measured_step_s": step["measured_s"],
-            "error": step["error"], "step_times_s": run["step_times_s"],
-            "launch_wall_s": wall, "rows": rows}
-
-
-def median_of(runs: list[dict]) -> dict:
-    """The run whose measured step is the median (the lower middle one for an even count),
-    with every run's measured step."""
-    mid = sorted(runs, key=lambda r: r["measured_step_s"])[(len(runs) - 1) // 2]
-    return {**mid, "runs_measured_step_s": [r["measured_step_s"] for r in runs]}
 
 
 def summarise(results: list[dict]) -> dict:
@@ -138,7 +113,7 @@ def main() -> None:
         for name, plan in files.items():
             try:
                 res = run_plan(name, plan, plan.with_name(f"{plan.stem}-run{k}.json"), cal,
-                               device)
+                               device, STEPS)
             except SystemExit as err:  # keep what was measured; say what failed
                 print(str(err)[-2000:], flush=True)
                 continue
