@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from doc_tables import update_section  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
-from planner.run.check_run import rank_imbalance  # noqa: E402
+from planner.run.check_run import rank_imbalance, speed_ratio  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 CAL = RESULTS / "calibration-local.json"
@@ -186,8 +186,10 @@ def run_plan(name: str, plan: Path, record: Path, cal: Path = CAL, device: str =
     run = json.loads(record.read_text())
     step = next(r for r in rows if r["what"] == "step")
     imbalance = rank_imbalance(run)
+    conditions = json.loads(cal.read_text()).get("conditions", {})
     return {"plan": name, "config": run["config"],
             "rank_imbalance": imbalance[0] if imbalance else None,
+            "speed_ratio": speed_ratio(conditions, run["environment"]),
             "predicted_step_s": step["predicted_s"], "measured_step_s": step["measured_s"],
             "error": step["error"], "step_times_max_s": run["step_times_max_s"],
             "environment": run["environment"], "launch_wall_s": wall, "rows": rows}
@@ -202,7 +204,9 @@ def median_index(runs: list[dict]) -> int:
 def median_of(runs: list[dict]) -> dict:
     """The median run (:func:`median_index`), with every run's measured step."""
     return {**runs[median_index(runs)],
-            "runs_measured_step_s": [r["measured_step_s"] for r in runs]}
+            "runs_measured_step_s": [r["measured_step_s"] for r in runs],
+            "runs_error": [r["error"] for r in runs],
+            "runs_speed_ratio": [r.get("speed_ratio") for r in runs]}
 
 
 def median_run(runs: list[dict], records: list[Path], keep: Path) -> dict:
@@ -312,10 +316,13 @@ def main() -> None:
         results, summary = one_repetition(args.skip_calibrate, runs=args.runs)
         repetitions.append({"summary": summary, "results": [
             {k: r.get(k) for k in ("plan", "predicted_step_s", "measured_step_s", "error",
-                                   "runs_measured_step_s", "rank_imbalance")}
+                                   "runs_measured_step_s", "rank_imbalance", "speed_ratio",
+                                   "runs_error", "runs_speed_ratio")}
             for r in results],
             "calibration_rank_spread": json.loads(CAL.read_text())["quality"].get(
-                "rank_speed_spread")})
+                "rank_speed_spread"),
+            "calibration_speed_probe_s": json.loads(CAL.read_text())["conditions"].get(
+                "speed_probe_s")})
     cal = json.loads(CAL.read_text())
     out = {"machine": cal["machine"], "profile": cal["profile"],
            "cluster": cal["cluster"], "summary": summary, "results": results,
@@ -351,6 +358,52 @@ def imbalance_lines(repetitions: list[dict]) -> list[str]:
         text += (" Each calibration's rank speed spread (slowest over fastest rank on the same "
                  "kernels): " + ", ".join(f"{s:.2f}" for s in spreads) + ".")
     return ["", text]
+
+
+def _pearson(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(Pearson's r, least-squares slope of ys on xs)."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    syy = sum((y - my) ** 2 for y in ys)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    if sxx == 0 or syy == 0:
+        return 0.0, 0.0
+    return sxy / (sxx * syy) ** 0.5, sxy / sxx
+
+
+def drift_lines(repetitions: list[dict]) -> list[str]:
+    """The machine's speed at each run against its calibration (the speed probe's ratio,
+    :func:`planner.run.check_run.speed_ratio`), how the errors follow it over every launched
+    run, and (a diagnostic, not a prediction) the errors of predictions scaled by the ratio."""
+    pairs = [(q, e) for rep in repetitions for r in rep["results"]
+             for q, e in zip(r.get("runs_speed_ratio") or [], r.get("runs_error") or [])
+             if q is not None]
+    if len(pairs) < 3:
+        return []
+    ratios = [q for q, _ in pairs]
+    r, slope = _pearson(ratios, [e for _, e in pairs])
+    scaled = []
+    for rep in repetitions:
+        res = [x for x in rep["results"] if x.get("speed_ratio") is not None]
+        if res:
+            scaled.append(sum(abs(x["predicted_step_s"] * x["speed_ratio"]
+                                  / x["measured_step_s"] - 1) <= 0.15 for x in res))
+    probes = [rep.get("calibration_speed_probe_s") or {} for rep in repetitions]
+    cal_ms = [f"{1e3 * min(p.get('before', []) + p.get('after', [])):.2f}-"
+              f"{1e3 * max(p.get('before', []) + p.get('after', [])):.2f} ms"
+              for p in probes if p.get("before")]
+    return ["", f"The machine's speed at each run against its calibration: the speed probe "
+            "(`planner.run.speed_probe`, one block's forward and backward, 96 tokens of hidden "
+            "192, on every rank at once; calibrate times it at its start and end, each run "
+            "before and after its steps, and `planner check-run` warns beyond 5%) took "
+            f"{min(ratios):.2f}x to {max(ratios):.2f}x the calibration's time over the "
+            f"{len(pairs)} launched runs (calibrations: {', '.join(cal_ms)} a call). Error "
+            f"against that ratio over these runs: Pearson r {r:+.2f}, slope {slope:+.2f} (a run "
+            f"10% slower than its calibration: {10 * slope:+.1f} points of error). A "
+            "diagnostic, not a prediction: scaled by each compared run's ratio, the "
+            "predictions would be within 15% for " + ", ".join(map(str, scaled))
+            + f" of {len(repetitions[-1]['results'])} plans in the repetitions."]
 
 
 def render(out: dict) -> list[str]:
@@ -400,6 +453,7 @@ def render(out: dict) -> list[str]:
         lines += ["", f"Spread of a plan's runs within a repetition (slowest / fastest - 1): "
                   f"median {sorted(spreads)[len(spreads) // 2]:.0%}, worst {max(spreads):.0%}."]
     lines += imbalance_lines(repetitions)
+    lines += drift_lines(repetitions)
     lines += ["", "Per-part comparison of each run: `planner check-run "
               "benchmarks/results/executor_prediction_runs/<plan>-run.json --calibration "
               "benchmarks/results/calibration-local.json`.", "", *LIMITS]

@@ -84,6 +84,9 @@ def test_oversubscribed_calibration_warns_says_why_and_records_its_conditions(tm
     cond = doc["conditions"]
     assert cond["processes"] == nproc and cond["cores"] == available_cores()
     assert cond["backend"] == "gloo" and cond["torch"] and cond["other_load_cores"] is not None
+    # each rank timed the speed probe at the start and the end (planner.run.speed_probe)
+    assert [len(cond["speed_probe_s"][k]) for k in ("before", "after")] == [nproc, nproc]
+    assert min(cond["speed_probe_s"]["before"] + cond["speed_probe_s"]["after"]) > 0
     assert doc["quality"]["compute_cases"] > 0
     # more ranks than cores: none is pinned (planner.run.affinity), and the output says so
     assert cond["pinned"] is False and "local ranks on" in cond["not_pinned"]
@@ -118,6 +121,40 @@ def test_check_run_names_ranks_pinned_in_one_and_not_the_other():
     warned = condition_warnings(cal, {"backend": "gloo", "cores": 2, "pinned": False})
     assert warned == ["the run's ranks were not pinned, the calibration's pinned to cores of "
                       "their own (planner.run.affinity)"]
+
+
+def test_check_run_says_when_the_machine_computed_slower_or_faster_than_calibrated():
+    from planner.run.check_run import condition_warnings, speed_ratio
+
+    cal = {"backend": "gloo", "cores": 2,
+           "speed_probe_s": {"before": [0.0048, 0.0050], "after": [0.0050, 0.0052]}}
+
+    def run(*probe_s):
+        return {"backend": "gloo", "cores": 2,
+                "speed_probe_s": {"before": list(probe_s[:2]), "after": list(probe_s[2:])}}
+    # the medians of all four: 5.0 ms calibrated
+    assert speed_ratio(cal, run(0.0055, 0.0055, 0.0054, 0.0056)) == pytest.approx(1.1)
+    assert condition_warnings(cal, run(0.0051, 0.0052, 0.0050, 0.0052)) == []  # within 5%
+    slower = condition_warnings(cal, run(0.0055, 0.0055, 0.0054, 0.0056))
+    assert len(slower) == 1 and "took 1.10x the calibration's time" in slower[0]
+    assert "computed slower than when it was calibrated" in slower[0]
+    faster = condition_warnings(cal, run(0.0044, 0.0045, 0.0045, 0.0046))
+    assert "0.90x" in faster[0] and "computed faster" in faster[0]
+    # files written before the probe: nothing to compare, nothing said
+    assert speed_ratio(cal, {"backend": "gloo"}) is None
+    assert speed_ratio({}, run(0.0055, 0.0055, 0.0054, 0.0056)) is None
+    assert condition_warnings({"backend": "gloo"}, run(0.01, 0.01, 0.01, 0.01)) == []
+
+
+def test_the_speed_probe_leaves_the_callers_random_stream_alone():
+    torch = pytest.importorskip("torch")
+    from planner.run.speed_probe import probe_block_s
+
+    torch.manual_seed(7)
+    want = torch.rand(4)
+    torch.manual_seed(7)
+    assert probe_block_s() > 0
+    assert torch.equal(torch.rand(4), want)  # a job's seeded batches come out the same
 
 
 def test_refit_fits_the_same_measurement_to_the_same_profile(tmp_path):

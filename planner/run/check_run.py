@@ -24,7 +24,7 @@ from planner.errors import SpecError
 from planner.run.calibrate import LOAD_WARN, oversubscribed
 
 __all__ = ["Row", "check_record", "compare", "condition_warnings", "load_record",
-           "rank_imbalance", "run_warnings"]
+           "rank_imbalance", "run_warnings", "speed_ratio"]
 
 
 @dataclass(frozen=True)
@@ -161,6 +161,29 @@ def run_warnings(record: dict[str, Any]) -> list[str]:
             "median core"]
 
 
+SPEED_DRIFT_WARN = 1.05  # the run's speed probe over the calibration's, either way
+
+
+def _probe_median_s(conditions: dict) -> float | None:
+    """The median of every rank's speed probe, before and after (``speed_probe_s``)."""
+    probe = conditions.get("speed_probe_s")
+    if not isinstance(probe, dict):
+        return None
+    values = [float(v) for when in ("before", "after") for v in probe.get(when) or []
+              if isinstance(v, (int, float)) and v > 0]
+    return statistics.median(values) if values else None
+
+
+def speed_ratio(calibrated: dict, run: dict) -> float | None:
+    """How long the run's machine took for the speed probe (:mod:`planner.run.speed_probe`,
+    every rank's median call before and after the steps) over how long the calibration's took
+    (at its start and end), medians of both: above 1 the machine computed slower than when it
+    was calibrated. ``calibrated``: a calibration's ``conditions``; ``run``: a run record's
+    ``environment``. None where either lacks the probe (files written before it)."""
+    cal_s, run_s = _probe_median_s(calibrated), _probe_median_s(run)
+    return run_s / cal_s if cal_s and run_s else None
+
+
 def condition_warnings(calibrated: dict, run: dict) -> list[str]:
     """How the run's conditions differ from the calibration's, each a reason its prediction
     may miss: ``calibrated`` is a calibration's ``conditions`` (``planner calibrate``),
@@ -197,4 +220,10 @@ def condition_warnings(calibrated: dict, run: dict) -> list[str]:
         if other is not None and cores and other > LOAD_WARN * cores:
             out.append(f"other processes kept {other:.2f} of {cores} cores busy during "
                        f"{who}")
+    ratio = speed_ratio(calibrated, run)
+    if ratio is not None and not 1 / SPEED_DRIFT_WARN <= ratio <= SPEED_DRIFT_WARN:
+        out.append(f"the machine took {ratio:.2f}x the calibration's time for the speed probe "
+                   "(one block's forward and backward, planner.run.speed_probe): it computed "
+                   f"{'slower' if ratio > 1 else 'faster'} than when it was calibrated, and the "
+                   "prediction assumes the calibration's speed")
     return out
