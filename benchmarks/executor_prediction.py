@@ -126,6 +126,16 @@ LIMITS = [
     "inside). The ranks of 16 of the 18 compared DP, TP and EP runs computed within 1.1x of "
     "each other (15 of them within 15%); this box's calibrations measured a rank speed spread "
     "of 1.05-1.16, where the lent Xeon's reached 1.5-1.7 (`device_prediction_idle`).",
+    "* 2026-11-28 18:06 UTC (EPYC, a quiet hour: a plan's runs spread by a median 5%, where "
+    "17% earlier that day; with the speed probe; the table above): 9, 9 and 9 of 9 within "
+    "15% (worst -9.4%, +11.4%, +7.8%), Kendall tau +0.89, +0.83, +1.00. The pairs in the wrong "
+    "order measured 2-12% apart: TP2 at micro-batch 1 / EP2 twice (5% and 6%), TP2 at "
+    "micro-batch 4 / DP2 wide twice (8% and 2%), PP2 at micro-batch 1 / TP2 at micro-batch 4 "
+    "once (12%). The predictions move between calibrations more than the runs do: TP2 at "
+    "micro-batch 4 was predicted 0.191, 0.216 and 0.204 s by the three calibrations and "
+    "measured 0.193, 0.194 and 0.204 s; the second calibration started while the box ran "
+    "the speed probe 1.2x slower than at the other two (5.5 ms against 4.5-4.7 ms), and its "
+    "predictions were all but one too slow (+0.1% to +11.4%).",
     "* The ranking: on the Xeon (02:25 UTC) the plans in the wrong order measured 1-4% apart, "
     "within the box's run-to-run spread; on the EPYC at 03:31 UTC also two pairs 21-22% "
     "apart, both with PP2 at micro-batch 1, whose median run measured 15% over its "
