@@ -44,6 +44,23 @@ def test_each_cause_is_named():
     assert calibration_warnings(_doc([RESIDUAL_WARN * 1.01] * 3)) != []
 
 
+def test_a_machine_whose_speed_moved_while_measuring_is_warned_about():
+    from planner.run.calibrate import speed_drift
+
+    steady = {"before": [0.00450, 0.00452], "after": [0.00475, 0.00472]}  # 1.05x at most
+    moved = {"before": [0.00549, 0.00548], "after": [0.00623, 0.00420]}  # rank 1: 1.30x
+    assert calibration_warnings(_doc([0.01], speed_probe_s=steady)) == []
+    assert fit_quality(_doc([0.01], speed_probe_s=steady))["speed_drift"] == \
+        pytest.approx(0.00475 / 0.00450)
+    warned = calibration_warnings(_doc([0.01], speed_probe_s=moved))
+    assert len(warned) == 1 and "rank 1 ran the speed probe" in warned[0]
+    assert "5.48 ms at the start and 4.20 ms at the end (1.30x apart)" in warned[0]
+    assert speed_drift({"speed_probe_s": moved})[:2] == (pytest.approx(0.00548 / 0.0042), 1)
+    # a faster end counts as much as a slower one; no probe (an older file): nothing said
+    assert speed_drift({"speed_probe_s": {"before": [0.002], "after": [0.004]}})[0] == 2.0
+    assert speed_drift({}) is None and fit_quality(_doc([0.01]))["speed_drift"] is None
+
+
 def test_oversubscription_is_a_cpu_matter():
     assert oversubscribed("gloo", 4, 1, 2) is not None
     assert oversubscribed("gloo", 2, 1, 2) is None

@@ -139,6 +139,8 @@ def _quality_line(doc: dict) -> str:
     if quality.get("rank_speed_spread") is not None:
         text += (f"; slowest rank {quality['rank_speed_spread']:.2f}x the fastest on the same "
                  "kernels")
+    if quality.get("speed_drift") is not None:
+        text += f"; speed probe {quality['speed_drift']:.2f}x apart at start and end"
     text += f"; measured with {cond.get('processes')} process(es) on {cond.get('cores')} core(s)"
     if cond.get("pinned") is not None:
         text += ", each on cores of its own" if cond["pinned"] else ", not pinned to cores"

@@ -42,8 +42,8 @@ from planner.files import write_atomic
 __all__ = ["SCHEMA", "BenchmarkError", "CalibrateOptions", "available_cores",
            "calibration_document", "calibration_warnings", "fit_quality", "oversubscribed",
            "default_nproc", "element_bytes", "link_tier", "machine_cluster", "measure",
-           "rank_speed_spread", "residual_summary", "run_benchmarks", "threads_per_process",
-           "write_calibration"]
+           "rank_speed_spread", "residual_summary", "run_benchmarks", "speed_drift",
+           "threads_per_process", "write_calibration"]
 
 SCHEMA = "planner.calibration/v1"
 
@@ -263,6 +263,11 @@ LOAD_WARN = 0.25  # share of the cores other processes may keep busy while measu
 # above which the ranks did not run alike (on the lent 16-vCPU Xeon, 2026-11-28: 1.03 on one
 # pair of cores and 1.5-1.8 on two others, at the same moment; this 2-vCPU box about 1.1)
 RANK_SPREAD_WARN = 1.25
+# a rank's speed probe (planner.run.speed_probe) at calibrate's end over its start, either way,
+# above which the machine changed while it was measured (2026-11-28 18:06-18:23 UTC, three
+# calibrations of the 2-vCPU box in a quiet hour: 1.00-1.05 in two, 1.13 and 1.30 in the one
+# whose predictions were all but one too slow, +0.1% to +11.4%, against -9.4% to +7.8%)
+SPEED_DRIFT_WARN = 1.15
 
 
 def fit_quality(doc: dict) -> dict:
@@ -276,9 +281,11 @@ def fit_quality(doc: dict) -> dict:
     compute = sorted(abs(r["error"]) for r in residuals if r["kind"] in COMPUTE_KINDS)
     comm = sorted(abs(r["error"]) for r in residuals if r["kind"] in COLLECTIVE_KINDS)
     spread = rank_speed_spread(doc.get("raw", {}))
+    drift = speed_drift(doc.get("conditions", {}))
     return {"median_abs_residual": compute[len(compute) // 2] if compute else None,
             "compute_cases": len(compute),
             "rank_speed_spread": spread,
+            "speed_drift": drift[0] if drift else None,
             "collectives_median_abs_residual": comm[len(comm) // 2] if comm else None,
             "collective_cases": len(comm),
             "by_kind": {k: {"cases": n, "median": med, "worst": worst}
@@ -305,6 +312,23 @@ def rank_speed_spread(raw: dict) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
+def speed_drift(conditions: dict) -> tuple[float, int, float, float] | None:
+    """How far the machine's speed moved while calibrate measured: per rank, its speed probe
+    at the end over the one at the start (:mod:`planner.run.speed_probe`), either way up (a
+    ratio of at least 1); the rank that moved most as (ratio, rank, start s, end s). None
+    without the probe (files written before it)."""
+    probe = conditions.get("speed_probe_s")
+    if not isinstance(probe, dict):
+        return None
+    pairs = [(rank, a, b) for rank, (a, b) in enumerate(zip(probe.get("before") or [],
+                                                             probe.get("after") or []))
+             if a > 0 and b > 0]
+    if not pairs:
+        return None
+    rank, a, b = max(pairs, key=lambda p: max(p[1] / p[2], p[2] / p[1]))
+    return max(a / b, b / a), rank, a, b
+
+
 def oversubscribed(backend: str, nproc: int, threads: int, cores: int) -> str | None:
     """Why ``nproc`` processes of ``threads`` threads would not measure this machine, or None:
     on CPU (gloo) more threads than cores time-share them, so every benchmark measures the
@@ -320,7 +344,9 @@ def oversubscribed(backend: str, nproc: int, threads: int, cores: int) -> str | 
 def calibration_warnings(doc: dict) -> list[str]:
     """What makes this calibration untrustworthy: more processes than cores, a busy machine
     (other processes kept more than :data:`LOAD_WARN` of the cores busy while measuring:
-    :class:`OtherLoad`), and fits whose median residual is above :data:`RESIDUAL_WARN`."""
+    :class:`OtherLoad`), fits whose median residual is above :data:`RESIDUAL_WARN`, ranks
+    unalike (:func:`rank_speed_spread`) and a machine whose speed moved between the start and
+    the end (:func:`speed_drift` above :data:`SPEED_DRIFT_WARN`)."""
     cond = doc.get("conditions", {})
     out = []
     why = oversubscribed(cond.get("backend", "gloo"), cond.get("processes", 1),
@@ -344,6 +370,13 @@ def calibration_warnings(doc: dict) -> list[str]:
                    "takes their median, but a synchronous job waits for its slowest rank, so "
                    "jobs can run up to that much slower than predicted, depending on the "
                    "cores they get")
+    drift = speed_drift(cond)
+    if drift is not None and drift[0] > SPEED_DRIFT_WARN:
+        ratio, rank, start, end = drift
+        out.append(f"the machine's speed moved while measuring: rank {rank} ran the speed "
+                   f"probe (planner.run.speed_probe) in {1e3 * start:.2f} ms at the start and "
+                   f"{1e3 * end:.2f} ms at the end ({ratio:.2f}x apart), so the timings in "
+                   "between describe a machine that changed; calibrate again when it is steadier")
     comm = quality["collectives_median_abs_residual"]
     if comm is not None and comm > RESIDUAL_WARN:
         out.append(f"collectives: median residual {comm:.0%} over "
