@@ -138,6 +138,17 @@ LIMITS = [
     "measured 0.193, 0.194 and 0.204 s; the second calibration started while the box ran "
     "the speed probe 1.2x slower than at the other two (5.5 ms against 4.5-4.7 ms), and its "
     "predictions were all but one too slow (+0.1% to +11.4%).",
+    "* 2026-11-28 18:34 UTC (the table above; calibrate now run again while it warns that the "
+    "machine's speed moved while it measured: the third repetition's first calibration had a "
+    "rank's probe 1.42x apart at its start and end and was repeated): 9, 9 and 9 of 9 within "
+    "15% (worst -12.9%), Kendall tau +0.94, +0.89, +0.89, so 9 of 9 in all six repetitions "
+    "of the day's two runs and the measured order in one. EP2 was -11.6% to -12.9% in every "
+    "repetition (-5.6%, +0.1%, -4.7% in the run before), with its compute within 2% and its "
+    "communication under-predicted by about 40% (all-to-all 17.8 ms against 29.4, the DP "
+    "all-reduce with the expert-gradient sum 17.1 against 31.3, in the last repetition's "
+    "compared run); it came out of order with PP2 at micro-batch 4 and TP2 at micro-batch 1, "
+    "measured 5-12% apart. The other pair in the wrong order, TP2 at micro-batch 4 / DP2 wide, "
+    "measured 1% and 8% apart, and in the other order in the earlier run's third repetition.",
     "* The ranking: on the Xeon (02:25 UTC) the plans in the wrong order measured 1-4% apart, "
     "within the box's run-to-run spread; on the EPYC at 03:31 UTC also two pairs 21-22% "
     "apart, both with PP2 at micro-batch 1, whose median run measured 15% over its "
