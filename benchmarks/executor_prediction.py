@@ -149,6 +149,17 @@ LIMITS = [
     "compared run); it came out of order with PP2 at micro-batch 4 and TP2 at micro-batch 1, "
     "measured 5-12% apart. The other pair in the wrong order, TP2 at micro-batch 4 / DP2 wide, "
     "measured 1% and 8% apart, and in the other order in the earlier run's third repetition.",
+    "* What moves EP2's and TP2's communication between calibrations: calibrate's arrival "
+    "skew (`collective_skew_sqrt_s`) was 12.9 ms/sqrt(s) in the last calibration of the "
+    "18:06 run and 0 in the last of the 18:34 run (EP2's all-to-all predicted 27.8 and 17.8 "
+    "ms against 28.6 and 29.4 measured). Over the 23 distinct calibrations committed since "
+    "2026-11-27 it ranged 0 to 43 ms/sqrt(s) by its least-squares fit, 0 to 48 by a "
+    "Theil-Sen fit of the same raw cases (tried, not shipped), and 0 to 12.2 in four "
+    "calibrations with 7 paired alternations instead of 3 (tried, not shipped): the longest "
+    "interleaved case (two GEMMs of 1280, 86-90 ms) exceeds its compute alone by -0.7 to "
+    "+3.5 ms, 1-4%, the box's noise floor, and it sets the fit. Timed directly, as the gap "
+    "between the two ranks' compute in each round (a probe, not shipped), the skew was "
+    "steadier at the middle lengths (0.72 and 0.77 ms at 20 ms; 0.10 and 0.19 ms at 2.4 ms).",
     "* The ranking: on the Xeon (02:25 UTC) the plans in the wrong order measured 1-4% apart, "
     "within the box's run-to-run spread; on the EPYC at 03:31 UTC also two pairs 21-22% "
     "apart, both with PP2 at micro-batch 1, whose median run measured 15% over its "
