@@ -157,6 +157,10 @@ def test_check_run_says_when_the_machine_computed_slower_or_faster_than_calibrat
     assert "computed slower than when it was calibrated" in slower[0]
     faster = condition_warnings(cal, run(0.0044, 0.0045, 0.0045, 0.0046))
     assert "0.90x" in faster[0] and "computed faster" in faster[0]
+    # more processes than cores: the run's probe was time-shared, so only that is said
+    crowded = condition_warnings(cal, {**run(0.0075, 0.0075, 0.0075, 0.0075), "processes": 3,
+                                       "threads": 1})
+    assert len(crowded) == 1 and "3 processes x 1 thread(s) on 2 core(s)" in crowded[0]
     # files written before the probe: nothing to compare, nothing said
     assert speed_ratio(cal, {"backend": "gloo"}) is None
     assert speed_ratio({}, run(0.0055, 0.0055, 0.0054, 0.0056)) is None
