@@ -161,7 +161,7 @@ def run_warnings(record: dict[str, Any]) -> list[str]:
             "median core"]
 
 
-SPEED_DRIFT_WARN = 1.05  # the run's speed probe over the calibration's, either way
+SPEED_RATIO_WARN = 1.05  # the run's speed probe over the calibration's, either way
 
 
 def _probe_median_s(conditions: dict) -> float | None:
@@ -222,7 +222,7 @@ def condition_warnings(calibrated: dict, run: dict) -> list[str]:
                        f"{who}")
     ratio = speed_ratio(calibrated, run)
     # with more processes than cores the run's probe was time-shared: not the machine's speed
-    if not crowded and ratio is not None and not 1 / SPEED_DRIFT_WARN <= ratio <= SPEED_DRIFT_WARN:
+    if not crowded and ratio is not None and not 1 / SPEED_RATIO_WARN <= ratio <= SPEED_RATIO_WARN:
         out.append(f"the machine took {ratio:.2f}x the calibration's time for the speed probe "
                    "(one block's forward and backward, planner.run.speed_probe): it computed "
                    f"{'slower' if ratio > 1 else 'faster'} than when it was calibrated, and the "
