@@ -159,7 +159,15 @@ LIMITS = [
     "interleaved case (two GEMMs of 1280, 86-90 ms) exceeds its compute alone by -0.7 to "
     "+3.5 ms, 1-4%, the box's noise floor, and it sets the fit. Timed directly, as the gap "
     "between the two ranks' compute in each round (a probe, not shipped), the skew was "
-    "steadier at the middle lengths (0.72 and 0.77 ms at 20 ms; 0.10 and 0.19 ms at 2.4 ms).",
+    "steadier at the middle lengths (0.72 and 0.77 ms at 20 ms; 0.10 and 0.19 ms at 2.4 ms). "
+    "Tried and not shipped (2026-11-28 19:23 UTC): calibrate timing each interleaved round's "
+    "compute and collective apart on every rank, the skew fitted on the slowest rank's "
+    "compute less the ranks' mean per round and the switch as the last arriver's collective "
+    "beyond its table time. Four calibrations in a row gave a skew of 1.7-3.1 ms/sqrt(s) and "
+    "a switch of 0.07-0.27 ms; this benchmark with it: 7, 9 and 9 of 9 within 15%, Kendall "
+    "tau +0.89, +0.83, +0.94 (the first repetition's calibration predicted TP2 at micro-batch "
+    "1 +40% and PP2 deep +20%), against 9, 9, 9 and 9, 9, 9 with the shipped fit: no "
+    "evidence it is better.",
     "* The ranking: on the Xeon (02:25 UTC) the plans in the wrong order measured 1-4% apart, "
     "within the box's run-to-run spread; on the EPYC at 03:31 UTC also two pairs 21-22% "
     "apart, both with PP2 at micro-batch 1, whose median run measured 15% over its "
