@@ -42,7 +42,7 @@ from planner.files import write_atomic
 __all__ = ["SCHEMA", "BenchmarkError", "CalibrateOptions", "available_cores",
            "calibration_document", "calibration_warnings", "fit_quality", "oversubscribed",
            "default_nproc", "element_bytes", "link_tier", "machine_cluster", "measure",
-           "rank_speed_spread", "residual_summary", "run_benchmarks", "speed_drift",
+           "probe_times", "rank_speed_spread", "residual_summary", "run_benchmarks", "speed_drift",
            "threads_per_process", "write_calibration"]
 
 SCHEMA = "planner.calibration/v1"
@@ -312,17 +312,27 @@ def rank_speed_spread(raw: dict) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
-def speed_drift(conditions: dict) -> tuple[float, int, float, float] | None:
-    """How far the machine's speed moved while calibrate measured: per rank, its speed probe
-    at the end over the one at the start (:mod:`planner.run.speed_probe`), either way up (a
-    ratio of at least 1); the rank that moved most as (ratio, rank, start s, end s). None
-    without the probe (files written before it)."""
+def probe_times(conditions: dict) -> tuple[list[float], list[float]] | None:
+    """Each rank's speed-probe seconds before and after (``speed_probe_s`` of a calibration's
+    ``conditions`` or a run record's ``environment``; :mod:`planner.run.speed_probe`), or None
+    where there are none (files written before the probe)."""
     probe = conditions.get("speed_probe_s")
     if not isinstance(probe, dict):
         return None
-    pairs = [(rank, a, b) for rank, (a, b) in enumerate(zip(probe.get("before") or [],
-                                                             probe.get("after") or []))
-             if a > 0 and b > 0]
+    before, after = ([float(v) for v in probe.get(when) or [] if isinstance(v, (int, float))]
+                     for when in ("before", "after"))
+    return (before, after) if before or after else None
+
+
+def speed_drift(conditions: dict) -> tuple[float, int, float, float] | None:
+    """How far the machine's speed moved while calibrate measured: per rank, its speed probe
+    at the end over the one at the start (:func:`probe_times`), either way up (a ratio of at
+    least 1); the rank that moved most as (ratio, rank, start s, end s). None without the
+    probe."""
+    times = probe_times(conditions)
+    if times is None:
+        return None
+    pairs = [(rank, a, b) for rank, (a, b) in enumerate(zip(*times)) if a > 0 and b > 0]
     if not pairs:
         return None
     rank, a, b = max(pairs, key=lambda p: max(p[1] / p[2], p[2] / p[1]))

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import SpecError
-from planner.run.calibrate import LOAD_WARN, oversubscribed
+from planner.run.calibrate import LOAD_WARN, oversubscribed, probe_times
 
 __all__ = ["Row", "check_record", "compare", "condition_warnings", "load_record",
            "rank_imbalance", "run_warnings", "speed_ratio"]
@@ -165,12 +165,9 @@ SPEED_RATIO_WARN = 1.05  # the run's speed probe over the calibration's, either 
 
 
 def _probe_median_s(conditions: dict) -> float | None:
-    """The median of every rank's speed probe, before and after (``speed_probe_s``)."""
-    probe = conditions.get("speed_probe_s")
-    if not isinstance(probe, dict):
-        return None
-    values = [float(v) for when in ("before", "after") for v in probe.get(when) or []
-              if isinstance(v, (int, float)) and v > 0]
+    """The median of every rank's speed probe, before and after (:func:`probe_times`)."""
+    times = probe_times(conditions)
+    values = [v for when in times or () for v in when if v > 0]
     return statistics.median(values) if values else None
 
 
