@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -418,18 +419,6 @@ def imbalance_lines(repetitions: list[dict]) -> list[str]:
     return ["", text]
 
 
-def _pearson(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """(Pearson's r, least-squares slope of ys on xs)."""
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    syy = sum((y - my) ** 2 for y in ys)
-    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
-    if sxx == 0 or syy == 0:
-        return 0.0, 0.0
-    return sxy / (sxx * syy) ** 0.5, sxy / sxx
-
-
 def drift_lines(repetitions: list[dict]) -> list[str]:
     """The machine's speed at each run against its calibration (the speed probe's ratio,
     :func:`planner.run.check_run.speed_ratio`), how the errors follow it over every launched
@@ -439,8 +428,11 @@ def drift_lines(repetitions: list[dict]) -> list[str]:
              if q is not None]
     if len(pairs) < 3:
         return []
-    ratios = [q for q, _ in pairs]
-    r, slope = _pearson(ratios, [e for _, e in pairs])
+    ratios, errors = [q for q, _ in pairs], [e for _, e in pairs]
+    r, slope = 0.0, 0.0  # no spread in either: nothing follows
+    if len(set(ratios)) > 1 and len(set(errors)) > 1:
+        r = statistics.correlation(ratios, errors)
+        slope = statistics.linear_regression(ratios, errors).slope
     scaled = []
     for rep in repetitions:
         res = [x for x in rep["results"] if x.get("speed_ratio") is not None]
