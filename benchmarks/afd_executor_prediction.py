@@ -26,8 +26,9 @@ CPUs are idle, and records the CPU time other processes took during the run
 (``external_cpu_s``: the machine's busy time less this run's processes', from ``/proc/stat``
 and ``getrusage``); a run during which they took more than ``--max-external-cpu`` CPU
 seconds is run again, and so is the calibration when they took more than that per 5 s of it
-or when calibrate warns that the machine's speed moved while it measured (a rank's speed
-probe more than 1.15x apart at its start and end; ``--attempts`` at most; every attempt is kept in the JSON, and a run that never got a quiet
+or when calibrate warns that the machine's compute or link speed moved while it measured
+(a rank's speed or link probe more than 1.15x apart at its start and end; ``--attempts`` at
+most; every attempt is kept in the JSON, and a run that never got a quiet
 machine is counted as disturbed). Plans with more processes than
 cores time-share them (the predictor models it: processor sharing). Writes ``benchmarks/results/afd_executor_prediction.json`` and
 prints a markdown table, then a second one: the same prediction without the two terms of
@@ -51,7 +52,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from planner.serving.afd_run_prediction import predict_afd_run  # noqa: E402
-from planner.run.calibrate import SPEED_DRIFT_WARN  # noqa: E402
+from planner.run.calibrate import drifted  # noqa: E402
 from doc_tables import update_section  # noqa: E402
 from executor_prediction import discordant  # noqa: E402
 
@@ -397,13 +398,15 @@ def main() -> None:
             external = max(0.0, (b1 - b0) - (r1.ru_utime + r1.ru_stime - r0.ru_utime
                                               - r0.ru_stime))
             wall = time.monotonic() - start
-            drift = json.loads(CAL.read_text())["quality"].get("speed_drift")
+            quality = json.loads(CAL.read_text())["quality"]
             calibrations.append({"wall_s": wall, "external_cpu_s": external,
-                                 "speed_drift": drift})
+                                 "speed_drift": quality.get("speed_drift"),
+                                 "link_drift": quality.get("link_drift")})
             print(f"calibrated in {wall:.0f} s (other processes took {external:.1f} CPU s; "
-                  f"speed probe {drift or 0:.2f}x apart at start and end)", flush=True)
+                  f"speed probe {quality.get('speed_drift') or 0:.2f}x, link probe "
+                  f"{quality.get('link_drift') or 0:.2f}x apart at start and end)", flush=True)
             # calibrate's own warning: the machine's speed moved while it measured
-            steady = drift is None or drift <= SPEED_DRIFT_WARN
+            steady = not drifted(quality)
             if external <= args.max_external_cpu * wall / 5.0 and steady:
                 break
     caldoc = json.loads(Path(cal).read_text())

@@ -39,8 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from doc_tables import update_section  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
-from planner.run.calibrate import SPEED_DRIFT_WARN  # noqa: E402
-from planner.run.check_run import rank_imbalance, speed_ratio  # noqa: E402
+from planner.run.calibrate import drifted  # noqa: E402
+from planner.run.check_run import (LINK_RATIO_WARN, link_ratio, rank_imbalance,  # noqa: E402
+                                   speed_ratio)
 
 RESULTS = ROOT / "benchmarks" / "results"
 CAL = RESULTS / "calibration-local.json"
@@ -233,6 +234,7 @@ def run_plan(name: str, plan: Path, record: Path, cal: Path = CAL, device: str =
     return {"plan": name, "config": run["config"],
             "rank_imbalance": imbalance[0] if imbalance else None,
             "speed_ratio": speed_ratio(conditions, run["environment"]),
+            "link_ratio": link_ratio(conditions, run["environment"]),
             "predicted_step_s": step["predicted_s"], "measured_step_s": step["measured_s"],
             "error": step["error"], "step_times_max_s": run["step_times_max_s"],
             "environment": run["environment"], "launch_wall_s": wall, "rows": rows}
@@ -249,7 +251,8 @@ def median_of(runs: list[dict]) -> dict:
     return {**runs[median_index(runs)],
             "runs_measured_step_s": [r["measured_step_s"] for r in runs],
             "runs_error": [r["error"] for r in runs],
-            "runs_speed_ratio": [r.get("speed_ratio") for r in runs]}
+            "runs_speed_ratio": [r.get("speed_ratio") for r in runs],
+            "runs_link_ratio": [r.get("link_ratio") for r in runs]}
 
 
 def median_run(runs: list[dict], records: list[Path], keep: Path) -> dict:
@@ -328,17 +331,19 @@ CALIBRATE_TRIES = 3
 
 
 def calibrate_steady(tries: int = CALIBRATE_TRIES) -> int:
-    """``planner calibrate``, run again while it warns that the machine's speed moved while it
-    measured (a rank's speed probe more than ``SPEED_DRIFT_WARN`` apart at its start and end,
-    ``planner.run.calibrate.speed_drift``), as its warning tells a user to, at most ``tries``
-    times in all (the last one is kept whatever it says); how many ran."""
+    """``planner calibrate``, run again while it warns that the machine's compute or link
+    speed moved while it measured (a rank's speed or link probe more than
+    ``SPEED_DRIFT_WARN`` apart at its start and end, ``planner.run.calibrate.drifted``), as
+    its warning tells a user to, at most ``tries`` times in all (the last one is kept
+    whatever it says); how many ran."""
     for n in range(1, tries + 1):
         start = time.monotonic()
         planner("calibrate", "--out", str(CAL), "--cluster-out", str(MACHINE))
-        drift = json.loads(CAL.read_text())["quality"].get("speed_drift")
+        quality = json.loads(CAL.read_text())["quality"]
         print(f"calibrated in {time.monotonic() - start:.0f} s (speed probe "
-              f"{drift or 0:.2f}x apart at start and end)", flush=True)
-        if drift is None or drift <= SPEED_DRIFT_WARN:
+              f"{quality.get('speed_drift') or 0:.2f}x, link probe "
+              f"{quality.get('link_drift') or 0:.2f}x apart at start and end)", flush=True)
+        if not drifted(quality):
             return n
     return tries
 
@@ -376,7 +381,8 @@ def main() -> None:
         repetitions.append({"summary": summary, "results": [
             {k: r.get(k) for k in ("plan", "predicted_step_s", "measured_step_s", "error",
                                    "runs_measured_step_s", "rank_imbalance", "speed_ratio",
-                                   "runs_error", "runs_speed_ratio")}
+                                   "runs_error", "runs_speed_ratio", "link_ratio",
+                                   "runs_link_ratio")}
             for r in results],
             "calibration_rank_spread": json.loads(CAL.read_text())["quality"].get(
                 "rank_speed_spread"),
@@ -456,6 +462,41 @@ def drift_lines(repetitions: list[dict]) -> list[str]:
             + f" of {len(repetitions[-1]['results'])} plans in the repetitions."]
 
 
+COMM_ROWS = ("all-reduce", "all-to-all")  # check-run rows that are a collective's time
+
+
+def link_lines(repetitions: list[dict]) -> list[str]:
+    """The link probe at each compared run against its calibration's
+    (:func:`planner.run.check_run.link_ratio`), and how the collectives' error (check-run's
+    all-reduce and all-to-all rows summed, predicted over measured) follows it."""
+    pairs = []
+    for rep in repetitions:
+        for x in rep["results"]:
+            comm = [r for r in x.get("rows", []) if any(k in r["what"] for k in COMM_ROWS)]
+            measured = sum(r["measured_s"] for r in comm)
+            if x.get("link_ratio") is not None and measured > 0:
+                pairs.append((x["link_ratio"], sum(r["predicted_s"] for r in comm) / measured
+                              - 1))
+    if len(pairs) < 3:
+        return []
+    ratios, errors = [q for q, _ in pairs], [e for _, e in pairs]
+    r = (statistics.correlation(ratios, errors)
+         if len(set(ratios)) > 1 and len(set(errors)) > 1 else 0.0)
+    near = [e for q, e in pairs if 1 / LINK_RATIO_WARN <= q <= LINK_RATIO_WARN]
+    far = [e for q, e in pairs if not 1 / LINK_RATIO_WARN <= q <= LINK_RATIO_WARN]
+
+    def med(errs: list[float]) -> str:
+        return f"median {statistics.median(errs):+.0%}" if errs else "none"
+    return ["", "The link at each compared run against its calibration: the link probe "
+            "(`planner.run.speed_probe`, one all-reduce of 4 MiB over both ranks after a "
+            "barrier; `planner check-run` warns beyond "
+            f"{LINK_RATIO_WARN:g}x) took {min(ratios):.2f}x to {max(ratios):.2f}x the "
+            f"calibration's time over the {len(pairs)} compared runs with collectives. Their "
+            "collectives' error (the all-reduce and all-to-all rows of check-run, summed) "
+            f"against that ratio: Pearson r {r:+.2f}; {len(near)} runs within the warning's "
+            f"band, {med(near)}; {len(far)} outside it, {med(far)}."]
+
+
 def render(out: dict) -> list[str]:
     """The docs section from the results JSON."""
     machine, summary, results = out["machine"], out["summary"], out["results"]
@@ -504,6 +545,7 @@ def render(out: dict) -> list[str]:
                   f"median {sorted(spreads)[len(spreads) // 2]:.0%}, worst {max(spreads):.0%}."]
     lines += imbalance_lines(repetitions)
     lines += drift_lines(repetitions)
+    lines += link_lines(repetitions)
     lines += ["", "Per-part comparison of each run: `planner check-run "
               "benchmarks/results/executor_prediction_runs/<plan>-run.json --calibration "
               "benchmarks/results/calibration-local.json`.", "", *LIMITS]

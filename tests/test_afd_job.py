@@ -265,10 +265,12 @@ def _check_timings(record: dict) -> None:
     assert record["step_times_s"] == [s["step"] for s in timings[0]["steps"]]
     assert record["step_times_max_s"] == [max(t["steps"][i]["step"] for t in timings)
                                           for i in range(shape.steps)]
-    # every rank timed the speed probe before and after the steps (planner.run.speed_probe)
-    probe = record["environment"]["speed_probe_s"]
-    assert [len(probe[k]) for k in ("before", "after")] == [record["world_size"]] * 2
-    assert min(probe["before"] + probe["after"]) > 0
+    # every rank timed the speed and link probes before and after the steps
+    # (planner.run.speed_probe)
+    for key in ("speed_probe_s", "link_probe_s"):
+        probe = record["environment"][key]
+        assert [len(probe[k]) for k in ("before", "after")] == [record["world_size"]] * 2
+        assert min(probe["before"] + probe["after"]) > 0
 
 
 def test_two_attention_two_ffn_ranks_decode_as_one_process(plan_2x2, tmp_path):

@@ -61,6 +61,28 @@ def test_a_machine_whose_speed_moved_while_measuring_is_warned_about():
     assert speed_drift({}) is None and fit_quality(_doc([0.01]))["speed_drift"] is None
 
 
+def test_a_link_whose_speed_moved_while_measuring_is_warned_about():
+    from planner.run.calibrate import drifted, speed_drift
+
+    steady = {"before": [0.00160, 0.00161], "after": [0.00170, 0.00168]}  # 1.06x at most
+    moved = {"before": [0.00197, 0.00196], "after": [0.00158, 0.00159]}  # rank 0: 1.25x
+    quiet = _doc([0.01], link_probe_s=steady)
+    assert calibration_warnings(quiet) == [] and not drifted(fit_quality(quiet))
+    assert fit_quality(quiet)["link_drift"] == pytest.approx(0.00170 / 0.00160)
+    doc = _doc([0.01], link_probe_s=moved)
+    warned = calibration_warnings(doc)
+    assert len(warned) == 1 and "rank 0 ran the link probe" in warned[0]
+    assert "1.97 ms at the start and 1.58 ms at the end (1.25x apart)" in warned[0]
+    assert "collective tables describe a link that changed" in warned[0]
+    assert drifted(fit_quality(doc))
+    # the compute probe and the link probe are read apart: each drift is its own
+    assert speed_drift({"link_probe_s": moved}) is None
+    assert speed_drift({"link_probe_s": moved}, "link_probe_s")[:2] == \
+        (pytest.approx(0.00197 / 0.00158), 0)
+    assert drifted({"speed_drift": 1.3, "link_drift": None})
+    assert not drifted({"speed_drift": None, "link_drift": None})
+
+
 def test_oversubscription_is_a_cpu_matter():
     assert oversubscribed("gloo", 4, 1, 2) is not None
     assert oversubscribed("gloo", 2, 1, 2) is None
@@ -101,9 +123,11 @@ def test_oversubscribed_calibration_warns_says_why_and_records_its_conditions(tm
     cond = doc["conditions"]
     assert cond["processes"] == nproc and cond["cores"] == available_cores()
     assert cond["backend"] == "gloo" and cond["torch"] and cond["other_load_cores"] is not None
-    # each rank timed the speed probe at the start and the end (planner.run.speed_probe)
-    assert [len(cond["speed_probe_s"][k]) for k in ("before", "after")] == [nproc, nproc]
-    assert min(cond["speed_probe_s"]["before"] + cond["speed_probe_s"]["after"]) > 0
+    # each rank timed the speed and link probes at the start and the end
+    # (planner.run.speed_probe)
+    for key in ("speed_probe_s", "link_probe_s"):
+        assert [len(cond[key][k]) for k in ("before", "after")] == [nproc, nproc]
+        assert min(cond[key]["before"] + cond[key]["after"]) > 0
     assert doc["quality"]["compute_cases"] > 0
     # more ranks than cores: none is pinned (planner.run.affinity), and the output says so
     assert cond["pinned"] is False and "local ranks on" in cond["not_pinned"]
@@ -165,6 +189,36 @@ def test_check_run_says_when_the_machine_computed_slower_or_faster_than_calibrat
     assert speed_ratio(cal, {"backend": "gloo"}) is None
     assert speed_ratio({}, run(0.0055, 0.0055, 0.0054, 0.0056)) is None
     assert condition_warnings({"backend": "gloo"}, run(0.01, 0.01, 0.01, 0.01)) == []
+
+
+def test_check_run_says_when_the_collectives_moved_bytes_slower_or_faster_than_calibrated():
+    from planner.run.check_run import LINK_RATIO_WARN, condition_warnings, link_ratio
+
+    cal = {"backend": "gloo", "cores": 2,
+           "link_probe_s": {"before": [0.0016, 0.0016], "after": [0.0016, 0.0016]}}
+
+    def run(ms, **extra):
+        return {"backend": "gloo", "cores": 2,
+                "link_probe_s": {"before": [ms / 1e3] * 2, "after": [ms / 1e3] * 2}, **extra}
+    assert link_ratio(cal, run(2.4)) == pytest.approx(1.5)
+    assert condition_warnings(cal, run(1.6 * LINK_RATIO_WARN * 0.99)) == []  # inside the band
+    slower = condition_warnings(cal, run(2.4))
+    assert len(slower) == 1 and "took 1.50x the calibration's time for the link probe" in \
+        slower[0]
+    assert "collectives moved bytes slower than when it was calibrated" in slower[0]
+    faster = condition_warnings(cal, run(1.2))
+    assert len(faster) == 1 and "0.75x" in faster[0] and "moved bytes faster" in faster[0]
+    # the compute probe says nothing of the link: a steady compute probe, a slower link
+    both = {**cal, "speed_probe_s": {"before": [0.005] * 2, "after": [0.005] * 2}}
+    said = condition_warnings(both, {**run(2.4), "speed_probe_s": both["speed_probe_s"]})
+    assert len(said) == 1 and "link probe" in said[0]
+    # more processes than cores: the run's probe was time-shared, so only that is said
+    crowded = condition_warnings(cal, run(3.2, processes=3, threads=1))
+    assert len(crowded) == 1 and "3 processes x 1 thread(s) on 2 core(s)" in crowded[0]
+    # files written before the link probe (or one rank: no link): nothing said
+    assert link_ratio(cal, {"backend": "gloo"}) is None and link_ratio({}, run(2.4)) is None
+    assert condition_warnings(cal, {"backend": "gloo", "cores": 2,
+                                    "link_probe_s": {"before": [], "after": []}}) == []
 
 
 def test_the_speed_probe_leaves_the_callers_random_stream_alone():

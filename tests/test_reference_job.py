@@ -96,10 +96,12 @@ def _check_timings(record: dict) -> None:
     assert record["step_times_s"] == [s["step"] for s in timings[0]["steps"]]
     assert record["step_times_max_s"] == [max(t["steps"][i]["step"] for t in timings)
                                           for i in range(steps)]
-    # every rank timed the speed probe before and after the steps (planner.run.speed_probe)
-    probe = record["environment"]["speed_probe_s"]
-    assert sorted(probe) == ["after", "before"]
-    assert all(len(probe[k]) == record["world_size"] and min(probe[k]) > 0 for k in probe)
+    # every rank timed the speed and link probes before and after the steps
+    # (planner.run.speed_probe)
+    for key in ("speed_probe_s", "link_probe_s"):
+        probe = record["environment"][key]
+        assert sorted(probe) == ["after", "before"]
+        assert all(len(probe[k]) == record["world_size"] and min(probe[k]) > 0 for k in probe)
 
 
 @pytest.mark.parametrize("tp,pp", [(1, 2), (1, 4), (2, 2), (2, 1)],

@@ -141,6 +141,8 @@ def _quality_line(doc: dict) -> str:
                  "kernels")
     if quality.get("speed_drift") is not None:
         text += f"; speed probe {quality['speed_drift']:.2f}x apart at start and end"
+    if quality.get("link_drift") is not None:
+        text += f", link probe {quality['link_drift']:.2f}x"
     text += f"; measured with {cond.get('processes')} process(es) on {cond.get('cores')} core(s)"
     if cond.get("pinned") is not None:
         text += ", each on cores of its own" if cond["pinned"] else ", not pinned to cores"

@@ -40,10 +40,10 @@ from planner.errors import PlannerError
 from planner.files import write_atomic
 
 __all__ = ["SCHEMA", "BenchmarkError", "CalibrateOptions", "available_cores",
-           "calibration_document", "calibration_warnings", "fit_quality", "oversubscribed",
-           "default_nproc", "element_bytes", "link_tier", "machine_cluster", "measure",
-           "probe_times", "rank_speed_spread", "residual_summary", "run_benchmarks", "speed_drift",
-           "threads_per_process", "write_calibration"]
+           "calibration_document", "calibration_warnings", "drifted", "fit_quality",
+           "oversubscribed", "default_nproc", "element_bytes", "link_tier", "machine_cluster",
+           "measure", "probe_times", "rank_speed_spread", "residual_summary", "run_benchmarks",
+           "speed_drift", "threads_per_process", "write_calibration"]
 
 SCHEMA = "planner.calibration/v1"
 
@@ -270,6 +270,12 @@ RANK_SPREAD_WARN = 1.25
 SPEED_DRIFT_WARN = 1.15
 
 
+def drifted(quality: dict) -> bool:
+    """Whether a calibration's ``quality`` (:func:`fit_quality`) says the machine's compute or
+    link speed moved while it measured (either probe above :data:`SPEED_DRIFT_WARN`)."""
+    return any((quality.get(k) or 0.0) > SPEED_DRIFT_WARN for k in ("speed_drift", "link_drift"))
+
+
 def fit_quality(doc: dict) -> dict:
     """The fit's quality in one number and per benchmark: ``median_abs_residual`` over the
     compute cases (:data:`COMPUTE_KINDS`: what ``gemm_efficiency``, ``gemm_half_dim``,
@@ -282,10 +288,12 @@ def fit_quality(doc: dict) -> dict:
     comm = sorted(abs(r["error"]) for r in residuals if r["kind"] in COLLECTIVE_KINDS)
     spread = rank_speed_spread(doc.get("raw", {}))
     drift = speed_drift(doc.get("conditions", {}))
+    link = speed_drift(doc.get("conditions", {}), "link_probe_s")
     return {"median_abs_residual": compute[len(compute) // 2] if compute else None,
             "compute_cases": len(compute),
             "rank_speed_spread": spread,
             "speed_drift": drift[0] if drift else None,
+            "link_drift": link[0] if link else None,
             "collectives_median_abs_residual": comm[len(comm) // 2] if comm else None,
             "collective_cases": len(comm),
             "by_kind": {k: {"cases": n, "median": med, "worst": worst}
@@ -312,11 +320,13 @@ def rank_speed_spread(raw: dict) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
-def probe_times(conditions: dict) -> tuple[list[float], list[float]] | None:
-    """Each rank's speed-probe seconds before and after (``speed_probe_s`` of a calibration's
-    ``conditions`` or a run record's ``environment``; :mod:`planner.run.speed_probe`), or None
-    where there are none (files written before the probe)."""
-    probe = conditions.get("speed_probe_s")
+def probe_times(conditions: dict, key: str = "speed_probe_s"
+                ) -> tuple[list[float], list[float]] | None:
+    """Each rank's probe seconds before and after (``key`` of a calibration's ``conditions``
+    or a run record's ``environment``: ``speed_probe_s``, the compute probe, or
+    ``link_probe_s``, the link probe; :mod:`planner.run.speed_probe`), or None where there are
+    none (files written before the probe)."""
+    probe = conditions.get(key)
     if not isinstance(probe, dict):
         return None
     before, after = ([float(v) for v in probe.get(when) or [] if isinstance(v, (int, float))]
@@ -324,12 +334,13 @@ def probe_times(conditions: dict) -> tuple[list[float], list[float]] | None:
     return (before, after) if before or after else None
 
 
-def speed_drift(conditions: dict) -> tuple[float, int, float, float] | None:
-    """How far the machine's speed moved while calibrate measured: per rank, its speed probe
-    at the end over the one at the start (:func:`probe_times`), either way up (a ratio of at
-    least 1); the rank that moved most as (ratio, rank, start s, end s). None without the
-    probe."""
-    times = probe_times(conditions)
+def speed_drift(conditions: dict, key: str = "speed_probe_s"
+                ) -> tuple[float, int, float, float] | None:
+    """How far the machine's speed moved while calibrate measured: per rank, its probe
+    (``key``: the compute probe, or ``link_probe_s``) at the end over the one at the start
+    (:func:`probe_times`), either way up (a ratio of at least 1); the rank that moved most as
+    (ratio, rank, start s, end s). None without the probe."""
+    times = probe_times(conditions, key)
     if times is None:
         return None
     pairs = [(rank, a, b) for rank, (a, b) in enumerate(zip(*times)) if a > 0 and b > 0]
@@ -355,8 +366,9 @@ def calibration_warnings(doc: dict) -> list[str]:
     """What makes this calibration untrustworthy: more processes than cores, a busy machine
     (other processes kept more than :data:`LOAD_WARN` of the cores busy while measuring:
     :class:`OtherLoad`), fits whose median residual is above :data:`RESIDUAL_WARN`, ranks
-    unalike (:func:`rank_speed_spread`) and a machine whose speed moved between the start and
-    the end (:func:`speed_drift` above :data:`SPEED_DRIFT_WARN`)."""
+    unalike (:func:`rank_speed_spread`) and a machine whose compute or link speed moved between
+    the start and the end (:func:`speed_drift` of either probe above
+    :data:`SPEED_DRIFT_WARN`)."""
     cond = doc.get("conditions", {})
     out = []
     why = oversubscribed(cond.get("backend", "gloo"), cond.get("processes", 1),
@@ -387,6 +399,14 @@ def calibration_warnings(doc: dict) -> list[str]:
                    f"probe (planner.run.speed_probe) in {1e3 * start:.2f} ms at the start and "
                    f"{1e3 * end:.2f} ms at the end ({ratio:.2f}x apart), so the timings in "
                    "between describe a machine that changed; calibrate again when it is steadier")
+    link = speed_drift(cond, "link_probe_s")
+    if link is not None and link[0] > SPEED_DRIFT_WARN:
+        ratio, rank, start, end = link
+        out.append(f"the machine's collectives changed speed while measuring: rank {rank} ran "
+                   f"the link probe (one all-reduce over every rank, planner.run.speed_probe) in "
+                   f" {1e3 * start:.2f} ms at the start and "
+                   f"{1e3 * end:.2f} ms at the end ({ratio:.2f}x apart), so the collective "
+                   "tables describe a link that changed; calibrate again when it is steadier")
     comm = quality["collectives_median_abs_residual"]
     if comm is not None and comm > RESIDUAL_WARN:
         out.append(f"collectives: median residual {comm:.0%} over "

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from planner.files import write_atomic
 from planner.run.affinity import Pinning, pin_rank_for
-from planner.run.speed_probe import probe_ranks_s
+from planner.run.speed_probe import machine_probes, probe_record
 from planner.run.transport_threads import idle_transport_threads
 
 
@@ -632,8 +632,8 @@ def main(argv: list[str] | None = None) -> None:
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     idle = _idle_transport()
-    # the machine's speed now and at the end, for check-run (planner.run.speed_probe)
-    probe = {"before": probe_ranks_s(DEVICE, DTYPE, _sync)}
+    # the machine's compute and link speed now and at the end (planner.run.speed_probe)
+    before = machine_probes(DEVICE, DTYPE, _sync)
     total = (len(sizes.gemm) + len(sizes.attention) + len(sizes.layer) + len(sizes.copy_bytes)
              + len(sizes.decode_rows) + len(sizes.decode_attention) + len(sizes.dispatch)
              + len(sizes.eager)
@@ -665,8 +665,7 @@ def main(argv: list[str] | None = None) -> None:
     comm = collective_cases(sizes, rank, world, report)
     interleave = interleave_cases(sizes, world, report)
     resume = resume_cases(sizes, world, report)
-    probe["after"] = probe_ranks_s(DEVICE, DTYPE, _sync)
-    conditions["speed_probe_s"] = probe
+    conditions.update(probe_record(before, machine_probes(DEVICE, DTYPE, _sync)))
     conditions.update(load_after=_load(), **_machine_conditions(args.backend, world, pinning),
                       idle_transport_threads=idle)
     if rank == 0:

@@ -23,7 +23,7 @@ from typing import Any
 from planner.errors import SpecError
 from planner.run.calibrate import LOAD_WARN, oversubscribed, probe_times
 
-__all__ = ["Row", "check_record", "compare", "condition_warnings", "load_record",
+__all__ = ["Row", "check_record", "compare", "condition_warnings", "link_ratio", "load_record",
            "rank_imbalance", "run_warnings", "speed_ratio"]
 
 
@@ -162,11 +162,15 @@ def run_warnings(record: dict[str, Any]) -> list[str]:
 
 
 SPEED_RATIO_WARN = 1.05  # the run's speed probe over the calibration's, either way
+# the run's link probe over the calibration's, either way: on the 2-vCPU box the probe's
+# all-reduce repeats within about 5% while the link keeps one speed, and moves 1.7x when it
+# changes (planner.run.speed_probe's docstring)
+LINK_RATIO_WARN = 1.15
 
 
-def _probe_median_s(conditions: dict) -> float | None:
-    """The median of every rank's speed probe, before and after (:func:`probe_times`)."""
-    times = probe_times(conditions)
+def _probe_median_s(conditions: dict, key: str = "speed_probe_s") -> float | None:
+    """The median of every rank's probe (``key``), before and after (:func:`probe_times`)."""
+    times = probe_times(conditions, key)
     values = [v for when in times or () for v in when if v > 0]
     return statistics.median(values) if values else None
 
@@ -178,6 +182,15 @@ def speed_ratio(calibrated: dict, run: dict) -> float | None:
     was calibrated. ``calibrated``: a calibration's ``conditions``; ``run``: a run record's
     ``environment``. None where either lacks the probe (files written before it)."""
     cal_s, run_s = _probe_median_s(calibrated), _probe_median_s(run)
+    return run_s / cal_s if cal_s and run_s else None
+
+
+def link_ratio(calibrated: dict, run: dict) -> float | None:
+    """:func:`speed_ratio` of the link probe (one all-reduce over every rank,
+    :func:`planner.run.speed_probe.probe_link_ranks_s`): above 1 the run's collectives moved
+    bytes slower than the calibration's did. None where either lacks it."""
+    cal_s, run_s = (_probe_median_s(calibrated, "link_probe_s"),
+                    _probe_median_s(run, "link_probe_s"))
     return run_s / cal_s if cal_s and run_s else None
 
 
@@ -224,4 +237,10 @@ def condition_warnings(calibrated: dict, run: dict) -> list[str]:
                    "(one block's forward and backward, planner.run.speed_probe): it computed "
                    f"{'slower' if ratio > 1 else 'faster'} than when it was calibrated, and the "
                    "prediction assumes the calibration's speed")
+    link = link_ratio(calibrated, run)
+    if not crowded and link is not None and not 1 / LINK_RATIO_WARN <= link <= LINK_RATIO_WARN:
+        out.append(f"the machine took {link:.2f}x the calibration's time for the link probe "
+                   "(one all-reduce over every rank, planner.run.speed_probe): its collectives "
+                   f"moved bytes {'slower' if link > 1 else 'faster'} than when it was "
+                   "calibrated, and the prediction prices them at the calibration's speed")
     return out

@@ -13,6 +13,15 @@ model.Block`, 96 tokens of hidden 192, 6 heads: a point of calibrate's layer gri
 :data:`PROBE_CALLS` times after one warm-up; the median call. Every rank runs it at the same
 moment (after a barrier), as the ranks compute together in a job; each rank's median is kept.
 About 60 ms on the 2-vCPU box.
+
+The link probe (:func:`probe_link_ranks_s`) does the same for the collectives: one all-reduce of
+:data:`LINK_PROBE_BYTES` over every rank, after a barrier (no arrival skew in it), the median
+of :data:`LINK_PROBE_CALLS`. The compute probe does not see the link: on the 2-vCPU box
+(2026-11-28 20:20-20:40 UTC, two pinned gloo ranks, gloo's transport threads idle-priority as
+in the jobs) an all-reduce of 8.4 MB took 5.5 ms for tens of seconds, then 3.2 ms, then 5.5
+ms again, with nothing else running, while the compute probe moved by under 15%; the same
+all-reduce took 3.7 ms in the calibration's table and 7-8 ms in the MoE reference job's
+gradient sync. About 20-40 ms on that box.
 """
 from __future__ import annotations
 
@@ -23,10 +32,15 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-__all__ = ["PROBE_CALLS", "PROBE_SHAPE", "probe_block_s", "probe_ranks_s"]
+__all__ = ["LINK_PROBE_BYTES", "LINK_PROBE_CALLS", "PROBE_CALLS", "PROBE_SHAPE", "probe_block_s",
+           "probe_link_ranks_s", "probe_ranks_s", "machine_probes", "probe_record"]
 
 PROBE_SHAPE = (1, 96, 192, 6)  # batch, tokens, hidden, heads
 PROBE_CALLS = 12
+# a size calibrate's collective tables hold (calibrate_job.FULL.comm_bytes): gradient-bucket
+# sized, so the probe moves bytes through the transport rather than timing its latency
+LINK_PROBE_BYTES = 4 * 2**20
+LINK_PROBE_CALLS = 8
 
 
 def probe_block_s(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
@@ -65,3 +79,45 @@ def probe_ranks_s(device: torch.device | str = "cpu", dtype: torch.dtype = torch
     out: list = [None] * dist.get_world_size(group)
     dist.all_gather_object(out, round(mine, 7), group=group)
     return [float(v) for v in out]
+
+
+def probe_link_ranks_s(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                       sync: Callable[[], None] | None = None, group=None) -> list[float]:
+    """Each rank's median seconds, in rank order, of one all-reduce of :data:`LINK_PROBE_BYTES`
+    over ``group`` (the world by default): one warm-up, then :data:`LINK_PROBE_CALLS` calls,
+    each after a barrier so that no rank waits for a late peer inside the timed call. [] with
+    one rank (there is no link). Every rank gets the list."""
+    world = dist.get_world_size(group)
+    if world < 2:
+        return []
+    elem = torch.tensor([], dtype=dtype).element_size()
+    buf = torch.zeros(LINK_PROBE_BYTES // elem, device=device, dtype=dtype)  # stays 0 summed
+    wait = sync or (lambda: None)
+    dist.all_reduce(buf, group=group)
+    wait()
+    times = []
+    for _ in range(LINK_PROBE_CALLS):
+        dist.barrier(group=group)
+        t0 = time.perf_counter()
+        dist.all_reduce(buf, group=group)
+        wait()
+        times.append(time.perf_counter() - t0)
+    out: list = [None] * world
+    dist.all_gather_object(out, round(statistics.median(times), 7), group=group)
+    return [float(v) for v in out]
+
+
+def machine_probes(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                   sync: Callable[[], None] | None = None, group=None) -> dict[str, list[float]]:
+    """The machine now: ``speed`` (:func:`probe_ranks_s`) and ``link``
+    (:func:`probe_link_ranks_s`), each rank's seconds in rank order."""
+    return {"speed": probe_ranks_s(device, dtype, sync, group),
+            "link": probe_link_ranks_s(device, dtype, sync, group)}
+
+
+def probe_record(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict:
+    """What a calibration's ``conditions`` or a run record's ``environment`` keeps of two
+    :func:`machine_probes`: ``speed_probe_s`` and ``link_probe_s``, each ``{"before": [...],
+    "after": [...]}`` (``planner.run.calibrate.probe_times`` reads them)."""
+    return {"speed_probe_s": {"before": before["speed"], "after": after["speed"]},
+            "link_probe_s": {"before": before["link"], "after": after["link"]}}

@@ -26,7 +26,7 @@ from planner.run.afd_job.model import (AttentionSide, ExpertBank, KVCache, promp
 from planner.run.afd_job.shape import AfdShape, afd_shape
 from planner.run.afd_job.timers import AfdTimers, busy_idle
 from planner.run.affinity import Pinning, pin_rank_for
-from planner.run.speed_probe import probe_ranks_s
+from planner.run.speed_probe import machine_probes, probe_record
 from planner.run.transport_threads import idle_transport_threads
 from planner.run.runtime import (AfdRole, WorldMismatch, afd_expert_homes, afd_role, afd_world,
                                  node_backend)
@@ -172,10 +172,10 @@ def run(plan_path: str, overrides: Mapping[str, Any], out: str | None,
     timers = AfdTimers(torch.cuda.synchronize if device.type == "cuda" else None)
     preposted = chosen == "gloo"  # pre-posted token receives (link.py's docstring)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
-    # the machine's speed before and after the steps, for check-run (planner.run.speed_probe)
-    probe = {"before": probe_ranks_s(device, torch.float32, sync)}
+    # compute and link speed before and after the steps, for check-run (speed_probe)
+    before = machine_probes(device, torch.float32, sync)
     mine = _run_rank(shape, role, groups, timers, device, keep_logits, preposted)
-    probe["after"] = probe_ranks_s(device, torch.float32, sync)
+    probes = probe_record(before, machine_probes(device, torch.float32, sync))
     mine["idle_transport_threads"] = idle
     mine["pinned"] = bool(pinning.pinned)
     gathered: list = [None] * world
@@ -186,7 +186,7 @@ def run(plan_path: str, overrides: Mapping[str, Any], out: str | None,
         result = [seq for r in ranks if r["role"] == "attention" for seq in r["tokens"]]
         if out is not None:
             _write_record(Path(out), plan, shape, ranks, chosen, keep_logits, preposted, pinning,
-                          probe)
+                          probes)
     dist.barrier()
     dist.destroy_process_group()
     return result
@@ -238,11 +238,12 @@ def _run_rank(shape: AfdShape, role: AfdRole, groups: Groups, timers: AfdTimers,
 
 def _write_record(out: Path, plan, shape: AfdShape, ranks: list[dict], backend: str,
                   keep_logits: bool, preposted: bool, pinning: Pinning,
-                  probe: dict[str, list[float]]) -> None:
+                  probes: dict[str, dict]) -> None:
     """Rank 0's run record (``planner.afd-run-record/v1``): the plan, the shape, every
     sequence's generated ids, the step times and every rank's busy/idle split; ``pinning``
-    is rank 0's (the machine's cores before it, whether the ranks were pinned); ``probe``
-    each rank's speed probe before and after the steps (:mod:`planner.run.speed_probe`)."""
+    is rank 0's (the machine's cores before it, whether the ranks were pinned); ``probes``
+    each rank's speed and link probes before and after the steps
+    (:func:`planner.run.speed_probe.probe_record`)."""
     import json
     import platform
 
@@ -271,7 +272,7 @@ def _write_record(out: Path, plan, shape: AfdShape, ranks: list[dict], backend: 
                         "threads": torch.get_num_threads(),
                         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
                         "processes": len(ranks), **pinning.record(),
-                        "speed_probe_s": probe}}
+                        **probes}}
     if keep_logits:
         record["final_logits"] = [row for r in attention for row in r["final_logits"]]
     write_atomic(out, json.dumps(record, indent=1, sort_keys=True) + "\n")

@@ -25,7 +25,7 @@ from planner.run.reference_job.shape import IMPLEMENTATION, JobShape, plan_share
 from planner.run.reference_job.timers import Timers
 from planner.run.reference_job.tp import shard_block
 from planner.run.runtime import degrees_of, expert_maps, init
-from planner.run.speed_probe import probe_ranks_s
+from planner.run.speed_probe import machine_probes, probe_record
 from planner.run.affinity import Pinning, pin_rank_for
 from planner.run.transport_threads import idle_transport_threads
 
@@ -80,8 +80,8 @@ def train(plan_path: str, shape_overrides: dict, out: str | None,
                        tuple(next(g for g in rt.plan.groups["pp"] if view.rank in g)),
                        rt.groups.get("dp"), ep, timers, device)
     losses, times, forwards = [], [], []
-    # the machine's speed before and after the steps, for check-run (planner.run.speed_probe)
-    probe = {"before": probe_ranks_s(device.device, device.dtype, device.sync)}
+    # compute and link speed before and after the steps, for check-run (speed_probe)
+    before = machine_probes(device.device, device.dtype, device.sync)
     for step in range(shape.steps):
         device.sync()
         start = time.perf_counter()
@@ -94,14 +94,14 @@ def train(plan_path: str, shape_overrides: dict, out: str | None,
         if step == 0 and dump_params is not None:
             torch.save(global_params(model, tuple(view.layers)),
                        f"{dump_params}.rank{view.rank}.pt")
-    probe["after"] = probe_ranks_s(device.device, device.dtype, device.sync)
+    probes = probe_record(before, machine_probes(device.device, device.dtype, device.sync))
     ranks = [None] * view.world_size
     dist.all_gather_object(ranks, {"rank": view.rank, "ep": view.coords["ep"], "stage": view.stage,
                                    "events": log, "coords": dict(view.coords),
                                    "threads": torch.get_num_threads(), "steps": timers.steps,
                                    "micro_batches": forwards, "pinned": bool(pinning.pinned)})
     if out is not None and view.rank == 0:
-        _write_record(out, rt, shape, losses, times, ranks, pinning, device, probe)
+        _write_record(out, rt, shape, losses, times, ranks, pinning, device, probes)
     dist.barrier()
     dist.destroy_process_group()
     return losses
@@ -143,11 +143,12 @@ def build_stage(rt, shape: JobShape, log: list, timers: Timers) -> Stage:
 
 def _write_record(out: str, rt, shape: JobShape, losses: list[float], times: list[float],
                   ranks: list[dict], pinning: Pinning, device: JobDevice,
-                  probe: dict[str, list[float]]) -> None:
+                  probes: dict[str, dict]) -> None:
     """``ranks``: every rank's gathered object (expert events, coordinates, threads, timings);
     ``pinning``: rank 0's (the machine's cores before it, whether the ranks were pinned);
-    ``device``: the job's, whose precision the record's ``implementation`` states; ``probe``:
-    each rank's speed probe before and after the steps (:mod:`planner.run.speed_probe`)."""
+    ``device``: the job's, whose precision the record's ``implementation`` states; ``probes``:
+    each rank's speed and link probes before and after the steps
+    (:func:`planner.run.speed_probe.probe_record`)."""
     from planner.run.launch import write_run_record
 
     ranks = sorted(ranks, key=lambda r: r["rank"])
@@ -168,4 +169,4 @@ def _write_record(out: str, rt, shape: JobShape, losses: list[float], times: lis
                       "threads": torch.get_num_threads(),
                       "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
                       "processes": dist.get_world_size(), **pinning.record(),
-                      **device.describe(), "speed_probe_s": probe})
+                      **device.describe(), **probes})
