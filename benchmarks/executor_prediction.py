@@ -170,6 +170,18 @@ LIMITS = [
     "tau +0.89, +0.83, +0.94 (the first repetition's calibration predicted TP2 at micro-batch "
     "1 +40% and PP2 deep +20%), against 9, 9, 9 and 9, 9, 9 with the shipped fit: no "
     "evidence it is better.",
+    "* The box's intra-host link has two speeds, and the hypervisor switches them (2026-11-28 "
+    "21:10 UTC, two pinned ranks, nothing else running): the link probe (one all-reduce of "
+    "16 MiB) took 6.3 ms (5.8-7.5) for 3 to 17 s at a time and 11.8 ms (10.6-16.8) for 3 to "
+    "over 30 s, switching within one probe, about half the time in each over 75 s; the "
+    "compute probe stayed at 3.9-4.4 ms throughout (3-5% faster while the link was slow, as "
+    "if the two vCPUs then sat on different cache dies). Calibrate's collective tables are "
+    "timed in whichever state holds (of the 11 calibrations of 2026-11-28 20:40-21:15 UTC, "
+    "10 had their link probe 1.6-2.4x apart at the start and the end), and each run of a "
+    "few seconds mostly in one: the MoE plan's runs in one repetition were -7% with the link "
+    "at 0.67x the calibration's and -11%, -13% at 1.32x and 1.46x. gloo has no shared-memory "
+    "transport, so its collectives between two processes on one host go through loopback "
+    "TCP, a copy between the two cores' caches.",
     "* The ranking: on the Xeon (02:25 UTC) the plans in the wrong order measured 1-4% apart, "
     "within the box's run-to-run spread; on the EPYC at 03:31 UTC also two pairs 21-22% "
     "apart, both with PP2 at micro-batch 1, whose median run measured 15% over its "
@@ -216,6 +228,9 @@ def plan_file(name: str, model: Path, seq_len: int, options: list[str], work: Pa
     return plan
 
 
+COMM_ROWS = ("all-reduce", "all-to-all")  # check-run rows that are a collective's time
+
+
 def run_plan(name: str, plan: Path, record: Path, cal: Path = CAL, device: str = "cpu",
              steps: int = STEPS) -> dict:
     """``planner launch`` the plan once with a run record (the reference job on ``device``:
@@ -229,12 +244,15 @@ def run_plan(name: str, plan: Path, record: Path, cal: Path = CAL, device: str =
                               "--format", "json").stdout)
     run = json.loads(record.read_text())
     step = next(r for r in rows if r["what"] == "step")
+    comm = [r for r in rows if any(k in r["what"] for k in COMM_ROWS)]
     imbalance = rank_imbalance(run)
     conditions = json.loads(cal.read_text()).get("conditions", {})
     return {"plan": name, "config": run["config"],
             "rank_imbalance": imbalance[0] if imbalance else None,
             "speed_ratio": speed_ratio(conditions, run["environment"]),
             "link_ratio": link_ratio(conditions, run["environment"]),
+            "comm_predicted_s": sum(r["predicted_s"] for r in comm),
+            "comm_measured_s": sum(r["measured_s"] for r in comm),
             "predicted_step_s": step["predicted_s"], "measured_step_s": step["measured_s"],
             "error": step["error"], "step_times_max_s": run["step_times_max_s"],
             "environment": run["environment"], "launch_wall_s": wall, "rows": rows}
@@ -252,7 +270,9 @@ def median_of(runs: list[dict]) -> dict:
             "runs_measured_step_s": [r["measured_step_s"] for r in runs],
             "runs_error": [r["error"] for r in runs],
             "runs_speed_ratio": [r.get("speed_ratio") for r in runs],
-            "runs_link_ratio": [r.get("link_ratio") for r in runs]}
+            "runs_link_ratio": [r.get("link_ratio") for r in runs],
+            "runs_comm_error": [r["comm_predicted_s"] / r["comm_measured_s"] - 1
+                                if r.get("comm_measured_s") else None for r in runs]}
 
 
 def median_run(runs: list[dict], records: list[Path], keep: Path) -> dict:
@@ -382,7 +402,7 @@ def main() -> None:
             {k: r.get(k) for k in ("plan", "predicted_step_s", "measured_step_s", "error",
                                    "runs_measured_step_s", "rank_imbalance", "speed_ratio",
                                    "runs_error", "runs_speed_ratio", "link_ratio",
-                                   "runs_link_ratio")}
+                                   "runs_link_ratio", "runs_comm_error")}
             for r in results],
             "calibration_rank_spread": json.loads(CAL.read_text())["quality"].get(
                 "rank_speed_spread"),
@@ -462,39 +482,33 @@ def drift_lines(repetitions: list[dict]) -> list[str]:
             + f" of {len(repetitions[-1]['results'])} plans in the repetitions."]
 
 
-COMM_ROWS = ("all-reduce", "all-to-all")  # check-run rows that are a collective's time
-
-
 def link_lines(repetitions: list[dict]) -> list[str]:
-    """The link probe at each compared run against its calibration's
+    """The link probe at each launched run against its calibration's
     (:func:`planner.run.check_run.link_ratio`), and how the collectives' error (check-run's
-    all-reduce and all-to-all rows summed, predicted over measured) follows it."""
-    pairs = []
-    for rep in repetitions:
-        for x in rep["results"]:
-            comm = [r for r in x.get("rows", []) if any(k in r["what"] for k in COMM_ROWS)]
-            measured = sum(r["measured_s"] for r in comm)
-            if x.get("link_ratio") is not None and measured > 0:
-                pairs.append((x["link_ratio"], sum(r["predicted_s"] for r in comm) / measured
-                              - 1))
+    all-reduce and all-to-all rows summed, predicted over measured - 1) follows it."""
+    pairs = [(q, e) for rep in repetitions for r in rep["results"]
+             for q, e in zip(r.get("runs_link_ratio") or [], r.get("runs_comm_error") or [])
+             if q is not None and e is not None]
     if len(pairs) < 3:
         return []
     ratios, errors = [q for q, _ in pairs], [e for _, e in pairs]
     r = (statistics.correlation(ratios, errors)
          if len(set(ratios)) > 1 and len(set(errors)) > 1 else 0.0)
     near = [e for q, e in pairs if 1 / LINK_RATIO_WARN <= q <= LINK_RATIO_WARN]
-    far = [e for q, e in pairs if not 1 / LINK_RATIO_WARN <= q <= LINK_RATIO_WARN]
+    slow = [e for q, e in pairs if q > LINK_RATIO_WARN]
+    fast = [e for q, e in pairs if q < 1 / LINK_RATIO_WARN]
 
-    def med(errs: list[float]) -> str:
-        return f"median {statistics.median(errs):+.0%}" if errs else "none"
-    return ["", "The link at each compared run against its calibration: the link probe "
-            "(`planner.run.speed_probe`, one all-reduce of 4 MiB over both ranks after a "
-            "barrier; `planner check-run` warns beyond "
-            f"{LINK_RATIO_WARN:g}x) took {min(ratios):.2f}x to {max(ratios):.2f}x the "
-            f"calibration's time over the {len(pairs)} compared runs with collectives. Their "
-            "collectives' error (the all-reduce and all-to-all rows of check-run, summed) "
-            f"against that ratio: Pearson r {r:+.2f}; {len(near)} runs within the warning's "
-            f"band, {med(near)}; {len(far)} outside it, {med(far)}."]
+    def med(errs: list[float], what: str) -> str:
+        return (f"{len(errs)} {what}, median {statistics.median(errs):+.0%}" if errs
+                else f"none {what}")
+    return ["", "The link at each run against its calibration: the link probe "
+            "(`planner.run.speed_probe`, one all-reduce of 16 MiB over both ranks after a "
+            f"barrier; `planner check-run` warns beyond {LINK_RATIO_WARN:g}x) took "
+            f"{min(ratios):.2f}x to {max(ratios):.2f}x the calibration's time over the "
+            f"{len(pairs)} launched runs with collectives. Their collectives' error (the "
+            "all-reduce and all-to-all rows of check-run, summed) against that ratio: Pearson "
+            f"r {r:+.2f}; {med(near, 'within the warning band')}; "
+            f"{med(slow, 'slower')}; {med(fast, 'faster')}."]
 
 
 def render(out: dict) -> list[str]:

@@ -21,7 +21,7 @@ of :data:`LINK_PROBE_CALLS`. The compute probe does not see the link: on the 2-v
 in the jobs) an all-reduce of 8.4 MB took 5.5 ms for tens of seconds, then 3.2 ms, then 5.5
 ms again, with nothing else running, while the compute probe moved by under 15%; the same
 all-reduce took 3.7 ms in the calibration's table and 7-8 ms in the MoE reference job's
-gradient sync. About 20-40 ms on that box.
+gradient sync. About 30-40 ms on that box.
 """
 from __future__ import annotations
 
@@ -38,9 +38,12 @@ __all__ = ["LINK_PROBE_BYTES", "LINK_PROBE_CALLS", "PROBE_CALLS", "PROBE_SHAPE",
 PROBE_SHAPE = (1, 96, 192, 6)  # batch, tokens, hidden, heads
 PROBE_CALLS = 12
 # a size calibrate's collective tables hold (calibrate_job.FULL.comm_bytes): gradient-bucket
-# sized, so the probe moves bytes through the transport rather than timing its latency
-LINK_PROBE_BYTES = 4 * 2**20
-LINK_PROBE_CALLS = 8
+# sized, so the probe times the transport's bandwidth, not its latency or a thread's wake-up.
+# On the 2-vCPU box (2026-11-28 21:05 UTC, 12 probes 0.3 s of compute apart, quiet) the median
+# of 4 calls of 16 MiB stayed within 1.08x (5.9-6.4 ms), that of 8 calls of 4 MiB within
+# 1.35x (1.30-1.75 ms): a small all-reduce's time is mostly scheduling.
+LINK_PROBE_BYTES = 16 * 2**20
+LINK_PROBE_CALLS = 4
 
 
 def probe_block_s(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
