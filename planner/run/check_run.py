@@ -230,17 +230,17 @@ def condition_warnings(calibrated: dict, run: dict) -> list[str]:
         if other is not None and cores and other > LOAD_WARN * cores:
             out.append(f"other processes kept {other:.2f} of {cores} cores busy during "
                        f"{who}")
-    ratio = speed_ratio(calibrated, run)
-    # with more processes than cores the run's probe was time-shared: not the machine's speed
-    if not crowded and ratio is not None and not 1 / SPEED_RATIO_WARN <= ratio <= SPEED_RATIO_WARN:
-        out.append(f"the machine took {ratio:.2f}x the calibration's time for the speed probe "
-                   "(one block's forward and backward, planner.run.speed_probe): it computed "
-                   f"{'slower' if ratio > 1 else 'faster'} than when it was calibrated, and the "
-                   "prediction assumes the calibration's speed")
-    link = link_ratio(calibrated, run)
-    if not crowded and link is not None and not 1 / LINK_RATIO_WARN <= link <= LINK_RATIO_WARN:
-        out.append(f"the machine took {link:.2f}x the calibration's time for the link probe "
-                   "(one all-reduce over every rank, planner.run.speed_probe): its collectives "
-                   f"moved bytes {'slower' if link > 1 else 'faster'} than when it was "
-                   "calibrated, and the prediction prices them at the calibration's speed")
+    # with more processes than cores the run's probes were time-shared, not the machine's speed
+    probes = ((speed_ratio(calibrated, run), SPEED_RATIO_WARN,
+               "speed probe (one block's forward and backward, planner.run.speed_probe)",
+               "it computed {} than when it was calibrated, and the prediction assumes the "
+               "calibration's speed"),
+              (link_ratio(calibrated, run), LINK_RATIO_WARN,
+               "link probe (one all-reduce over every rank, planner.run.speed_probe)",
+               "its collectives moved bytes {} than when it was calibrated, and the prediction "
+               "prices them at the calibration's speed"))
+    for ratio, warn, probe, effect in probes:
+        if not crowded and ratio is not None and not 1 / warn <= ratio <= warn:
+            out.append(f"the machine took {ratio:.2f}x the calibration's time for the {probe}: "
+                       + effect.format("slower" if ratio > 1 else "faster"))
     return out
