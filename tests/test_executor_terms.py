@@ -306,6 +306,26 @@ def test_a_no_grad_call_costs_what_calibrate_timed_and_the_afd_prediction_uses_i
     assert machine_of(doc, eager_call_s=7e-6).call_s == 7e-6  # an explicit override wins
 
 
+def test_a_calls_cost_is_what_its_sequence_takes_beyond_the_math_the_model_prices():
+    """The AFD prediction prices each call's math (its GEMMs and element-wise passes) apart,
+    so eager_call_s holds what is left: two cases of different sizes built as calls x 5 us
+    plus their modelled math give 5 us each; counting the math in the call (no rates) gives
+    more for the larger case, and the median of the two is off."""
+    from cost_models.compute import GpuRates
+
+    rates = GpuRates(peak_flops=5e10, hbm_bytes_per_s=1e10, elem_bytes=4)
+    prof = Profile(gemm_efficiency=0.6, gemm_half_dim=16.0, hbm_efficiency=0.5)
+    cases = [{"rows": r, "width": w, "calls": 19,
+              "time_s": 19 * 5e-6 + fitting.eager_math_s(r, w, rates, prof)}
+             for r, w in ((4, 32), (32, 128))]
+    math_large = fitting.eager_math_s(32, 128, rates, prof)
+    assert math_large > 19 * 5e-6  # the larger case's math is not negligible
+    assert fitting.fit_eager_call(cases, rates, prof) == pytest.approx(5e-6)
+    assert fitting.fit_eager_call(cases) > 5e-6 + math_large / 19 / 2 * 0.99
+    # the math grows with the GEMMs' size: 8 rows w^2 FLOP, at most at the peak
+    assert math_large > 8 * 32 * 128 ** 2 / 5e10
+
+
 def test_the_late_read_is_the_median_wait_and_the_afd_prediction_pays_it_where_measured():
     """late_read_s is the median over pairs of calibrate's late wait (0 for calibrations
     without it); the AFD prediction of an overlapped plan grows with it, an m = 1 plan (no
