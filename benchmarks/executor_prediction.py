@@ -170,7 +170,7 @@ LIMITS = [
     "tau +0.89, +0.83, +0.94 (the first repetition's calibration predicted TP2 at micro-batch "
     "1 +40% and PP2 deep +20%), against 9, 9, 9 and 9, 9, 9 with the shipped fit: no "
     "evidence it is better.",
-    "* The box's intra-host link has two speeds, and the hypervisor switches them (2026-11-28 "
+    "* The box's intra-host link has two speeds, switched from outside the VM (2026-11-28 "
     "21:10 UTC, two pinned ranks, nothing else running): the link probe (one all-reduce of "
     "16 MiB) took 6.3 ms (5.8-7.5) for 3 to 17 s at a time and 11.8 ms (10.6-16.8) for 3 to "
     "over 30 s, switching within one probe, about half the time in each over 75 s; the "

@@ -403,8 +403,8 @@ def calibration_warnings(doc: dict) -> list[str]:
     if link is not None and link[0] > SPEED_DRIFT_WARN:
         ratio, rank, start, end = link
         out.append(f"the machine's collectives changed speed while measuring: rank {rank} ran "
-                   f"the link probe (one all-reduce over every rank, planner.run.speed_probe) in "
-                   f" {1e3 * start:.2f} ms at the start and "
+                   "the link probe (one all-reduce over every rank, planner.run.speed_probe) in "
+                   f"{1e3 * start:.2f} ms at the start and "
                    f"{1e3 * end:.2f} ms at the end ({ratio:.2f}x apart), so the collective "
                    "tables describe a link that changed; calibrate again when it is steadier")
     comm = quality["collectives_median_abs_residual"]

@@ -162,9 +162,9 @@ def run_warnings(record: dict[str, Any]) -> list[str]:
 
 
 SPEED_RATIO_WARN = 1.05  # the run's speed probe over the calibration's, either way
-# the run's link probe over the calibration's, either way: on the 2-vCPU box the probe's
-# all-reduce repeats within about 5% while the link keeps one speed, and moves 1.7x when it
-# changes (planner.run.speed_probe's docstring)
+# the run's link probe over the calibration's, either way: on the 2-vCPU box the probe repeats
+# within 1.08x while the link keeps one speed, and moves 1.9x when it changes (6.3 and 11.8 ms;
+# planner.run.speed_probe, docs/runtime.md)
 LINK_RATIO_WARN = 1.15
 
 

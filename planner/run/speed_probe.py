@@ -32,8 +32,8 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-__all__ = ["LINK_PROBE_BYTES", "LINK_PROBE_CALLS", "PROBE_CALLS", "PROBE_SHAPE", "probe_block_s",
-           "probe_link_ranks_s", "probe_ranks_s", "machine_probes", "probe_record"]
+__all__ = ["LINK_PROBE_BYTES", "LINK_PROBE_CALLS", "PROBE_CALLS", "PROBE_SHAPE", "machine_probes",
+           "probe_block_s", "probe_link_ranks_s", "probe_ranks_s", "probe_record"]
 
 PROBE_SHAPE = (1, 96, 192, 6)  # batch, tokens, hidden, heads
 PROBE_CALLS = 12
