@@ -29,13 +29,16 @@ seconds is run again, and so is the calibration when they took more than that pe
 or when calibrate warns that the machine's compute or link speed moved while it measured
 (a rank's speed or link probe more than 1.15x apart at its start and end; ``--attempts`` at
 most; every attempt is kept in the JSON, and a run that never got a quiet
-machine is counted as disturbed). Plans with more processes than
-cores time-share them (the predictor models it: processor sharing). Writes ``benchmarks/results/afd_executor_prediction.json`` and
-prints a markdown table, then a second one: the same prediction without the two terms of
-calibrate's ping-pong benchmark (``Profile.p2p_latency_s``, ``Profile.resume_s``; messages at
-``send_recv``'s latency, no resume after a wait), which is what check-run predicted before they
-were measured. Usage: ``python benchmarks/afd_executor_prediction.py [--repeats N]
-[--calibration FILE] [--steps N]``.
+machine is counted as disturbed). Plans with more processes than cores share them, each
+pinned to one core round-robin (``planner.run.affinity``; the predictor runs a core's ranks
+in turn: ``solvers.serving.pinned_cores``). Writes
+``benchmarks/results/afd_executor_prediction.json`` and prints a markdown table, then a second
+one: the same prediction without the terms of calibrate's ping-pong benchmark
+(``Profile.p2p_latency_s``, ``Profile.resume_s``, ``Profile.late_read_s``; messages at
+``send_recv``'s latency, no resume after a wait, no late read), which is what check-run
+predicted before they were measured, and a third: the time-shared plans predicted as if their
+ranks shared the cores evenly (processor sharing, before the job pinned them). Usage:
+``python benchmarks/afd_executor_prediction.py [--repeats N] [--calibration FILE] [--steps N]``.
 """
 from __future__ import annotations
 
@@ -203,22 +206,23 @@ def without_pingpong(caldoc: dict) -> dict:
                                   "late_read_s": 0.0}}
 
 
-def without_late_read(caldoc: dict) -> dict:
-    """``caldoc`` with ``late_read_s`` unset."""
-    return {**caldoc, "profile": {**caldoc["profile"], "late_read_s": 0.0}}
+def unchanged(doc: dict) -> dict:
+    return doc
 
 
-def unchanged(caldoc: dict) -> dict:
-    return caldoc
+def unpinned(record: dict) -> dict:
+    """``record`` without its ranks' cores: the prediction shares all the cores evenly among
+    the processes that compute (``solvers.serving.shared_cores``, processor sharing), as it
+    did before the job pinned ranks that outnumber the cores."""
+    return {**record, "rank_timings": [{k: v for k, v in t.items() if k != "pinned_cores"}
+                                       for t in record["rank_timings"]]}
 
 
-# key -> (calibration change, predict_afd_run options): the default model without parts of
-# it, and a model under evaluation (messages advance only while a core is idle)
-VARIANTS = {"without_pingpong_terms": (without_pingpong, {}),
-            "idle_links": (unchanged, {"idle_links": True}),
-            "idle_links_no_late_read": (without_late_read, {"idle_links": True})}
-VARIANT_NAMES = {"idle_links": "idle links + late read",
-                 "idle_links_no_late_read": "idle links, no late read"}
+# key -> (calibration change, record change): the default model without the ping-pong terms,
+# and the time-shared plans predicted as if their ranks shared the cores evenly
+VARIANTS = {"without_pingpong_terms": (without_pingpong, unchanged),
+            "processor_sharing": (unchanged, unpinned)}
+VARIANT_NAMES = {"processor_sharing": "cores shared evenly (processor sharing)"}
 
 
 def summarise(name: str, runs: list[dict], caldoc: dict) -> dict:
@@ -227,8 +231,8 @@ def summarise(name: str, runs: list[dict], caldoc: dict) -> dict:
     pred = runs[0]["prediction"]
     record = json.loads((ROOT / runs[0]["record"]).read_text())
     variants = {}
-    for key, (change, options) in VARIANTS.items():
-        step = predict_afd_run(record, change(caldoc), **options).step_s
+    for key, (change, record_change) in VARIANTS.items():
+        step = predict_afd_run(record_change(record), change(caldoc)).step_s
         variants[key] = {"predicted_step_s": step, "error": step / med - 1.0}
     rows = {}
     for what in [r["what"] for r in runs[0]["rows"]]:
@@ -243,6 +247,7 @@ def summarise(name: str, runs: list[dict], caldoc: dict) -> dict:
             "variants": variants,
             "bound": pred["bound"], "stages_s": pred["stages"],
             "shared_cores": pred["shared_cores"], "processes": pred["processes"],
+            "sharing": pred.get("sharing", "none"),
             "rows": rows, "external_cpu_s": [r["external_cpu_s"] for r in runs],
             "disturbed_runs": sum(r["disturbed"] for r in runs),
             "per_run_step_s": measured}
@@ -253,6 +258,13 @@ def _call_us(prof: dict) -> float:
     ``eager_call_s`` where measured (runs from 2026-11-27 22:15 UTC), else
     ``kernel_overhead_s``."""
     return (prof.get("eager_call_s") or prof["kernel_overhead_s"]) * 1e6
+
+
+def _shared(r: dict) -> str:
+    """How a plan's processes share the cores, for the table."""
+    if not r["shared_cores"]:
+        return ""
+    return " (pinned, shared)" if r.get("sharing") == "pinned" else " (time-shared)"
 
 
 def render(out: dict) -> list[str]:
@@ -276,7 +288,7 @@ def render(out: dict) -> list[str]:
     for r in results:
         lines.append(
             f"| {r['plan']} | {r['processes']} / {out['cores']:g}"
-            f"{' (time-shared)' if r['shared_cores'] else ''} | {r['measured_step_s']:.4f} | "
+            f"{_shared(r)} | {r['measured_step_s']:.4f} | "
             f"{r['spread']:.0%} | {r['predicted_step_s']:.4f} | {r['error']:+.1%} | "
             f"{r['bound']} | {r['predicted_rank']} | {r['measured_rank']} | "
             f"{r['disturbed_runs']} of {r['runs']} |")
@@ -305,9 +317,10 @@ def render(out: dict) -> list[str]:
               f"{'yes' if sm['same_ranking'] else 'no'}."]
     shown = [k for k in VARIANT_NAMES if all(k in r["variants"] for r in results)]
     if shown:
-        lines += ["", "A model under evaluation, on the same runs: messages advance only while "
-                  "a core is idle (`shared_rounds(idle_links=True)`; the jobs run gloo's "
-                  "transport threads at idle priority). Error per plan:", "",
+        lines += ["", "The same runs with the time-shared plans predicted as if their ranks "
+                  "shared the cores evenly (`solvers.serving.shared_cores`, what check-run did "
+                  "before the job pinned them, one core each, round-robin). Error per plan:",
+                  "",
                   "| plan | default | " + " | ".join(VARIANT_NAMES[k] for k in shown) + " |",
                   "|---|---:|" + "---:|" * len(shown)]
         for r in results:

@@ -16,6 +16,7 @@ from planner.cli.app import app
 from planner.serving.afd_run_prediction import (OPS, job_costs, machine_of, predict_afd_run,
                                                 tokens_to_rank)
 from solvers.serving.pingpong import rounds_s
+from solvers.serving.pinned_cores import PinnedRank, pinned_rounds
 from solvers.serving.shared_cores import shared_rounds
 
 torch = pytest.importorskip("torch")
@@ -260,6 +261,41 @@ def test_prediction_stages_and_bounds():
     assert shared.shared_cores and shared.processes == 3
     alone = predict_afd_run(_record(attention_ranks=2, micro_batches=2), cal, cores=3)
     assert not alone.shared_cores and shared.step_s > alone.step_s
+    assert shared.sharing == "processor sharing" and alone.sharing == "none"
+
+
+def _pinned(record: dict, cores: list[int]) -> dict:
+    """``record`` with its ranks (attention first) pinned one core each to ``cores``."""
+    A = record["shape"]["attention_ranks"]
+    record["rank_timings"] = [{"threads": 1, "rank": r, "unit": 0, "pinned_cores": [c],
+                               "role": "attention" if r < A else "ffn"}
+                              for r, c in enumerate(cores)]
+    return record
+
+
+def test_ranks_pinned_to_shared_cores_are_predicted_core_by_core():
+    cal = calibration()  # two processes of one thread: two cores
+    rec = _pinned(_record(ffn_ranks=2, micro_batches=2), [0, 1, 0])
+    got = predict_afd_run(rec, cal)
+    assert got.shared_cores and got.sharing == "pinned"
+    # the same computation by hand: the job's costs through the pinned-cores recursion
+    mc = machine_of(cal)
+    c = job_costs(rec["shape"], 1, mc, True)
+    rounds = [[a, c.dispatch_s, c.experts_s, c.combine_s] for a in (c.first_s, *c.between_s)]
+    rounds.append([c.tail_s, 0.0, 0.0, 0.0])
+    ranks = (PinnedRank("attention", 0, 0), PinnedRank("ffn", 0, 1), PinnedRank("ffn", 0, 0))
+    terms = ((mc.profile.resume_s,) * 2, (mc.profile.late_read_s,) * 2)
+    want = pinned_rounds(rounds, 2, ranks, *terms)
+    assert got.step_s == pytest.approx(want.finish_s + c.step_once_s)
+    assert got.ffn_busy_s == pytest.approx(max(want.busy_s[1:]))
+    # the attention rank and an FFN rank in turn on core 0 take longer than the same ranks
+    # on a core each, and a core per rank is the unpinned three-core prediction
+    own = predict_afd_run(_pinned(_record(ffn_ranks=2, micro_batches=2), [0, 1, 2]), cal,
+                          cores=3)
+    assert own.sharing == "none" and got.step_s > own.step_s
+    # a record without each rank's core (older, or not pinned) keeps processor sharing
+    assert predict_afd_run(_record(ffn_ranks=2, micro_batches=2), cal).sharing == \
+        "processor sharing"
 
 
 def test_the_ping_pong_measurements_price_messages_and_waits():

@@ -271,6 +271,19 @@ def _check_timings(record: dict) -> None:
         probe = record["environment"][key]
         assert [len(probe[k]) for k in ("before", "after")] == [record["world_size"]] * 2
         assert min(probe["before"] + probe["after"]) > 0
+    # gloo ranks are pinned (planner.run.affinity): a block each where they fit, else one
+    # shared core each, round-robin; each rank records its cores for the prediction
+    cores = record["environment"]["cores"]
+    if sys.platform == "linux" and not os.environ.get("PLANNER_PIN") == "0":
+        pinned = [t["pinned_cores"] for t in timings]
+        assert all(t["pinned"] for t in timings)
+        if record["world_size"] > cores:
+            assert [len(p) for p in pinned] == [1] * record["world_size"]
+            assert [p[0] for p in pinned] == [pinned[r % cores][0]
+                                             for r in range(record["world_size"])]
+        else:
+            flat = [c for p in pinned for c in p]
+            assert len(set(flat)) == len(flat)
 
 
 def test_two_attention_two_ffn_ranks_decode_as_one_process(plan_2x2, tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.run.affinity import Pinning, core_blocks, pin_local_rank
+from planner.run.affinity import Pinning, core_blocks, pin_local_rank, shared_cores
 
 ROOT = Path(__file__).resolve().parents[1]
 linux_only = pytest.mark.skipif(
@@ -35,6 +35,13 @@ def test_no_blocks_where_the_ranks_do_not_fit(cores, ranks):
     assert core_blocks(cores, ranks) == []
 
 
+@pytest.mark.parametrize("cores, ranks, want", [
+    ((0, 1), 3, [(0,), (1,), (0,)]), ((3, 1), 5, [(1,), (3,), (1,), (3,), (1,)]),
+    ((4,), 2, [(4,), (4,)]), ((0, 1), 0, []), ((), 2, [])])
+def test_shared_cores_go_round_robin_in_core_order(cores, ranks, want):
+    assert shared_cores(cores, ranks) == want
+
+
 def test_record_says_what_was_done():
     assert Pinning((0, 1), (1,)).record() == {"cores": 2, "pinned": True, "pinned_cores": [1]}
     assert Pinning((0, 1), why_not="3 local ranks on 2 cores").record() == {
@@ -45,11 +52,12 @@ _CHILD = """
 import json, os, threading
 from planner.run.affinity import pin_local_rank
 seen = {}
+share = os.environ.get("SHARE") == "1"
 before = threading.Event(); stop = threading.Event()
 def early():
     seen["early_tid"] = threading.get_native_id(); before.set(); stop.wait(10)
 t = threading.Thread(target=early, daemon=True); t.start(); before.wait(10)
-p = pin_local_rank()
+p = pin_local_rank(share=share)
 def late():
     seen["late"] = sorted(os.sched_getaffinity(0))
 u = threading.Thread(target=late); u.start(); u.join()
@@ -91,6 +99,21 @@ def test_left_alone_where_told_or_the_ranks_do_not_fit(env, why):
     got = _child(pair, **{"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", **env})
     assert got["record"] == {"cores": 2, "pinned": False, "not_pinned": why}
     assert got["main"] == got["early"] == got["late"] == pair
+
+
+@linux_only
+def test_ranks_that_outnumber_the_cores_share_them_when_asked():
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs 2 cores")
+    pair = cores[:2]
+    for rank in (0, 1, 2):
+        got = _child(pair, LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="3", SHARE="1")
+        assert got["record"] == {"cores": 2, "pinned": True, "pinned_cores": [pair[rank % 2]]}
+        assert got["main"] == got["early"] == got["late"] == [pair[rank % 2]]
+    # PLANNER_PIN=0 still leaves them alone
+    got = _child(pair, LOCAL_RANK="2", LOCAL_WORLD_SIZE="3", SHARE="1", PLANNER_PIN="0")
+    assert not got["record"]["pinned"] and got["main"] == pair
 
 
 def test_no_proc_means_not_pinned(tmp_path):

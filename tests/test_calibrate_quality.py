@@ -151,6 +151,16 @@ def test_check_run_names_each_condition_that_differs():
     assert "2 thread(s) each, the calibration's 1" in text
     assert "kept 1.50 of 4 cores busy during the run" in text
     assert len(warned) == 5
+    # where the prediction models the shared cores (the AFD job's pinned ranks), it says how
+    crowded = {**same, "processes": 3}
+    plain = condition_warnings(cal, crowded)
+    assert plain == ["the run had 3 processes x 1 thread(s) on 2 core(s): they time-share the "
+                     "cores, so the timings measure contention, not the machine (use --nproc 2 "
+                     "or fewer); the prediction does not model that"]
+    modelled = condition_warnings(cal, crowded, "pinned one core each")
+    assert len(modelled) == 1 and "does not model" not in modelled[0]
+    assert "3 processes on 2 cores; the prediction models them pinned one core each" in \
+        modelled[0]
 
 
 def test_check_run_names_ranks_pinned_in_one_and_not_the_other():

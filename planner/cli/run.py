@@ -288,9 +288,12 @@ def _check_afd_run(record: Path, calibration: Optional[Path],
     if cal.get("schema") != "planner.calibration/v1":
         raise SpecError(str(calibration), "schema", "a 'planner.calibration/v1' document "
                         "(planner calibrate --out)", cal.get("schema"))
-    for warning in condition_warnings(cal.get("conditions", {}), data.get("environment", {})):
-        typer.echo(f"warning: {warning}", err=True)
     pred = predict_afd_run(data, cal)
+    modelled = ("pinned one core each, a core running its ranks in turn "
+                "(solvers.serving.pinned_cores)" if pred.sharing == "pinned" else None)
+    for warning in condition_warnings(cal.get("conditions", {}), data.get("environment", {}),
+                                      modelled):
+        typer.echo(f"warning: {warning}", err=True)
     rows = compare_afd(data, pred)
     if output_format is OutputFormat.json:
         typer.echo(json.dumps({"rows": [{"what": r.what, "predicted_s": r.predicted_s,
@@ -307,7 +310,9 @@ def _check_afd_run(record: Path, calibration: Optional[Path],
     console = Console()
     console.print(_comparison(table, rows, 5))
     att, disp, exp, comb = pred.stages
-    sharing = (f"{pred.processes} processes time-share {pred.cores:g} cores"
+    how = {"pinned": ", each pinned to one, a core running its ranks in turn",
+           "processor sharing": ", not pinned (shared evenly)"}.get(pred.sharing, "")
+    sharing = (f"{pred.processes} processes time-share {pred.cores:g} cores{how}"
                if pred.shared_cores else f"{pred.processes} processes on {pred.cores:g} cores")
     console.print(f"predicted stages per micro-batch of a MoE layer: attention {att * 1e3:.3f} "
                   f"ms, dispatch {disp * 1e3:.3f} ms, experts {exp * 1e3:.3f} ms, combine "

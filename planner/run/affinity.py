@@ -16,6 +16,16 @@ the cores the process may use (its affinity: ``taskset``, cgroup cpusets), every
 and, by inheritance, every thread it starts later. It pins only where the ranks fit (``n`` at
 most the cores) and not at all with ``PLANNER_PIN=0``; the calibration (``planner
 calibrate``) and the jobs pin alike, and both record it.
+
+Where the ranks outnumber the cores, a job that asks for it (``share=True``: the AFD
+reference job) gets one core per rank, round-robin (:func:`shared_cores`: rank ``r`` on the
+``r mod c``-th core). Left to the scheduler, such ranks lose whole cores: traced with ftrace
+(2-vCPU box, 2026-11-28, 1 attention + 2 FFN ranks of the AFD job), a woken rank or transport
+thread waited up to 1-3 ms on a busy core while the other core idled, both cores together
+idle 58% of a 6.4 ms step. Pinned, each core runs its own ranks one after another, which
+``solvers.serving.pinned_cores`` can predict, and the job ran faster so
+(``benchmarks/afd_executor_prediction.py``: 1A+2F 5.3-5.5 ms a step pinned at 22:39 UTC
+against 6.2-7.4 ms unpinned at 21:44 UTC; 2A+1F 7.2-7.3 against 7.6-8.3 ms).
 """
 from __future__ import annotations
 
@@ -23,7 +33,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["Pinning", "core_blocks", "not_pinned", "pin_local_rank", "pin_rank_for"]
+__all__ = ["Pinning", "core_blocks", "not_pinned", "pin_local_rank", "pin_rank_for",
+           "shared_cores"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,16 @@ def core_blocks(cores: tuple[int, ...], ranks: int) -> list[tuple[int, ...]]:
     return [ordered[r * per:(r + 1) * per] for r in range(ranks)]
 
 
+def shared_cores(cores: tuple[int, ...], ranks: int) -> list[tuple[int, ...]]:
+    """One core per rank for ``ranks`` ranks on fewer ``cores``: rank ``r`` on the
+    ``r mod len(cores)``-th core in core order (several ranks share a core); [] without
+    cores or ranks."""
+    if ranks < 1 or not cores:
+        return []
+    ordered = tuple(sorted(cores))
+    return [(ordered[r % len(ordered)],) for r in range(ranks)]
+
+
 def _current_cores() -> tuple[int, ...]:
     try:
         return tuple(sorted(os.sched_getaffinity(0)))
@@ -65,10 +86,12 @@ def not_pinned(why: str) -> Pinning:
 
 
 def pin_local_rank(env: Mapping[str, str] | None = None,
-                   task_dir: str = "/proc/self/task") -> Pinning:
+                   task_dir: str = "/proc/self/task", share: bool = False) -> Pinning:
     """Pin this process to its local rank's block of cores (:func:`core_blocks`, ``LOCAL_RANK``
     and ``LOCAL_WORLD_SIZE`` as torchrun sets them); call it before the process group starts
-    its threads (they inherit the affinity), though threads already running are pinned too."""
+    its threads (they inherit the affinity), though threads already running are pinned too.
+    ``share``: where the ranks outnumber the cores, pin to one shared core
+    (:func:`shared_cores`) instead of leaving the process alone."""
     env = os.environ if env is None else env
     cores = _current_cores()
     if env.get("PLANNER_PIN", "1") == "0":
@@ -80,7 +103,7 @@ def pin_local_rank(env: Mapping[str, str] | None = None,
         ranks = int(env.get("LOCAL_WORLD_SIZE", "1"))
     except ValueError:
         return Pinning(cores, why_not="LOCAL_RANK or LOCAL_WORLD_SIZE is not a number")
-    blocks = core_blocks(cores, ranks)
+    blocks = core_blocks(cores, ranks) or (shared_cores(cores, ranks) if share else [])
     if not blocks or not 0 <= rank < ranks:
         return Pinning(cores, why_not=f"{ranks} local ranks on {len(cores)} cores")
     mine = blocks[rank]
@@ -96,6 +119,8 @@ def pin_local_rank(env: Mapping[str, str] | None = None,
     return Pinning(cores, mine)
 
 
-def pin_rank_for(backend: str) -> Pinning:
+def pin_rank_for(backend: str, share: bool = False) -> Pinning:
     """:func:`pin_local_rank` for a gloo (CPU) rank; an NCCL rank's cores are left alone."""
-    return pin_local_rank() if backend == "gloo" else not_pinned(f"GPU ranks ({backend})")
+    if backend != "gloo":
+        return not_pinned(f"GPU ranks ({backend})")
+    return pin_local_rank(share=share)

@@ -194,11 +194,12 @@ def link_ratio(calibrated: dict, run: dict) -> float | None:
     return run_s / cal_s if cal_s and run_s else None
 
 
-def condition_warnings(calibrated: dict, run: dict) -> list[str]:
+def condition_warnings(calibrated: dict, run: dict, shared_model: str | None = None) -> list[str]:
     """How the run's conditions differ from the calibration's, each a reason its prediction
     may miss: ``calibrated`` is a calibration's ``conditions`` (``planner calibrate``),
     ``run`` a run record's ``environment``. Either may lack fields (older files): only what
-    both say is compared."""
+    both say is compared. ``shared_model``: how the prediction shares the cores where the
+    run's processes outnumbered them (the AFD job's pinned ranks), None where it does not."""
     out = []
 
     def both(key):
@@ -219,7 +220,11 @@ def condition_warnings(calibrated: dict, run: dict) -> list[str]:
     procs, threads = run.get("processes"), run.get("threads")
     crowded = run_cores and procs and threads and oversubscribed(
         run.get("backend", "gloo"), procs, threads, run_cores)
-    if crowded:
+    if crowded and shared_model:
+        out.append(f"the run had {procs} processes on {run_cores} cores; the prediction "
+                   f"models them {shared_model}, a model of this machine's scheduler, less sure "
+                   "than a core per rank")
+    elif crowded:
         out.append(f"the run had {crowded}; the prediction does not model that")
     cal_threads = calibrated.get("threads")
     if cal_threads and threads and cal_threads != threads:

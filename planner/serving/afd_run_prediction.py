@@ -78,6 +78,7 @@ from cost_models.communication import send_recv_s
 from cost_models.compute import Gemm, GpuRates, gemm_time_s
 from cost_models.fitting import one_tier_view
 from cost_models.profile import Profile
+from solvers.serving.pinned_cores import PinnedRank, pinned_rounds
 from solvers.serving.shared_cores import shared_rounds
 
 __all__ = ["AfdRunPrediction", "CalibratedMachine", "JobCosts", "OPS", "job_costs",
@@ -369,6 +370,9 @@ class AfdRunPrediction:
     processes: int
     cores: float
     shared_cores: bool  # processes outnumber the cores: the stages time-share them
+    # how: "pinned" (each rank on one core, solvers.serving.pinned_cores), "processor
+    # sharing" (unpinned, solvers.serving.shared_cores) or "none"
+    sharing: str
     ops_attention: float  # torch calls per step on an attention rank
     ops_ffn: float
     kernel_overhead_s: float
@@ -380,6 +384,17 @@ class AfdRunPrediction:
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _pinned_ranks(record: Mapping[str, Any]) -> tuple[PinnedRank, ...] | None:
+    """Each rank's role, unit and core where the run pinned every rank to one core
+    (``planner.run.affinity.shared_cores``); None otherwise (an older record, or ranks left
+    to the scheduler)."""
+    ranks = sorted(record.get("rank_timings", []), key=lambda r: r.get("rank", 0))
+    if not ranks or any(len(r.get("pinned_cores") or ()) != 1 for r in ranks):
+        return None
+    return tuple(PinnedRank(r["role"], int(r.get("unit", 0)), int(r["pinned_cores"][0]))
+                 for r in ranks)
 
 
 def predict_afd_run(record: Mapping[str, Any], calibration: Mapping[str, Any],
@@ -411,22 +426,37 @@ def predict_afd_run(record: Mapping[str, Any], calibration: Mapping[str, Any],
     # whose micro-batch came while it computed reads it once it blocks (late_read_s)
     resume = (mc.profile.resume_s, 0.0, mc.profile.resume_s, 0.0)
     late = (mc.profile.late_read_s, 0.0, mc.profile.late_read_s, 0.0)
-    # enough cores: the recursion of rounds_s (equal when the cores suffice, a test checks);
-    # idle links need the machine's real cores to know when one is idle
-    cores = mc.cores if shared or idle_links else float(sum(procs))
-    run = shared_rounds(rounds, m, procs, cores, resume, late, idle_links)
-    pipeline, busy = run.finish_s, run.busy_s
+    pinned = _pinned_ranks(record) if shared else None
+    if pinned is not None:
+        # each rank pinned to one core, some sharing one: a core runs its ranks one after
+        # another, messages read once it is free (solvers.serving.pinned_cores)
+        prun = pinned_rounds(rounds, m, pinned, (resume[0], resume[2]), (late[0], late[2]))
+        pipeline = prun.finish_s
+        att_i = [i for i, k in enumerate(pinned) if k.role == "attention"]
+        ffn_i = [i for i, k in enumerate(pinned) if k.role == "ffn"]
+        busy = (max(prun.busy_s[i] for i in att_i), 0.0,
+                max(prun.busy_s[i] for i in ffn_i), 0.0)
+        work = (max(prun.work_s[i] for i in att_i), max(prun.work_s[i] for i in ffn_i))
+        stretch = (busy[0] / work[0] if work[0] > 0 else 1.0,
+                   busy[2] / work[1] if work[1] > 0 else 1.0)
+    else:
+        # enough cores: the recursion of rounds_s (equal when the cores suffice, a test
+        # checks); idle links need the machine's real cores to know when one is idle
+        cores = mc.cores if shared or idle_links else float(sum(procs))
+        run = shared_rounds(rounds, m, procs, cores, resume, late, idle_links)
+        pipeline, busy = run.finish_s, run.busy_s
+        # the timers' "pack" share of each side's busy time: slowed down alike when the
+        # cores are shared (the same run without resumes, which are no packing)
+        slowed = shared_rounds(rounds, m, procs, cores).busy_s if shared else None
+        att_work = m * sum(r[0] for r in rounds)
+        ffn_work = m * R * c.experts_s
+        stretch = (slowed[0] / att_work if slowed and att_work > 0 else 1.0,
+                   slowed[2] / ffn_work if slowed and ffn_work > 0 else 1.0)
     step = pipeline + c.step_once_s
     att_busy = busy[0] + c.step_once_s
     ffn_busy = busy[2]
-    # the timers' "pack" share of each side's busy time: slowed down alike when the cores are
-    # shared (the same run without resumes, which are no packing)
-    slowed = shared_rounds(rounds, m, procs, cores).busy_s if shared else None
-    att_work = m * sum(r[0] for r in rounds)
-    att_pack = m * R * c.attention_pack_s * (slowed[0] / att_work if slowed and att_work > 0
-                                             else 1.0)
-    ffn_work = m * R * c.experts_s
-    ffn_pack = m * R * c.ffn_pack_s * (slowed[2] / ffn_work if slowed and ffn_work > 0 else 1.0)
+    att_pack = m * R * c.attention_pack_s * stretch[0]
+    ffn_pack = m * R * c.ffn_pack_s * stretch[1]
     middle = rounds[1] if R > 1 else rounds[0]
     top = max(range(4), key=lambda i: middle[i])
     names = ("attention", "dispatch", "experts", "combine")
@@ -437,7 +467,9 @@ def predict_afd_run(record: Mapping[str, Any], calibration: Mapping[str, Any],
         attention_pack_s=att_pack, ffn_pack_s=ffn_pack,
         attention_wait_s=max(0.0, step - att_busy), ffn_wait_s=max(0.0, step - ffn_busy),
         stages=tuple(middle), bound=bound, micro_batches=m, moe_layers=R,
-        processes=(A + F), cores=mc.cores, shared_cores=shared, ops_attention=c.ops_attention,
+        processes=(A + F), cores=mc.cores, shared_cores=shared,
+        sharing=("pinned" if pinned is not None else "processor sharing") if shared else "none",
+        ops_attention=c.ops_attention,
         ops_ffn=c.ops_ffn, kernel_overhead_s=mc.call_s,
         message_latency_s=mc.message_s(1.0), resume_s=mc.profile.resume_s,
         late_read_s=mc.profile.late_read_s,

@@ -164,8 +164,9 @@ def run(plan_path: str, overrides: Mapping[str, Any], out: str | None,
     if chosen == "nccl":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
-    # gloo ranks on cores of their own where they fit (planner.run.affinity)
-    pinning = pin_rank_for(chosen)
+    # gloo ranks on cores of their own where they fit, else one shared core each, round-robin
+    # (planner.run.affinity)
+    pinning = pin_rank_for(chosen, share=True)
     dist.init_process_group(backend=chosen, rank=rank, world_size=world)
     groups = Groups(dist.new_group(list(range(world))), dist.new_group(list(range(world))))
     idle = idle_transport_threads() if chosen == "gloo" else 0  # planner.run.transport_threads
@@ -178,6 +179,7 @@ def run(plan_path: str, overrides: Mapping[str, Any], out: str | None,
     probes = probe_record(before, machine_probes(device, torch.float32, sync))
     mine["idle_transport_threads"] = idle
     mine["pinned"] = bool(pinning.pinned)
+    mine["pinned_cores"] = list(pinning.pinned)
     gathered: list = [None] * world
     dist.all_gather_object(gathered, mine)
     result = None
@@ -253,7 +255,7 @@ def _write_record(out: Path, plan, shape: AfdShape, ranks: list[dict], backend: 
     attention = [r for r in ranks if r["role"] == "attention"]
     steps = len(ranks[0]["steps"])
     kept = ("rank", "role", "index", "unit", "experts", "threads", "prefill", "steps",
-            "empty_dispatches", "idle_transport_threads", "pinned")
+            "empty_dispatches", "idle_transport_threads", "pinned", "pinned_cores")
     timings = [{**{k: r[k] for k in kept if k in r},
                 "busy_idle": busy_idle(r["steps"])} for r in ranks]
     record = {
