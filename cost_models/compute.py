@@ -44,6 +44,7 @@ MoE terms (each a small function below; no MoE-only parameter):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from functools import lru_cache
 
@@ -608,9 +609,21 @@ class LayerTime:
         return LayerTime(*(k * getattr(self, f.name) for f in fields(self)))
 
 
+def cold_weights_s(gemms: Sequence[Gemm], rates: GpuRates, prof: Profile) -> float:
+    """Loading the weights (``k x n`` of each GEMM) of ``gemms`` into a CPU core's cache,
+    not overlapped with their math (``Profile.cold_weight_s_per_byte``; 0 on GPUs)."""
+    if not prof.cold_weight_s_per_byte:
+        return 0.0
+    return (prof.cold_weight_s_per_byte * rates.elem_bytes
+            * sum(g.k * g.n * g.count for g in gemms))
+
+
 def layer_forward_time(work: LayerWork, rates: GpuRates, prof: Profile) -> LayerTime:
-    """Time of one layer's forward pass; kernels run one after another."""
-    gemm = sum(gemm_time_s(g, rates, prof) for g in work.gemms)
+    """Time of one layer's forward pass; kernels run one after another. On a CPU each weight
+    GEMM also loads its weight (:func:`cold_weights_s`); the backward's two GEMMs per weight
+    (``BWD_GEMM``) load it again."""
+    gemm = (sum(gemm_time_s(g, rates, prof) for g in work.gemms)
+            + cold_weights_s(work.gemms, rates, prof))
     if work.attn_unfused:  # batched GEMMs whose thin side is the head dim
         n = work.attn_head_dim
         eff = min(1.0, prof.gemm_efficiency * rates.gemm_scale) * n / (n + prof.gemm_half_dim)
@@ -645,7 +658,8 @@ def lm_head_forward_time(model: ModelSpec, sh: Shard, rates: GpuRates, prof: Pro
     """Output projection plus fp32 cross-entropy (read/write logits three times, 4 B each)."""
     g = Gemm(sh.tokens, model.vocab_size / sh.tp, model.hidden_size)
     ce_bytes = sh.tokens * model.vocab_size / sh.tp * 4 * 3
-    return gemm_time_s(g, rates, prof) + ce_bytes / (rates.hbm_bytes_per_s * prof.hbm_efficiency)
+    return (gemm_time_s(g, rates, prof) + cold_weights_s((g,), rates, prof)
+            + ce_bytes / (rates.hbm_bytes_per_s * prof.hbm_efficiency))
 
 
 @lru_cache(maxsize=64)

@@ -397,23 +397,56 @@ def layer_train_parts_s(case: dict, rates: GpuRates, prof: Profile) -> tuple[flo
     return work, kernels
 
 
+def nonneg_lstsq(rows: Sequence[Sequence[float]], target: Sequence[float]) -> tuple[float, ...]:
+    """argmin ||A x - y||^2 over x >= 0 (few unknowns): the least-squares solution on every
+    subset of free unknowns (the others 0), the best one that is non-negative. The optimum
+    is one of them (at it, the positive unknowns solve the unconstrained problem restricted to
+    themselves: the KKT conditions)."""
+    import itertools
+
+    import numpy as np
+
+    a, y = np.asarray(rows, dtype=float), np.asarray(target, dtype=float)
+    n = a.shape[1]
+    best, best_loss = (0.0,) * n, float(np.sum(y * y))
+    for size in range(1, n + 1):
+        for free in itertools.combinations(range(n), size):
+            sol, *_ = np.linalg.lstsq(a[:, free], y, rcond=None)
+            if np.any(sol < 0):
+                continue
+            x = np.zeros(n)
+            x[list(free)] = sol
+            loss = float(np.sum((a @ x - y) ** 2))
+            if loss < best_loss - 1e-15 * max(best_loss, 1e-300):
+                best, best_loss = tuple(float(v) for v in x), loss
+    return best
+
+
 def fit_layer_overheads(cases: Sequence[dict], rates: GpuRates, prof: Profile
-                        ) -> tuple[float, float]:
-    """(``hbm_efficiency``, ``kernel_overhead_s``): what the layers' time beyond their GEMMs and
-    attention says about their element-wise kernels and launches (LS in relative error, the
-    efficiency at most 1, the overhead at least 0). ``prof``'s own two values are ignored."""
-    base = Profile(**{**prof.__dict__, "hbm_efficiency": 1.0, "kernel_overhead_s": 0.0})
+                        ) -> tuple[float, float, float]:
+    """(``hbm_efficiency``, ``kernel_overhead_s``, ``cold_weight_s_per_byte``): what the
+    layers' time beyond their GEMMs and attention says about their element-wise kernels, their
+    launches and the loading of their weights (each GEMM's weight, three times: forward and
+    the backward's two GEMMs; ``compute.cold_weights_s``), least squares in relative error,
+    the efficiency at most 1, the others at least 0. ``prof``'s own three values are
+    ignored."""
+    base = Profile(**{**prof.__dict__, "hbm_efficiency": 1.0, "kernel_overhead_s": 0.0,
+                      "cold_weight_s_per_byte": 0.0})
     rows, rest = [], []
     for c in cases:
+        work = _layer_case_work(c, rates)
         t, kernels = _layer_forward(c, rates, base)
         dense = t.gemm_s * 3 + t.attention_s * (1 + BWD_ATTN)  # as layer_train_parts_s
-        rows.append((3 * t.elementwise_s / c["time_s"], kernels / c["time_s"]))
+        weight_bytes = 3 * rates.elem_bytes * sum(g.k * g.n * g.count for g in work.gemms)
+        rows.append((3 * t.elementwise_s / c["time_s"], kernels / c["time_s"],
+                     weight_bytes / c["time_s"]))
         rest.append(1.0 - dense / c["time_s"])
-    inv_eff, overhead = nonneg_lstsq2(rows, rest)
-    if inv_eff < 1.0:  # faster than streaming (in cache): keep efficiency 1, refit the overhead
+    inv_eff, overhead, cold = nonneg_lstsq(rows, rest)
+    if inv_eff < 1.0:  # faster than streaming (in cache): keep efficiency 1, refit the rest
         inv_eff = 1.0
-        overhead = _fit_one(rows, inv_eff, rest)
-    return 1.0 / inv_eff, overhead
+        overhead, cold = nonneg_lstsq([r[1:] for r in rows],
+                                      [y - r[0] for r, y in zip(rows, rest)])
+    return 1.0 / inv_eff, overhead, cold
 
 
 # Grids of fit_layer_launches: 1/hbm_efficiency, the GPU's gap per kernel and the CPU's time to
@@ -496,8 +529,9 @@ def fit_all(raw: dict, tier: str = "host", elem_bytes: int = 4) -> CalibrationFi
                    link_efficiency={tier: 1.0})
     rates = GpuRates(g.peak_flops, bw, False, elem_bytes)
     host_launch = 0.0
+    cold = 0.0
     if raw.get("backend", "gloo") == "gloo":  # a CPU: every kernel runs on the issuing core
-        hbm_eff, overhead = fit_layer_overheads(layer_cases, rates, prof)
+        hbm_eff, overhead, cold = fit_layer_overheads(layer_cases, rates, prof)
     else:  # a GPU: launches overlap the device's work (module docstring)
         hbm_eff, overhead, host_launch = fit_layer_launches(layer_cases, rates, prof)
     comm_cases = raw.get("collectives", [])
@@ -508,6 +542,7 @@ def fit_all(raw: dict, tier: str = "host", elem_bytes: int = 4) -> CalibrationFi
     switch, skew, burst = fit_collective_switch(interleave, link, tier, tables)
     solve_s, solve_per_expert_s = fit_dispatch(dispatch_cases)
     prof = Profile(**{**prof.__dict__, "kernel_overhead_s": overhead, "hbm_efficiency": hbm_eff,
+                      "cold_weight_s_per_byte": cold,
                       "host_launch_s": host_launch, "resume_s": resume_s,
                       "p2p_latency_s": p2p_latency_s,
                       "late_read_s": fit_late_read(raw.get("resume", [])),

@@ -22,7 +22,7 @@ _DICT_FIELDS = ("link_efficiency", "collective_latency_factor", "collective_bw_f
 MEASURED_ONLY_FIELDS = ("collective_switch_s", "collective_tables", "resume_s", "p2p_latency_s",
                         "collective_skew_sqrt_s", "collective_burst_s", "stream_efficiency",
                         "dispatch_solve_s", "dispatch_solve_per_expert_s", "eager_call_s",
-                        "late_read_s")
+                        "late_read_s", "cold_weight_s_per_byte")
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,15 @@ class Profile:
     # by ``planner calibrate`` (planner/run/calibrate_job.py ``eager_cases``); 0 where not
     # measured (then kernel_overhead_s prices such calls).
     eager_call_s: float = 0.0
+    # A CPU core's time per byte of a GEMM's weight that is not in its cache (a training
+    # layer's weights are evicted by the layers between two uses): a single-threaded GEMM
+    # loads it without overlapping its math, a fixed cost per GEMM whatever the tokens. On
+    # the 2-vCPU box (2026-11-28) a 256 x 1024 fp32 weight (1 MB) took 26-112 us more when
+    # 16-96 MB of other weights ran between its uses than back to back, at 32-512 tokens.
+    # Fitted by ``planner calibrate`` on its layer cases (``cost_models.fitting``
+    # ``fit_layer_overheads``) on CPU; 0 on GPUs, whose GEMMs stream their weights from HBM
+    # as they compute (the roofline of ``compute.gemm_time_s``).
+    cold_weight_s_per_byte: float = 0.0
     reserved_bytes: float = 2.5 * 2**30  # CUDA context, NCCL and cuBLAS workspaces
     fragmentation_fraction: float = 0.05  # allocator fragmentation, fraction of the rest
 

@@ -105,20 +105,55 @@ def test_link_fit_recovers_latency_bandwidth_and_per_op_factors():
                                                            rel=1e-6)
 
 
-@pytest.mark.parametrize("hbm_eff", [0.3, 1.0])
-def test_layer_fit_recovers_elementwise_efficiency_and_kernel_overhead(hbm_eff):
+@pytest.mark.parametrize("hbm_eff, cold", [(0.3, 0.0), (1.0, 0.0), (0.3, 9e-11), (1.0, 9e-11)])
+def test_layer_fit_recovers_elementwise_efficiency_kernel_overhead_and_cold_weights(hbm_eff,
+                                                                                    cold):
     prof = Profile(gemm_efficiency=0.9, gemm_half_dim=20.0, attention_efficiency=0.3,
-                   hbm_efficiency=hbm_eff, kernel_overhead_s=7e-6)
+                   hbm_efficiency=hbm_eff, kernel_overhead_s=7e-6, cold_weight_s_per_byte=cold)
     rates = GpuRates(5e9, 10e9, False, 4)  # element-wise kernels weigh; GEMMs stay compute-bound
     cases = []
-    for b, s, h in ((1, 16, 32), (2, 64, 64), (1, 128, 128), (4, 128, 256)):
+    for b, s, h in ((1, 16, 32), (2, 64, 64), (1, 128, 128), (4, 128, 256), (1, 32, 384)):
         case = {"batch": b, "seq": s, "hidden": h, "heads": 4, "ffn": 4 * h}
         work, kernels = fitting.layer_train_parts_s(case, rates, prof)
         cases.append({**case, "time_s": work + kernels * 7e-6})
-    eff, overhead = fitting.fit_layer_overheads(cases, rates, Profile(**{
-        **prof.__dict__, "hbm_efficiency": 0.5, "kernel_overhead_s": 0.0}))
+    eff, overhead, got_cold = fitting.fit_layer_overheads(cases, rates, Profile(**{
+        **prof.__dict__, "hbm_efficiency": 0.5, "kernel_overhead_s": 0.0,
+        "cold_weight_s_per_byte": 1e-9}))
     assert eff == pytest.approx(hbm_eff, rel=1e-4)
     assert overhead == pytest.approx(7e-6, rel=1e-4)
+    assert got_cold == pytest.approx(cold, rel=1e-4, abs=1e-16)
+    # a GEMM's weight load is a fixed cost: the same layer at 4x the tokens pays it once
+    one = {"batch": 1, "seq": 128, "hidden": 256, "heads": 4, "ffn": 1024}
+    four = {**one, "batch": 4}
+    base = Profile(**{**prof.__dict__, "cold_weight_s_per_byte": 0.0})
+    extra = [fitting.layer_case_s(c, rates, prof) - fitting.layer_case_s(c, rates, base)
+             for c in (one, four)]
+    weights = 4 * (3 * 256 * 256 + 256 * 256 + 2 * 256 * 1024)  # fp32 qkv, proj, fc1, fc2
+    assert extra == pytest.approx([3 * cold * weights] * 2, rel=1e-9, abs=1e-15)
+
+
+def test_nonneg_least_squares_is_the_best_non_negative_point():
+    """Against nonneg_lstsq2's closed form on two unknowns, and a grid on three."""
+    import itertools
+
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        a = rng.normal(size=(6, 2))
+        y = rng.normal(size=6)
+        rows = [tuple(r) for r in a]
+        assert fitting.nonneg_lstsq(rows, y) == pytest.approx(
+            fitting.nonneg_lstsq2(rows, list(y)), abs=1e-9)
+    grid = np.linspace(0.0, 2.0, 41)
+    for _ in range(20):
+        a = rng.normal(size=(7, 3))
+        y = a @ rng.uniform(-1.0, 1.5, size=3) + 0.1 * rng.normal(size=7)
+        x = np.asarray(fitting.nonneg_lstsq([tuple(r) for r in a], y))
+        assert np.all(x >= 0)
+        best = min(float(np.sum((a @ np.asarray(p) - y) ** 2))
+                   for p in itertools.product(grid, repeat=3))
+        assert float(np.sum((a @ x - y) ** 2)) <= best + 1e-12
 
 
 def test_bandwidth_fit_uses_the_copies_larger_than_a_cache():
@@ -291,7 +326,8 @@ def test_on_overlapped_launches_the_additive_fit_is_wrong_and_the_gpu_fit_exact(
     assert cpu[1] > 4 * gpu[1]
     additive = [fitting.layer_case_s(c, rates, Profile(**{
         **truth.__dict__, "hbm_efficiency": cpu[0], "kernel_overhead_s": cpu[1],
-        "host_launch_s": 0.0})) / c["time_s"] - 1 for c in layers]
+        "cold_weight_s_per_byte": cpu[2], "host_launch_s": 0.0})) / c["time_s"] - 1
+                for c in layers]
     overlapped = [fitting.layer_case_s(c, rates, Profile(**{
         **truth.__dict__, "hbm_efficiency": gpu[0], "kernel_overhead_s": gpu[1],
         "host_launch_s": gpu[2]})) / c["time_s"] - 1 for c in layers]
