@@ -195,7 +195,7 @@ LIMITS = [
     "three repetitions (23:00 and 23:20 UTC) fell in the noisiest hour of the day: "
     "calibrate's speed probe 1.17-1.39x apart at its start and end in 12 of its 17 "
     "calibrations, the 23:20 UTC run's runs at 0.75x to 1.41x their calibration's speed. "
-    "9, 3, 8 and 7, 9, 8 of "
+    "9, 3, 8 (`benchmarks/results/executor_prediction_2300utc.json`) and 7, 9, 8 of "
     "9 within 15%, the same ranking in none; the 23:20 UTC third repetition's calibration, "
     "1.24x apart, predicted TP2 at micro-batch 1 +27%. The fit also moved with the noise: "
     "the 23:00 UTC run's last calibration, layer residuals median 12%, put the weight load "
