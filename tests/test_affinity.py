@@ -76,12 +76,17 @@ def _child(cores: list[int], **env: str) -> dict:
     return json.loads(out.stdout)
 
 
-@linux_only
-def test_each_local_rank_and_all_its_threads_get_their_block():
+def _two_cores() -> list[int]:
+    """The first two cores this process may use (the test is skipped with fewer)."""
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         pytest.skip("needs 2 cores")
-    pair = cores[:2]
+    return cores[:2]
+
+
+@linux_only
+def test_each_local_rank_and_all_its_threads_get_their_block():
+    pair = _two_cores()
     for rank in (0, 1):
         got = _child(pair, LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")
         assert got["record"]["pinned"] and got["record"]["cores"] == 2
@@ -92,10 +97,7 @@ def test_each_local_rank_and_all_its_threads_get_their_block():
 @pytest.mark.parametrize("env, why", [({"PLANNER_PIN": "0"}, "PLANNER_PIN=0"),
                                       ({"LOCAL_WORLD_SIZE": "3"}, "3 local ranks on 2 cores")])
 def test_left_alone_where_told_or_the_ranks_do_not_fit(env, why):
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < 2:
-        pytest.skip("needs 2 cores")
-    pair = cores[:2]
+    pair = _two_cores()
     got = _child(pair, **{"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", **env})
     assert got["record"] == {"cores": 2, "pinned": False, "not_pinned": why}
     assert got["main"] == got["early"] == got["late"] == pair
@@ -103,10 +105,7 @@ def test_left_alone_where_told_or_the_ranks_do_not_fit(env, why):
 
 @linux_only
 def test_ranks_that_outnumber_the_cores_share_them_when_asked():
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < 2:
-        pytest.skip("needs 2 cores")
-    pair = cores[:2]
+    pair = _two_cores()
     for rank in (0, 1, 2):
         got = _child(pair, LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="3", SHARE="1")
         assert got["record"] == {"cores": 2, "pinned": True, "pinned_cores": [pair[rank % 2]]}

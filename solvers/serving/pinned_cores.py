@@ -1,36 +1,36 @@
-"""Ping-pong rounds whose ranks are pinned to cores they may share, each core running one rank
-at a time until that rank blocks.
+"""Ping-pong rounds whose ranks are pinned to cores they may share, a message read only once
+its receiver's core is free.
 
 :func:`solvers.serving.pingpong.rounds_s` gives every stage a processor of its own and
 :mod:`solvers.serving.shared_cores` lets the busy stages share all the cores evenly (processor
 sharing). Neither is what a CPU job with more ranks than cores does when each rank is pinned
-to one core and its messages are read by transport threads at idle priority (the AFD reference
-job on gloo: ``planner.run.affinity`` pins the ranks round-robin, ``planner.run.transport_threads``
-lowers gloo's threads to ``SCHED_IDLE``). Traced with ftrace's ``sched_switch`` /
-``sched_wakeup`` on the 2-vCPU box (2026-11-28, 1 attention + 2 FFN ranks, 2 micro-batches):
+to one core and its messages are read by transport threads at idle priority (the AFD
+reference job on gloo: ``planner.run.affinity`` pins the ranks round-robin,
+``planner.run.transport_threads`` lowers gloo's threads to ``SCHED_IDLE``). Traced with
+ftrace's ``sched_switch`` / ``sched_wakeup`` on the 2-vCPU box (2026-11-28, 1 attention + 2 FFN
+ranks, 2 micro-batches):
 
-* a rank that computes keeps its core until it blocks in a receive: nothing preempts it, since
-  its co-located ranks are blocked and the threads that would wake them run only on an idle
-  core;
-* a message to a rank whose core is busy (with that rank or another) stays unread in its
-  socket until the core frees; the two FFN ranks on one core ran strictly one after the other,
-  the second one's tokens waiting up to 1.9 ms after they had arrived;
-* once the core frees, the message is read and its rank runs next.
+* a message to a rank whose core computes (for that rank or another) stays unread in its
+  socket until the core frees: pinned to one core, the two FFN ranks ran strictly in turn
+  (unpinned, the second one's tokens waited up to 1.9 ms after they had been sent);
+* once the core frees, the message is read and its rank runs;
+* two ranks with work on one core (two attention ranks at a step's start) take turns of about
+  0.5 ms.
 
 This module runs that as a discrete-event simulation. Each attention rank runs, in order,
 every round's work for every micro-batch (rounds then micro-batches, as ``rounds_s``); after a
 round with experts it sends a dispatch to every FFN rank of its unit. Each FFN rank runs a
 micro-batch of a round once every attention rank of its unit's dispatch is read, then sends
 the results (combine) back. A message takes its link time on its own (sender, receiver) link,
-one message at a time. A core runs one rank at a time: a rank whose next work needs no unread
-message goes on at once (it does not block); otherwise the core frees, the messages that
-arrived for its ranks meanwhile are read, and the rank that has waited longest since it last
-ran (an earlier-run rank first, as a fair scheduler does) starts.
+one message at a time. A core shares its time evenly among its ranks that compute (the fluid
+limit of the turns); a rank whose next work needs no unread message goes on at once (it does
+not block). Messages that arrive while any rank computes on their receiver's core wait; when
+none does, they are read and every rank whose work is then ready starts.
 
 The same two costs as ``rounds_s`` price what waiting does to a rank's next work: ``resume_s``
 when it stood idle until its input arrived on a free core (it resumes on cold caches), and
 ``late_s`` when its input arrived while its core was busy, so was read only when the core
-freed (``Profile.late_read_s``: read once the rank, or the rank holding the core, blocks).
+freed (``Profile.late_read_s``: read once the rank, or the ranks holding the core, block).
 
 With every rank on a core of its own and symmetric ranks the result equals ``rounds_s`` with
 the attention stage's costs at index 0 and the FFN stage's at index 2 (a test checks it).
