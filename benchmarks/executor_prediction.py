@@ -195,11 +195,15 @@ LIMITS = [
     "three repetitions (23:00 and 23:20 UTC) fell in the noisiest hour of the day: "
     "calibrate's speed probe 1.17-1.39x apart at its start and end in 12 of its 17 "
     "calibrations, the 23:20 UTC run's runs at 0.75x to 1.41x their calibration's speed. "
-    "9, 3, 8 (`benchmarks/results/executor_prediction_2300utc.json`) and 7, 9, 8 of "
-    "9 within 15%, the same ranking in none; the 23:20 UTC third repetition's calibration, "
+    "9, 3, 8 (`benchmarks/results/executor_prediction_2300utc.json`) and 7, 9, 8 "
+    "(`executor_prediction_2320utc.json`) of 9 within 15%, the same ranking in none; the 23:20 UTC third repetition's calibration, "
     "1.24x apart, predicted TP2 at micro-batch 1 +27%. The fit also moved with the noise: "
     "the 23:00 UTC run's last calibration, layer residuals median 12%, put the weight load "
-    "at 357 us per MB.",
+    "at 357 us per MB. A third run at 00:05 UTC (the table above; quieter: speed probe "
+    "1.03-1.11x apart in the calibrations used): 9, 8 and 8 of 9 within 15% (worst -17.6%, "
+    "-15.3%), Kendall tau +0.94, +0.89, +0.83, the same ranking in none; the first "
+    "repetition's one pair in the wrong order, TP2 at micro-batch 1 / EP2, measured 0.9% "
+    "apart.",
     "* The ranking: on the Xeon (02:25 UTC) the plans in the wrong order measured 1-4% apart, "
     "within the box's run-to-run spread; on the EPYC at 03:31 UTC also two pairs 21-22% "
     "apart, both with PP2 at micro-batch 1, whose median run measured 15% over its "
