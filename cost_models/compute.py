@@ -609,13 +609,17 @@ class LayerTime:
         return LayerTime(*(k * getattr(self, f.name) for f in fields(self)))
 
 
+def weight_bytes(gemms: Sequence[Gemm], elem_bytes: float) -> float:
+    """Bytes of the weights of ``gemms``: ``k x n`` of each, ``count`` times."""
+    return elem_bytes * sum(g.k * g.n * g.count for g in gemms)
+
+
 def cold_weights_s(gemms: Sequence[Gemm], rates: GpuRates, prof: Profile) -> float:
-    """Loading the weights (``k x n`` of each GEMM) of ``gemms`` into a CPU core's cache,
-    not overlapped with their math (``Profile.cold_weight_s_per_byte``; 0 on GPUs)."""
+    """Loading the weights of ``gemms`` (:func:`weight_bytes`) into a CPU core's cache, not
+    overlapped with their math (``Profile.cold_weight_s_per_byte``; 0 on GPUs)."""
     if not prof.cold_weight_s_per_byte:
         return 0.0
-    return (prof.cold_weight_s_per_byte * rates.elem_bytes
-            * sum(g.k * g.n * g.count for g in gemms))
+    return prof.cold_weight_s_per_byte * weight_bytes(gemms, rates.elem_bytes)
 
 
 def layer_forward_time(work: LayerWork, rates: GpuRates, prof: Profile) -> LayerTime:

@@ -44,7 +44,7 @@ from typing import Callable, Sequence
 from cost_models import communication as comm
 from cost_models.compute import (BWD_ELEM, BWD_GEMM, Gemm, GpuRates, Shard,
                                   backward_time_s, fused_attention_efficiency, gemm_time_s,
-                                  layer_forward_time, layer_work)
+                                  layer_forward_time, layer_work, weight_bytes)
 from cost_models.model_spec import ModelSpec
 from cost_models.profile import Profile
 from cost_models.compute import BWD_ATTN  # the step model's attention backward / forward
@@ -437,9 +437,9 @@ def fit_layer_overheads(cases: Sequence[dict], rates: GpuRates, prof: Profile
         work = _layer_case_work(c, rates)
         t, kernels = _layer_forward(c, rates, base)
         dense = t.gemm_s * 3 + t.attention_s * (1 + BWD_ATTN)  # as layer_train_parts_s
-        weight_bytes = 3 * rates.elem_bytes * sum(g.k * g.n * g.count for g in work.gemms)
+        loads = 3 * weight_bytes(work.gemms, rates.elem_bytes)  # forward, backward's two
         rows.append((3 * t.elementwise_s / c["time_s"], kernels / c["time_s"],
-                     weight_bytes / c["time_s"]))
+                     loads / c["time_s"]))
         rest.append(1.0 - dense / c["time_s"])
     inv_eff, overhead, cold = nonneg_lstsq(rows, rest)
     if inv_eff < 1.0:  # faster than streaming (in cache): keep efficiency 1, refit the rest
