@@ -335,6 +335,42 @@ def discordant(results: list[dict]) -> tuple[float, list[str]]:
     return (score / pairs if pairs else 1.0), wrong
 
 
+def measured_flips(repetitions: list[dict]) -> tuple[int, list[str]]:
+    """(pairs of plans compared, the pairs whose *measured* order differs between
+    repetitions, each with its measured gap per repetition: ``b`` over ``a`` less 1). No
+    single order of the plans, predicted or not, matches every repetition's measurement
+    where such a pair exists: it bounds what "the same ranking in every repetition" can
+    show on the machine."""
+    steps = [{r["plan"]: r["measured_step_s"] for r in rep["results"]} for rep in repetitions]
+    plans = [r["plan"] for r in repetitions[0]["results"]] if repetitions else []
+    pairs, flips = 0, []
+    for i, a in enumerate(plans):
+        for b in plans[i + 1:]:
+            if not all(a in s and b in s for s in steps):
+                continue
+            pairs += 1
+            gaps = [s[b] / s[a] - 1 for s in steps]
+            if min(gaps) < 0 < max(gaps):
+                flips.append(f"{a} / {b} ({', '.join(f'{g:+.0%}' for g in gaps)})")
+    return pairs, flips
+
+
+def flip_lines(repetitions: list[dict]) -> list[str]:
+    """The report's paragraph on :func:`measured_flips`: how reproducible the measured order
+    itself was, and which of the predicted orders' discordant pairs it accounts for."""
+    if len(repetitions) < 2:
+        return []
+    pairs, flips = measured_flips(repetitions)
+    flipped = {f.split(" (")[0] for f in flips}
+    wrong = [w.split(" (")[0] for rep in repetitions for w in discordant(rep["results"])[1]]
+    among = sum(w in flipped for w in wrong)
+    return ["", f"Measured order across the repetitions: {len(flips)} of {pairs} pairs of plans "
+            "measured in one order in one repetition and in the other in another (each pair's "
+            "second plan over its first, less 1, per repetition): "
+            + ("; ".join(flips) if flips else "none") + f". Of the {len(wrong)} pairs predicted "
+            f"in the wrong order over all repetitions, {among} are among them."]
+
+
 def one_repetition(skip_calibrate: bool, plans: dict = PLANS,
                    runs: int = 1) -> tuple[list[dict], dict]:
     """Calibrate (unless skipped), then launch every plan ``runs`` times, round robin (so a
@@ -580,6 +616,7 @@ def render(out: dict) -> list[str]:
     if spreads:
         lines += ["", f"Spread of a plan's runs within a repetition (slowest / fastest - 1): "
                   f"median {sorted(spreads)[len(spreads) // 2]:.0%}, worst {max(spreads):.0%}."]
+    lines += flip_lines(repetitions)
     lines += imbalance_lines(repetitions)
     lines += drift_lines(repetitions)
     lines += link_lines(repetitions)
