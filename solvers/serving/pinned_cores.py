@@ -84,126 +84,168 @@ def pinned_rounds(rounds: Sequence[Sequence[float]], micro_batches: int,
     ranks, on ``ranks`` pinned to their cores (module docstring). ``resume_s`` and
     ``late_s``: the (attention, FFN) ranks' cost of resuming after standing idle and of a
     late read."""
-    m = micro_batches
-    if m < 1:
-        raise ValueError(f"micro_batches must be >= 1, got {m}")
-    rounds = [tuple(r) + (0.0,) * (4 - len(r)) for r in rounds]
-    full = [_full(r) for r in rounds]
-    att = [i for i, k in enumerate(ranks) if k.role == ATTENTION]
-    ffn = [i for i, k in enumerate(ranks) if k.role == FFN]
-    if len(att) + len(ffn) != len(ranks):
+    if micro_batches < 1:
+        raise ValueError(f"micro_batches must be >= 1, got {micro_batches}")
+    padded = [tuple(r) + (0.0,) * (4 - len(r)) for r in rounds]
+    _check_units(ranks, any(_full(r) for r in padded))
+    return _Simulation(padded, micro_batches, tuple(ranks), resume_s, late_s).run()
+
+
+def _check_units(ranks: Sequence[PinnedRank], experts: bool) -> None:
+    """Every rank is an attention or FFN rank, every unit has an attention rank and, where
+    rounds have experts, an FFN rank."""
+    if any(k.role not in (ATTENTION, FFN) for k in ranks):
         raise ValueError("every rank's role must be 'attention' or 'ffn'")
     for u in {k.unit for k in ranks}:
-        if not any(ranks[i].unit == u for i in att):
+        roles = {k.role for k in ranks if k.unit == u}
+        if ATTENTION not in roles:
             raise ValueError(f"unit {u} has no attention rank")
-        if any(full) and not any(ranks[i].unit == u for i in ffn):
+        if experts and FFN not in roles:
             raise ValueError(f"unit {u} has no FFN rank, and rounds have experts")
-    n_ranks = len(ranks)
-    peers = {i: [p for p in (ffn if ranks[i].role == ATTENTION else att)
-                 if ranks[p].unit == ranks[i].unit] for i in range(n_ranks)}
-    # each rank's program: (round, micro-batch), rounds then micro-batches
-    prog = {i: [(r, j) for r in range(len(rounds)) for j in range(m)] for i in att}
-    prog.update({i: [(r, j) for r in range(len(rounds)) if full[r] for j in range(m)]
-                 for i in ffn})
-    pos = {i: 0 for i in range(n_ranks)}
-    # inputs read per (rank, round, micro-batch): count, last read time, read late
-    read: dict[tuple[int, int, int], tuple[int, float, bool]] = {}
-    held: dict[int, list[tuple[int, int, int]]] = {}  # core -> messages waiting for it
-    left: dict[int, float] = {}  # rank computing -> its work left (seconds at full speed)
-    last_run = {i: 0.0 for i in range(n_ranks)}  # when the rank last finished work
-    busy = [0.0] * n_ranks
-    work_done = [0.0] * n_ranks
-    started: dict[int, float] = {}
-    link_free: dict[tuple[int, int], float] = {}
-    arrivals: list[tuple[float, int, int, int, int]] = []  # (time, seq, rank, round, mb)
-    seq = 0
-    now = finish = 0.0
 
-    def needs(i: int, r: int) -> int:
-        if ranks[i].role == FFN:
-            return len(peers[i])
-        return len(peers[i]) if r > 0 and full[r - 1] else 0
 
-    def ready(i: int) -> bool:
-        if pos[i] >= len(prog[i]):
+class _Simulation:
+    """The discrete-event run of :func:`pinned_rounds` (module docstring): each rank works
+    through its program of (round, micro-batch) pairs; ``left`` holds the computing ranks'
+    work left at full speed, ``arrivals`` the messages in flight, ``held`` per core the
+    messages that came while it computed, ``read`` per (rank, round, micro-batch) the inputs
+    read (count, last read time, read late)."""
+
+    def __init__(self, rounds: list[tuple[float, ...]], m: int, ranks: tuple[PinnedRank, ...],
+                 resume_s: tuple[float, float], late_s: tuple[float, float]) -> None:
+        self.rounds, self.ranks = rounds, ranks
+        self.resume_s, self.late_s = resume_s, late_s
+        self.full = [_full(r) for r in rounds]
+        n = len(ranks)
+        self.peers = {i: [p for p in range(n) if ranks[p].unit == ranks[i].unit
+                          and ranks[p].role != ranks[i].role] for i in range(n)}
+        self.prog = {i: [(r, j) for r in range(len(rounds))
+                         if ranks[i].role == ATTENTION or self.full[r] for j in range(m)]
+                     for i in range(n)}
+        self.pos = [0] * n
+        self.read: dict[tuple[int, int, int], tuple[int, float, bool]] = {}
+        self.held: dict[int, list[tuple[int, int, int]]] = {}
+        self.left: dict[int, float] = {}
+        self.started: dict[int, float] = {}
+        self.last_run = [0.0] * n  # when the rank last finished work
+        self.busy, self.work_done = [0.0] * n, [0.0] * n
+        self.link_free: dict[tuple[int, int], float] = {}
+        self.arrivals: list[tuple[float, int, int, int, int]] = []  # time, seq, rank, round, mb
+        self.seq = 0
+        self.now = self.finish = 0.0
+
+    def needs(self, i: int, r: int) -> int:
+        """Inputs rank ``i`` reads before round ``r``: every peer's dispatch (FFN) or, after
+        a round with experts, every peer's results (attention)."""
+        if self.ranks[i].role == FFN or (r > 0 and self.full[r - 1]):
+            return len(self.peers[i])
+        return 0
+
+    def ready(self, i: int) -> bool:
+        if self.pos[i] >= len(self.prog[i]):
             return False
-        r, j = prog[i][pos[i]]
-        n = needs(i, r)
-        return n == 0 or read.get((i, r, j), (0, 0.0, False))[0] >= n
+        r, j = self.prog[i][self.pos[i]]
+        n = self.needs(i, r)
+        return n == 0 or self.read.get((i, r, j), (0, 0.0, False))[0] >= n
 
-    def start(i: int) -> None:
-        r, j = prog[i][pos[i]]
-        side = 0 if ranks[i].role == ATTENTION else 1
-        work = rounds[r][0] if side == 0 else rounds[r][2]
-        if work > 0 and needs(i, r):
-            _, came, late = read[(i, r, j)]
+    def start(self, i: int) -> None:
+        """Rank ``i`` starts its next work, with a late read or a resume where its input
+        made it wait."""
+        r, j = self.prog[i][self.pos[i]]
+        side = 0 if self.ranks[i].role == ATTENTION else 1
+        work = self.rounds[r][2 * side]
+        if work > 0 and self.needs(i, r):
+            _, came, late = self.read[(i, r, j)]
             if late:
-                work += late_s[side]
-            elif stood_idle(came, last_run[i]):
-                work += resume_s[side]
-        work_done[i] += work
-        left[i] = work
-        started[i] = now
+                work += self.late_s[side]
+            elif stood_idle(came, self.last_run[i]):
+                work += self.resume_s[side]
+        self.work_done[i] += work
+        self.left[i] = work
+        self.started[i] = self.now
 
-    def take(t: float, i: int, r: int, j: int, late: bool) -> None:
+    def take(self, t: float, i: int, r: int, j: int, late: bool) -> None:
         """Rank ``i``'s transport thread reads an input of its work (r, j) at ``t``; the
         last one read decides whether the work pays a late read."""
-        n = read.get((i, r, j), (0, 0.0, False))[0]
-        read[(i, r, j)] = (n + 1, t, late)
+        n = self.read.get((i, r, j), (0, 0.0, False))[0]
+        self.read[(i, r, j)] = (n + 1, t, late)
 
-    def computing(core: int) -> bool:
-        return any(ranks[i].core == core for i in left)
+    def computing(self, core: int) -> bool:
+        return any(self.ranks[i].core == core for i in self.left)
 
-    def free_core(core: int, t: float) -> None:
+    def free_core(self, core: int, t: float) -> None:
         """Nothing computes on the core at ``t``: its transport threads read what waited,
         every rank whose work is ready starts."""
-        for i, r, j in held.pop(core, []):
-            take(t, i, r, j, True)
-        for i in range(n_ranks):
-            if ranks[i].core == core and i not in left and ready(i):
-                start(i)
+        for i, r, j in self.held.pop(core, []):
+            self.take(t, i, r, j, True)
+        for i, k in enumerate(self.ranks):
+            if k.core == core and i not in self.left and self.ready(i):
+                self.start(i)
 
-    for core in sorted({k.core for k in ranks}):
-        free_core(core, 0.0)
-    while left or arrivals:
+    def advance(self) -> tuple[float, float]:
+        """Run the computing ranks, a core's time shared evenly among its ranks, up to the
+        next event: (its time, when the next work finishes)."""
         sharing: dict[int, int] = {}
-        for i in left:  # ranks computing on one core share it evenly
-            sharing[ranks[i].core] = sharing.get(ranks[i].core, 0) + 1
-        rate = {i: 1.0 / sharing[ranks[i].core] for i in left}
-        done_at = min((now + left[i] / rate[i] for i in left), default=float("inf"))
-        t = min(done_at, arrivals[0][0]) if arrivals else done_at
-        for i in left:
-            left[i] -= (t - now) * rate[i]
-        now = t
-        if arrivals and arrivals[0][0] <= done_at:
-            _, _, p, r, j = heapq.heappop(arrivals)
-            finish = t  # a last round's results count once they are back
-            if computing(ranks[p].core):
-                held.setdefault(ranks[p].core, []).append((p, r, j))
-            else:
-                take(t, p, r, j, False)
-                free_core(ranks[p].core, t)
-            continue
-        finish = t
+        for i in self.left:
+            sharing[self.ranks[i].core] = sharing.get(self.ranks[i].core, 0) + 1
+        rate = {i: 1.0 / sharing[self.ranks[i].core] for i in self.left}
+        done_at = min((self.now + self.left[i] / rate[i] for i in self.left),
+                      default=float("inf"))
+        t = min(done_at, self.arrivals[0][0]) if self.arrivals else done_at
+        for i in self.left:
+            self.left[i] -= (t - self.now) * rate[i]
+        self.now = t
+        return t, done_at
+
+    def arrive(self, t: float) -> None:
+        """The next message arrives: held while its receiver's core computes, else read."""
+        _, _, p, r, j = heapq.heappop(self.arrivals)
+        self.finish = t  # a last round's results count once they are back
+        core = self.ranks[p].core
+        if self.computing(core):
+            self.held.setdefault(core, []).append((p, r, j))
+        else:
+            self.take(t, p, r, j, False)
+            self.free_core(core, t)
+
+    def send(self, i: int, r: int, j: int, t: float) -> None:
+        """Rank ``i`` finished (r, j) at ``t``: its dispatch (attention) or results (FFN) to
+        every peer, one message at a time on each link; results are round r + 1's input."""
+        to_ffn = self.ranks[i].role == ATTENTION
+        link_s = self.rounds[r][1] if to_ffn else self.rounds[r][3]
+        for p in self.peers[i]:
+            begin = max(t, self.link_free.get((i, p), 0.0))
+            self.link_free[(i, p)] = begin + link_s
+            self.seq += 1
+            heapq.heappush(self.arrivals,
+                           (begin + link_s, self.seq, p, r if to_ffn else r + 1, j))
+
+    def complete(self, t: float) -> None:
+        """The ranks whose work is done at ``t`` send and go on; freed cores read."""
+        self.finish = t
         cores = set()
-        for i in sorted(i for i in left if left[i] <= 1e-12 * max(t, 1e-9)):
-            del left[i]
-            busy[i] += t - started.pop(i)
-            r, j = prog[i][pos[i]]
-            pos[i] += 1
-            last_run[i] = t
-            if full[r]:
-                to_ffn = ranks[i].role == ATTENTION
-                link_s = rounds[r][1] if to_ffn else rounds[r][3]
-                for p in peers[i]:  # the results of round r are the input of round r + 1
-                    begin = max(t, link_free.get((i, p), 0.0))
-                    link_free[(i, p)] = begin + link_s
-                    seq += 1
-                    heapq.heappush(arrivals, (begin + link_s, seq, p, r if to_ffn else r + 1, j))
-            if ready(i):  # its next work needs no unread message: it does not block
-                start(i)
-            cores.add(ranks[i].core)
+        for i in sorted(i for i in self.left if self.left[i] <= 1e-12 * max(t, 1e-9)):
+            del self.left[i]
+            self.busy[i] += t - self.started.pop(i)
+            r, j = self.prog[i][self.pos[i]]
+            self.pos[i] += 1
+            self.last_run[i] = t
+            if self.full[r]:
+                self.send(i, r, j, t)
+            if self.ready(i):  # its next work needs no unread message: it does not block
+                self.start(i)
+            cores.add(self.ranks[i].core)
         for core in sorted(cores):
-            if not computing(core):
-                free_core(core, t)
-    return PinnedRun(finish, tuple(busy), tuple(work_done))
+            if not self.computing(core):
+                self.free_core(core, t)
+
+    def run(self) -> PinnedRun:
+        for core in sorted({k.core for k in self.ranks}):
+            self.free_core(core, 0.0)
+        while self.left or self.arrivals:
+            t, done_at = self.advance()
+            if self.arrivals and self.arrivals[0][0] <= done_at:
+                self.arrive(t)
+            else:
+                self.complete(t)
+        return PinnedRun(self.finish, tuple(self.busy), tuple(self.work_done))
