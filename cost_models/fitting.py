@@ -52,7 +52,8 @@ from topologies.cluster import GroupView, LinkTier
 
 
 def nonneg_lstsq2(rows: Sequence[tuple[float, float]], target: Sequence[float]) -> tuple[float, float]:
-    """argmin ||A x - y||^2 over x >= 0 for two unknowns (closed form, then the faces)."""
+    """argmin ||A x - y||^2 over x >= 0 for two unknowns (closed form, then the faces):
+    :func:`nonneg_lstsq` for two unknowns, without numpy (a test checks they agree)."""
     a11 = sum(a * a for a, _ in rows)
     a12 = sum(a * b for a, b in rows)
     a22 = sum(b * b for _, b in rows)

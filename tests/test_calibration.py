@@ -76,6 +76,16 @@ def test_nonneg_lstsq2_matches_a_brute_force_grid(seed):
     assert loss(got) <= loss(best) + 1e-9
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_nonneg_lstsq_agrees_with_the_two_unknown_closed_form(seed):
+    # nonneg_lstsq2 is nonneg_lstsq's closed form for two unknowns (no numpy): same optimum
+    rng = random.Random(100 + seed)
+    rows = [(rng.uniform(-1, 2), rng.uniform(-1, 2)) for _ in range(6)]
+    target = [rng.uniform(-1, 2) for _ in rows]
+    assert fitting.nonneg_lstsq(rows, target) == pytest.approx(
+        fitting.nonneg_lstsq2(rows, target), abs=1e-9)
+
+
 def test_gemm_fit_recovers_the_curve_it_was_made_with():
     prof = Profile(gemm_efficiency=0.8, gemm_half_dim=40.0, hbm_efficiency=1.0)
     rates = GpuRates(100e9, 1e15, False, 4)  # memory never binds
