@@ -103,6 +103,7 @@ class LayerWork:
     attn_keys: float = 0.0
     attn_tiles: float = 0.0
     attn_fp8: bool = False  # the fused attention core runs at the fp8 rate
+    attn_scores: float = 0.0  # query-key scores of the core: one exponential each, forward
 
     @property
     def gemm_flops(self) -> float:
@@ -259,13 +260,17 @@ def router_bytes_per_token(num_experts: int) -> float:
     return 4 * 4 * num_experts
 
 
+def attention_head_dims(model: ModelSpec) -> tuple[int, int]:
+    """(query-key, value) head dims of the attention core."""
+    if model.mla is not None:
+        return model.mla.qk_head_dim, model.mla.v_head_dim
+    return model.head_dim, model.head_dim
+
+
 def attention_core_flops(model: ModelSpec, layer: int, sh: Shard) -> tuple[float, int]:
     """Forward FLOPs of softmax(QK^T)V on this GPU, and the head dim (the GEMMs' thin side)."""
     a_local = model.num_heads / sh.tp
-    if model.mla is not None:
-        qk, v = model.mla.qk_head_dim, model.mla.v_head_dim
-    else:
-        qk = v = model.head_dim
+    qk, v = attention_head_dims(model)
     keys = _attention_keys(model, layer, sh.seq_len, causal_skip=not sh.unfused_attention)
     flops = 2.0 * sh.tokens * keys * a_local * (qk + v)
     return flops, min(qk, v)
@@ -518,7 +523,8 @@ def layer_work(model: ModelSpec, layer: int, sh: Shard) -> LayerWork:
                      attn_unfused=sh.unfused_attention,
                      elementwise_bytes=_elementwise_bytes(model, layer, sh),
                      attn_keys=keys, attn_tiles=tiles, launches=launches,
-                     attn_fp8=sh.fp8_attention)
+                     attn_fp8=sh.fp8_attention,
+                     attn_scores=attn / (2.0 * sum(attention_head_dims(model))))
 
 
 @dataclass(frozen=True)
@@ -534,6 +540,9 @@ class GpuRates:
     fp4_over_fp8: float = 1.0
     gemm_scale: float = 1.0
     attention_scale: float = 1.0  # fused attention speed relative to the GPU's native kernel
+    # dense bf16 tensor FLOPs per exponential the special function units issue in the same
+    # time (topologies' GpuSpec.tensor_flops_per_exp2); 0: not known, the bound is left out
+    flops_per_exp: float = 0.0
 
 
 def attention_kernel_scale(arch: str, attention: str) -> float:
@@ -592,10 +601,17 @@ class LayerTime:
     overhead_bwd_s: float = 0.0
     host_s: float = 0.0
     host_bwd_s: float = 0.0
+    # the fused attention forward's wait for its exponentials beyond ``attention_s`` (its
+    # tensor-core time; :func:`attention_exp_excess_s`); the backward is not bound by them
+    attention_exp_s: float = 0.0
+
+    @property
+    def attention_fwd_s(self) -> float:
+        return self.attention_s + self.attention_exp_s
 
     @property
     def gpu_s(self) -> float:
-        return self.gemm_s + self.attention_s + self.elementwise_s + self.overhead_s
+        return self.gemm_s + self.attention_fwd_s + self.elementwise_s + self.overhead_s
 
     @property
     def total_s(self) -> float:
@@ -632,17 +648,47 @@ def layer_forward_time(work: LayerWork, rates: GpuRates, prof: Profile) -> Layer
         n = work.attn_head_dim
         eff = min(1.0, prof.gemm_efficiency * rates.gemm_scale) * n / (n + prof.gemm_half_dim)
         attn = work.attn_flops / (rates.peak_flops * eff)
+        exp_excess = 0.0
     else:
         speed = FP8_ATTENTION_SPEEDUP if work.attn_fp8 else 1.0
-        attn = work.attn_flops / (rates.peak_flops * rates.attention_scale * speed * (
+        rate = rates.peak_flops * rates.attention_scale
+        attn = work.attn_flops / (rate * speed * (
             fused_attention_efficiency(prof, work.attn_keys, work.attn_tiles)))
+        # the streaming part only: the knees' fixed work per tile is neither unit's
+        streaming = rate * prof.attention_efficiency
+        exp_excess = attention_exp_excess_s(work.attn_scores, work.attn_flops / (
+            streaming * speed), streaming, rates.flops_per_exp)
     elem = work.elementwise_bytes / (rates.hbm_bytes_per_s * prof.hbm_efficiency)
     n = work.launches
     return LayerTime(gemm_s=gemm, attention_s=attn, elementwise_s=elem,
                      overhead_s=n.fwd * prof.kernel_overhead_s,
                      overhead_bwd_s=n.bwd * prof.kernel_overhead_s,
                      host_s=n.host_fwd * prof.host_launch_s,
-                     host_bwd_s=n.host_bwd * prof.host_launch_s)
+                     host_bwd_s=n.host_bwd * prof.host_launch_s,
+                     attention_exp_s=exp_excess)
+
+
+def attention_exp_excess_s(scores: float, mma_s: float, rate_flops: float,
+                           flops_per_exp: float) -> float:
+    """What a fused attention forward waits for its softmax exponentials beyond its
+    tensor-core time ``mma_s``: ``scores`` exponentials (one per query-key score) issued at
+    ``rate_flops / flops_per_exp`` a second, less ``mma_s``, at least 0; 0 where
+    ``flops_per_exp`` is not known. ``layer_forward_time`` passes the kernel's streaming rate
+    (``attention_efficiency`` of the peak, for both units) and the tensor time at that rate:
+    the fixed work per query tile of ``fused_attention_efficiency``'s knees is neither's.
+
+    Source: FlashAttention-4 (Zadouri et al. 2026, sec. 2, the B200 roofline): per SM and
+    clock the tensor cores do 8,192 dense BF16 FLOPs and the special function units 16
+    exponentials (MUFU.EX2), so the forward's two GEMMs (4 d FLOPs a score at head dim d)
+    take as long as its exponentials at d = 128 and half as long at d = 64: the forward is
+    bound by the exponentials there, the backward (10 d FLOPs and one exponential a score)
+    is not. H100 has the same special function units and half the tensor rate; Blackwell
+    Ultra doubles the special function units' throughput (NVIDIA, "Making Softmax More
+    Efficient with NVIDIA Blackwell Ultra", 2026). With fp8 attention the GEMMs speed up
+    (``FP8_ATTENTION_SPEEDUP``) and the exponentials do not."""
+    if flops_per_exp <= 0 or scores <= 0:
+        return 0.0
+    return max(0.0, scores * flops_per_exp / rate_flops - mma_s)
 
 
 def backward_gpu_s(t: LayerTime) -> float:

@@ -66,6 +66,9 @@ class GpuSpec:
     source: str
     confidence: str
     native_precisions: frozenset[str] = frozenset()  # empty: every precision with a peak
+    # dense bf16 tensor-core FLOPs per exponential (MUFU.EX2) in the same time, per SM and
+    # clock: what bounds a fused attention forward at small head dims; 0: not known
+    tensor_flops_per_exp2: float = 0.0
 
     def __post_init__(self) -> None:
         if self.hbm_bytes <= 0 or self.hbm_bw_bytes_per_s <= 0:
@@ -122,6 +125,7 @@ def _gpu_from_entry(name: str, entry: dict) -> GpuSpec:
         source=entry.get("source", ""),
         confidence=entry.get("confidence", ""),
         native_precisions=_native(entry, peaks),
+        tensor_flops_per_exp2=float(entry.get("tensor_flops_per_exp2") or 0.0),
     )
 
 

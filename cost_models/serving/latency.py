@@ -43,6 +43,7 @@ from functools import lru_cache
 
 from cost_models.communication import (
     all_gather_s, all_reduce_s, all_to_all_s, reduce_scatter_s, send_recv_s)
+from cost_models.compute import attention_exp_excess_s
 from cost_models.model_spec import (
     ModelSpec, attention_params, indexer_params, linear_attention_params, mlp_params)
 from cost_models.profile import Profile
@@ -65,6 +66,9 @@ class InstanceHardware:
     tp_view: GroupView
     ep_view: GroupView  # the instance's tp*dp GPUs of one pipeline stage
     pp_view: GroupView | None
+    # dense bf16 tensor FLOPs per softmax exponential in the same time (GpuSpec's
+    # tensor_flops_per_exp2; cost_models.compute.attention_exp_excess_s); 0: not known
+    flops_per_exp: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -266,24 +270,29 @@ def _attention_core_s(c: Costing, queries: float, keys_of, requests: float,
     kv_values = _kv_values_per_layer(model, lay.tp) * KV_BYTES[c.kv_dtype]
     sa = model.sparse_attn
     index_macs = sa.index_n_heads * sa.index_head_dim if sa is not None else 0.0  # per key
-    flops = index_flops = reads = 0.0
+    flops = index_flops = reads = scores = 0.0
     for kind in _layer_kinds(model, lay.pp):
         if kind.linear:
             flops += kind.count * queries * _linear_flops_per_token(model, lay.tp)
             reads += kind.count * requests * 2.0 * linear_state_bytes(model, lay.tp)
             continue
         keys, causal = keys_of(kind)
-        per_query = keys * (dqk + dv)
+        per_query, scored = keys * (dqk + dv), keys
         if kind.topk:  # DSA's sparse kernels run MLA's MQA mode; a short prompt's prefill the
             #            masked MHA mode, whichever is cheaper (module docstring)
-            per_query = min(keys * latent, causal * (dqk + dv))
+            per_query, scored = min((keys * latent, keys), (causal * (dqk + dv), causal))
         flops += kind.count * 2.0 * queries * per_query * heads
+        scores += kind.count * queries * scored * heads
         reads += kind.count * requests * kv_values * kind.decode_keys(context)
         if kind.indexer:  # replicated over TP: every head on every rank (module docstring)
             index_flops += kind.count * 2.0 * queries * causal * index_macs
             reads += kind.count * requests * indexer_key_bytes(model) * context
     efficiency = c.sprof.decode_attention_efficiency if decode else c.prof.attention_efficiency
-    compute = (flops + index_flops / c.prof.fp8_speedup) / (c.hw.peak_flops * efficiency)
+    rate = c.hw.peak_flops * efficiency
+    # the softmax's exponentials bound the core where the tensor cores outrun them
+    core = flops / rate
+    core += attention_exp_excess_s(scores, core, rate, c.hw.flops_per_exp)
+    compute = core + index_flops / c.prof.fp8_speedup / rate
     memory = reads / (c.hw.hbm_bytes_per_s * c.sprof.kv_read_efficiency) if decode else 0.0
     return max(compute, memory)
 

@@ -72,7 +72,8 @@ def gpu_rates(gpu: GpuSpec, workload: Workload, profile_gpu: GpuSpec | None = No
     return GpuRates(peak_flops=peak, hbm_bytes_per_s=gpu.hbm_bw_bytes_per_s,
                     fp8=workload.low_precision_gemms, elem_bytes=workload.elem_bytes,
                     fp4_over_fp8=fp4, gemm_scale=scale,
-                    attention_scale=attention_kernel_scale(gpu.arch, attention))
+                    attention_scale=attention_kernel_scale(gpu.arch, attention),
+                    flops_per_exp=gpu.tensor_flops_per_exp2)
 
 
 def config_shard(cfg: TrainingConfig, workload: Workload) -> Shard:

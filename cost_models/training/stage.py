@@ -190,7 +190,7 @@ def _forward_time(ctx: StepContext, layer: int) -> LayerTime:
     if k == 1:
         return t
     ts = layer_forward_time(layer_work(ctx.model, layer, ctx.slice_shard), ctx.rates, ctx.prof)
-    return replace(ts.scaled(k), attention_s=t.attention_s)
+    return replace(ts.scaled(k), attention_s=t.attention_s, attention_exp_s=t.attention_exp_s)
 
 
 def selective_recompute_s(ctx: StepContext, layer: int, t: LayerTime, ep_s: float) -> float:
@@ -264,7 +264,7 @@ def selective_recompute_work(ctx: StepContext, layer: int, t: LayerTime,
         kernels += 1 + (UNFUSED_ATTN_EXTRA[0] if sh.unfused_attention else 0)
     total = k * (s + kernels * prof.kernel_overhead_s)
     if "core_attn" in mods:
-        total += t.attention_s
+        total += t.attention_fwd_s
         if sh.unfused_attention:
             total += SELECTIVE_UNFUSED_ELEMENTWISE_SHARE * t.elementwise_s
     if "moe" in mods and moe_layer:
@@ -347,7 +347,7 @@ def _attention_block_s(ctx: StepContext, t: LayerTime) -> tuple[float, float]:
     k = ctx.cfg.seq_slices
     proj = k * sum(gemm_time_s(g, ctx.rates, ctx.prof)
                    for g in attention_gemms(ctx.model, ctx.slice_shard))
-    return proj + t.attention_s, BWD_GEMM * proj + BWD_ATTN * t.attention_s
+    return proj + t.attention_fwd_s, BWD_GEMM * proj + BWD_ATTN * t.attention_s
 
 
 def layer_cost(ctx: StepContext, views: GroupViews, layer: int,
@@ -361,7 +361,8 @@ def layer_cost(ctx: StepContext, views: GroupViews, layer: int,
     else:
         tp_fwd, tp_bwd = (tp + _skew_s(ctx, tp > 0, _tp_blocks(ctx, layer), fwd),
                           tp + _skew_s(ctx, tp > 0, _tp_blocks(ctx, layer), bwd))
-    cp_fwd, cp_bwd = max(0.0, cp - t.attention_s), max(0.0, 2 * cp - BWD_ATTN * t.attention_s)
+    cp_fwd = max(0.0, cp - t.attention_fwd_s)
+    cp_bwd = max(0.0, 2 * cp - BWD_ATTN * t.attention_s)
     # forward dispatch + combine, the same again in the backward, and the forward's exchange
     # of per-expert token counts that sizes the dispatch
     ep_total = (2 * ep + _ep_counts_s(ctx, views, layer)

@@ -242,7 +242,8 @@ def instance_hardware(cluster: Cluster, gpu: GpuSpec, layout: PoolLayout,
     return InstanceHardware(peak_flops=gpu.peak_flops_for("bf16"),
                             hbm_bytes_per_s=gpu.hbm_bw_bytes_per_s, hbm_bytes=gpu.hbm_bytes,
                             tp_view=group_view(cluster, tp_ranks),
-                            ep_view=group_view(cluster, ep_ranks), pp_view=pp_view)
+                            ep_view=group_view(cluster, ep_ranks), pp_view=pp_view,
+                            flops_per_exp=gpu.tensor_flops_per_exp2)
 
 
 def costing(model: ModelSpec, pool: PoolSpec, wl: ServingWorkload, cluster: Cluster,
