@@ -206,6 +206,12 @@ def without_pingpong(caldoc: dict) -> dict:
                                   "late_read_s": 0.0}}
 
 
+def posts_as_calls(caldoc: dict) -> dict:
+    """``caldoc`` without ``p2p_post_s``: each ``isend`` / ``irecv`` priced as a torch call,
+    as before calibrate timed them (2026-11-29)."""
+    return {**caldoc, "profile": {**caldoc["profile"], "p2p_post_s": 0.0}}
+
+
 def unchanged(doc: dict) -> dict:
     return doc
 
@@ -221,8 +227,10 @@ def unpinned(record: dict) -> dict:
 # key -> (calibration change, record change): the default model without the ping-pong terms,
 # and the time-shared plans predicted as if their ranks shared the cores evenly
 VARIANTS = {"without_pingpong_terms": (without_pingpong, unchanged),
-            "processor_sharing": (unchanged, unpinned)}
-VARIANT_NAMES = {"processor_sharing": "cores shared evenly (processor sharing)"}
+            "processor_sharing": (unchanged, unpinned),
+            "posts_as_calls": (posts_as_calls, unchanged)}
+VARIANT_NAMES = {"processor_sharing": "cores shared evenly (processor sharing)",
+                 "posts_as_calls": "isend / irecv priced as a torch call"}
 
 
 def summarise(name: str, runs: list[dict], caldoc: dict) -> dict:
@@ -319,7 +327,9 @@ def render(out: dict) -> list[str]:
     if shown:
         lines += ["", "The same runs with the time-shared plans predicted as if their ranks "
                   "shared the cores evenly (`solvers.serving.shared_cores`, what check-run did "
-                  "before the job pinned them, one core each, round-robin). Error per plan:",
+                  "before the job pinned them, one core each, round-robin), and with each "
+                  "`isend` / `irecv` priced as a torch call (as before calibrate timed posting "
+                  "them, `Profile.p2p_post_s`). Error per plan:",
                   "",
                   "| plan | default | " + " | ".join(VARIANT_NAMES[k] for k in shown) + " |",
                   "|---|---:|" + "---:|" * len(shown)]
@@ -344,6 +354,7 @@ def history_entry(out: dict) -> dict:
             "eager_call_s": prof.get("eager_call_s", 0.0),
             "p2p_latency_s": prof.get("p2p_latency_s", 0.0), "resume_s": prof.get("resume_s", 0.0),
             "late_read_s": prof.get("late_read_s", 0.0),
+            "p2p_post_s": prof.get("p2p_post_s", 0.0),
             "errors": {r["plan"]: r["error"] for r in out["results"]},
             "variant_errors": {k: {r["plan"]: r["variants"][k]["error"] for r in out["results"]
                                    if k in r["variants"]} for k in VARIANT_NAMES},
@@ -358,13 +369,14 @@ def render_history(history: list[dict]) -> list[str]:
     lines = ["Every run of this benchmark since the ping-pong terms (each with its own "
              "`planner calibrate`): prediction error per plan (run-to-run spread of its "
              "repeats), plans within 15%, same ranking.", "",
-             "| run | torch call | p2p_latency_s | resume_s | late_read_s | "
+             "| run | torch call | isend / irecv | p2p_latency_s | resume_s | late_read_s | "
              + " | ".join(plans) + " | within 15% | same ranking |",
-             "|---|---:|---:|---:|---:|" + "---:|" * len(plans) + "---:|---|"]
+             "|---|---:|---:|---:|---:|---:|" + "---:|" * len(plans) + "---:|---|"]
     for h in history:
         cells = [f"{h['errors'][p]:+.1%} ({h['spreads'][p]:.0%})" for p in plans]
         late = f"{h['late_read_s'] * 1e6:.0f} us" if h.get("late_read_s") else "-"
-        lines.append(f"| {h['date']} | {_call_us(h):.1f} us | "
+        post = f"{h['p2p_post_s'] * 1e6:.0f} us" if h.get("p2p_post_s") else "-"
+        lines.append(f"| {h['date']} | {_call_us(h):.1f} us | {post} | "
                      f"{h['p2p_latency_s'] * 1e6:.0f} us | {h['resume_s'] * 1e6:.0f} us | "
                      f"{late} | "
                      + " | ".join(cells) + f" | {h['within_15_percent']} of {len(plans)} | "

@@ -358,6 +358,14 @@ def fit_late_read(cases: Sequence[dict]) -> float:
     return max(0.0, statistics.median(waits)) if waits else 0.0
 
 
+def fit_p2p_post(cases: Sequence[dict]) -> float:
+    """``Profile.p2p_post_s``: the median over pairs of the mean time of posting one
+    non-blocking send or receive (``planner.run.calibrate_job.resume_cases``' ``post_s``); 0
+    without such cases (calibrations before it)."""
+    posts = [c["post_s"] for c in cases if "post_s" in c]
+    return max(0.0, statistics.median(posts)) if posts else 0.0
+
+
 def predict_collective(case: dict, link: LinkFit, tier: str = "host",
                        tables: dict | None = None) -> float:
     """The collective of ``case`` priced by the fitted link (alpha-beta with the op's
@@ -547,6 +555,7 @@ def fit_all(raw: dict, tier: str = "host", elem_bytes: int = 4) -> CalibrationFi
                       "host_launch_s": host_launch, "resume_s": resume_s,
                       "p2p_latency_s": p2p_latency_s,
                       "late_read_s": fit_late_read(raw.get("resume", [])),
+                      "p2p_post_s": fit_p2p_post(raw.get("resume", [])),
                       "collective_latency_factor": link.latency_factor,
                       "collective_bw_factor": link.bw_factor,
                       "collective_switch_s": switch, "collective_skew_sqrt_s": skew,

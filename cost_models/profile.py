@@ -22,7 +22,7 @@ _DICT_FIELDS = ("link_efficiency", "collective_latency_factor", "collective_bw_f
 MEASURED_ONLY_FIELDS = ("collective_switch_s", "collective_tables", "resume_s", "p2p_latency_s",
                         "collective_skew_sqrt_s", "collective_burst_s", "stream_efficiency",
                         "dispatch_solve_s", "dispatch_solve_per_expert_s", "eager_call_s",
-                        "late_read_s", "cold_weight_s_per_byte")
+                        "late_read_s", "cold_weight_s_per_byte", "p2p_post_s")
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,13 @@ class Profile:
     # not measured. Used where the AFD job's stages take messages that came while they were
     # busy (solvers/serving/pingpong.py ``rounds_s``'s ``late_s``).
     late_read_s: float = 0.0
+    # One non-blocking point-to-point call's own time (``isend`` / ``irecv`` on gloo: the
+    # pair's lock, the receive-ready notice or the payload written to its socket, the remote
+    # thread's wake-up). Measured by ``planner calibrate`` (the same pairs, posting while the
+    # peer computes: calibrate_job.py ``resume_cases``' ``post_s``); 0 where not measured
+    # (then an eager call's cost prices it). Used for the AFD job's posts
+    # (planner/serving/afd_run_prediction.py ``POSTS``).
+    p2p_post_s: float = 0.0
     # Host time of one expert dispatch's bookkeeping where the job solves the planner's
     # real-time quotas on every MoE layer and micro-batch (the reference job's ``quota_solve``:
     # quotas, dispatch matrix, each token's slot, the splits): dispatch_solve_s +

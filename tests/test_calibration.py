@@ -222,6 +222,8 @@ def test_calibrate_solve_launch_check_run(tmp_path):
     assert prof.get("resume_s", 0.0) == max(0.0, pair["after_wait_s"] - pair["hot_s"])
     # the late read: a message that came while the receiver computed, waited for afterwards
     assert pair["late_wait_s"] >= 0 and prof.get("late_read_s", 0.0) == pair["late_wait_s"]
+    # posting an isend / irecv: timed on both ranks, their mean the profile's post cost
+    assert pair["post_s"] > 0 and prof["p2p_post_s"] == pair["post_s"]
     # every gloo transport thread of the measurement ran idle (planner.run.transport_threads)
     assert doc["raw"]["conditions"]["idle_transport_threads"] >= 1
     # the serving fit: the decode benchmarks ran and set the KV read efficiency

@@ -356,6 +356,41 @@ def test_the_late_read_is_the_median_wait_and_the_afd_prediction_pays_it_where_m
         predict_afd_run(record(1), doc).step_s)
 
 
+def test_each_isend_and_irecv_of_the_afd_job_costs_the_measured_post():
+    """p2p_post_s is the median over pairs of calibrate's post time (0 without); the AFD
+    job's posts (per micro-batch and MoE layer: the dispatch's isend and the result's irecv
+    per FFN rank on an attention rank; the next receive's irecv and the result's isend per
+    attention rank on an FFN rank) each cost it instead of a call: the pack shares grow by
+    exactly posts * (post - call)."""
+    from planner.serving.afd_run_prediction import job_costs, machine_of
+
+    assert fitting.fit_p2p_post([{"post_s": 3e-5}, {"post_s": 1e-5}, {"post_s": 2e-5},
+                                 {}]) == pytest.approx(2e-5)
+    assert fitting.fit_p2p_post([{"one_way_s": 1e-4}]) == 0.0
+    doc = {"schema": "planner.calibration/v1",
+           "profile": {"kernel_overhead_s": 1e-5, "eager_call_s": 5e-6, "hbm_efficiency": 0.5,
+                       "gemm_efficiency": 0.9, "gemm_half_dim": 10.0,
+                       "attention_efficiency": 0.3, "link_efficiency": {"host": 1.0}},
+           "fit": {"peak_flops": 8e10, "memory_bw_bytes_per_s": 2e10,
+                   "link": {"bw_bytes_per_s": 2e9, "latency_s": 2e-4}},
+           "machine": {"world_size": 3, "threads": 1}}
+    posted = {**doc, "profile": {**doc["profile"], "p2p_post_s": 3e-5}}
+    shape = {"moe_layers": [False, True, True], "num_experts": 8, "top_k": 2,
+             "attention_ranks": 1, "ffn_ranks": 2, "shared_experts": 1, "hidden": 64,
+             "heads": 4, "vocab": 128, "batch": 8, "context": 16, "steps": 4, "seed": 0,
+             "micro_batches": 2}
+    for preposted, ffn_posts in ((True, 2), (False, 3)):
+        plain = job_costs(shape, 1, machine_of(doc), preposted)
+        paid = job_costs(shape, 1, machine_of(posted), preposted)
+        extra = 3e-5 - 5e-6
+        att_posts = 2 * (2 if preposted else 3)  # per FFN rank: the message(s) and irecv
+        assert paid.attention_pack_s - plain.attention_pack_s == pytest.approx(
+            att_posts * extra, rel=1e-9)
+        assert paid.ffn_pack_s - plain.ffn_pack_s == pytest.approx(ffn_posts * extra, rel=1e-9)
+        assert paid.experts_s - plain.experts_s == pytest.approx(ffn_posts * extra, rel=1e-9)
+        assert paid.ops_attention == plain.ops_attention  # still counted as calls
+
+
 @pytest.mark.parametrize("zero", [0, 3])
 def test_recomputed_forwards_widen_the_backward_window_that_hides_dp_communication(
         monkeypatch, zero):

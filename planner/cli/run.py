@@ -198,7 +198,9 @@ def _link_rows(doc: dict, prof: dict, dev: dict) -> list[tuple[str, str]]:
             ("resume_s (compute after a wait)", f"{prof.get('resume_s', 0.0) * 1e6:,.1f} us"),
             ("p2p_latency_s (receiver waits)",
              f"{prof.get('p2p_latency_s', 0.0) * 1e6:,.1f} us"),
-            ("late_read_s (came while busy)", f"{prof.get('late_read_s', 0.0) * 1e6:,.1f} us")]
+            ("late_read_s (came while busy)", f"{prof.get('late_read_s', 0.0) * 1e6:,.1f} us"),
+            ("p2p_post_s (isend / irecv call)",
+             f"{prof.get('p2p_post_s', 0.0) * 1e6:,.1f} us")]
 
 
 def _serving_rows(doc: dict) -> list[tuple[str, str]]:
@@ -318,7 +320,8 @@ def _check_afd_run(record: Path, calibration: Optional[Path],
                   f"ms, dispatch {disp * 1e3:.3f} ms, experts {exp * 1e3:.3f} ms, combine "
                   f"{comb * 1e3:.3f} ms (bound: {pred.bound}); {pred.ops_attention:.0f} / "
                   f"{pred.ops_ffn:.0f} torch calls per step (attention / FFN rank) at "
-                  f"{pred.kernel_overhead_s * 1e6:.1f} us; message latency "
+                  f"{pred.kernel_overhead_s * 1e6:.1f} us, isend / irecv at "
+                  f"{pred.post_s * 1e6:.1f} us; message latency "
                   f"{pred.message_latency_s * 1e6:.0f} us, resume after a wait "
                   f"{pred.resume_s * 1e6:.0f} us, late read {pred.late_read_s * 1e6:.0f} us; "
                   f"{sharing}")

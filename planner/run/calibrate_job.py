@@ -483,10 +483,14 @@ def resume_cases(sizes: Sizes, world: int, report) -> list[dict]:
     late read (``late_wait_s``): the even rank posts a receive and both ranks compute; the
     odd rank sends halfway through the even rank's compute; the even rank's wait afterwards
     is what reading a message that came while it computed costs (with gloo's transport
-    threads idle-priority, as in the jobs). Means over the repeats (a job pays every stall);
+    threads idle-priority, as in the jobs). In that loop both ranks time posting their
+    non-blocking operation, the even rank's ``irecv`` and the odd rank's ``isend`` into it
+    (``post_s``, their mean: the calls' own time, which gloo spends taking the pair's lock and
+    writing to its socket). Means over the repeats (a job pays every stall);
     one case per pair, from its even rank. Nothing with one process.
     ``cost_models.fitting.fit_resume`` turns them into ``Profile.resume_s`` and
-    ``Profile.p2p_latency_s``, ``fit_late_read`` into ``Profile.late_read_s``."""
+    ``Profile.p2p_latency_s``, ``fit_late_read`` into ``Profile.late_read_s`` and
+    ``fit_p2p_post`` into ``Profile.p2p_post_s``."""
     from planner.run.reference_job.model import Block
 
     if world < 2:
@@ -505,7 +509,7 @@ def resume_cases(sizes: Sizes, world: int, report) -> list[dict]:
         _sync()
         return time.perf_counter() - t0
 
-    hot, after, trips, late = [], [], [], []
+    hot, after, trips, late, posts = [], [], [], [], []
     with torch.no_grad():
         for _ in range(3):
             forward()
@@ -531,7 +535,9 @@ def resume_cases(sizes: Sizes, world: int, report) -> list[dict]:
         dist.barrier()
         for _ in range(sizes.resume_reps if peer < world else 0):
             if rank % 2 == 0:
+                t0 = time.perf_counter()
                 work = dist.irecv(msg, src=peer)
+                posts.append(time.perf_counter() - t0)
                 _spin(spin, 2 * RESUME_GAP_S)
                 t0 = time.perf_counter()
                 work.wait()
@@ -539,7 +545,9 @@ def resume_cases(sizes: Sizes, world: int, report) -> list[dict]:
                 late.append(time.perf_counter() - t0)
             else:
                 _spin(spin, RESUME_GAP_S)
-                work = dist.isend(msg, dst=peer)
+                t0 = time.perf_counter()
+                work = dist.isend(msg, dst=peer)  # into the receive posted above
+                posts.append(time.perf_counter() - t0)
                 _spin(spin, 2 * RESUME_GAP_S)
                 work.wait()
             dist.barrier()
@@ -549,9 +557,17 @@ def resume_cases(sizes: Sizes, world: int, report) -> list[dict]:
              "one_way_s": max(0.0, statistics.fmean(trips) / 2.0),
              "late_wait_s": statistics.fmean(late)} if hot else None)
     cases: list = [None] * world
-    dist.all_gather_object(cases, mine)
+    dist.all_gather_object(cases, (mine, statistics.fmean(posts) if posts else None))
     report("resume after a wait")
-    return [c for c in cases if c is not None]
+    return [_with_posts(c, cases) for c, _ in cases if c is not None]
+
+
+def _with_posts(case: dict, gathered: list) -> dict:
+    """``case`` (an even rank's) with ``post_s``: the mean time of posting one non-blocking
+    point-to-point operation, over its pair's receives (even rank) and sends (odd rank)."""
+    means = [gathered[r][1] for r in case["pair"]
+             if r < len(gathered) and gathered[r][1] is not None]
+    return {**case, "post_s": statistics.fmean(means)} if means else case
 
 
 def _spin(spin: torch.Tensor, seconds: float) -> None:

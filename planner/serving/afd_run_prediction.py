@@ -26,8 +26,10 @@ Per MoE layer (a *round*) and micro-batch, the four stages of ``cost_models.serv
    dispatch: the previous MoE layer's result assembly and residual, the attention of each
    layer over the KV cache, dense layers, the router, the shared experts, and building and
    posting the messages. Each call pays ``call_s`` (the eager dispatch; counted
-   from the job's code, constants below), each GEMM its FLOPs at the calibrated efficiency
-   curve (``cost_models.compute.gemm_time_s``, memory roofline included), the decode
+   from the job's code, constants below), each ``isend`` / ``irecv`` among them ``post_s``
+   (``Profile.p2p_post_s``, what calibrate measured posting one), each GEMM its FLOPs at
+   the calibrated efficiency curve (``cost_models.compute.gemm_time_s``, memory roofline
+   included), the decode
    attention the larger of its FLOPs at ``attention_efficiency`` and its KV bytes at the
    bandwidth, every element-wise kernel its bytes at the bandwidth;
 2. **dispatch**: to each FFN rank of the unit, the tokens with at least one chosen expert
@@ -144,6 +146,14 @@ OPS: Mapping[str, int] = {
     # FfnLink.reply, per attention rank with tokens: contiguous, isend(results)
     "reply_per_rank": 2,
 }
+# Of those calls, the non-blocking point-to-point ones (``isend`` / ``irecv``): each costs
+# ``CalibratedMachine.post_s`` instead of a call (``Profile.p2p_post_s``: gloo takes the
+# pair's lock and writes the notice or the payload to its socket)
+POSTS: Mapping[str, int] = {
+    "dispatch_message_preposted": 1, "dispatch_message": 1, "dispatch_message_tokens": 1,
+    "dispatch_per_rank_tokens": 1, "post_per_rank": 1, "receive_per_rank_tokens": 1,
+    "reply_per_rank": 1,
+}
 
 
 @dataclass(frozen=True)
@@ -166,6 +176,12 @@ class CalibratedMachine:
         """What one torch call of the job costs: the override, else ``kernel_overhead_s``
         (``machine_of`` passes the calibration's ``eager_call_s`` as the override)."""
         return self.profile.kernel_overhead_s if self.eager_call_s is None else self.eager_call_s
+
+    @property
+    def post_s(self) -> float:
+        """What one ``isend`` / ``irecv`` call of the job costs: ``Profile.p2p_post_s`` where
+        calibrate measured it, else a call's (:attr:`call_s`)."""
+        return self.profile.p2p_post_s if self.profile.p2p_post_s > 0 else self.call_s
 
 
     @property
@@ -290,11 +306,15 @@ def job_costs(shape: Mapping[str, Any], units: int, mc: CalibratedMachine,
 
     p_f = tokens_to_rank(E, k, _held(E, F_u))
     n_f = b * p_f  # tokens of one attention rank's micro-batch bound for one FFN rank
-    message_ops = (OPS["dispatch_message_preposted"] if preposted
-                   else OPS["dispatch_message"] + OPS["dispatch_message_tokens"])
+    message = (("dispatch_message_preposted",) if preposted
+               else ("dispatch_message", "dispatch_message_tokens"))
+    message_ops = sum(OPS[x] for x in message)
     dispatch_ops = OPS["dispatch_once"] + F_u * (OPS["dispatch_per_rank"] + message_ops
                                                  + OPS["dispatch_per_rank_tokens"])
-    pack = dispatch_ops * op + stream(F_u * ELEM * n_f * (2 * h + 4 * k))
+    dispatch_posts = F_u * (sum(POSTS[x] for x in message) + POSTS["dispatch_per_rank_tokens"])
+    post_extra = mc.post_s - op  # what a post costs beyond a call
+    pack = (dispatch_ops * op + dispatch_posts * post_extra
+            + stream(F_u * ELEM * n_f * (2 * h + 4 * k)))
     parts = F_u  # result parts an attention rank assembles
     results = ((OPS["combine_once"] + parts * OPS["combine_per_part"]
                 + OPS["layer_combine"] + (1 if S else 0)) * op
@@ -327,12 +347,14 @@ def job_costs(shape: Mapping[str, Any], units: int, mc: CalibratedMachine,
     run = (OPS["experts_once"] + k * OPS["experts_per_column"] + pairs * OPS["experts_per_pair"])
     reply = A_u * OPS["reply_per_rank"]
     ffn_ops = receive + OPS["unpack"] + run + OPS["split"] + reply
+    ffn_posts = A_u * ((0 if preposted else POSTS["receive_per_rank_tokens"])
+                       + POSTS["post_per_rank"] + POSTS["reply_per_rank"])
     expert_math = (gemm(per_pair, 2 * h, h, pairs) + gemm(per_pair, h, 2 * h, pairs)
                    + stream(ELEM * (arrived * (2 * (h + 2 * k) + h)
                                     + pair_rows * (2 * h + 2 * 2 * h + 3 * h))))
     # every round posts the next micro-batch's receives (the first ones are posted before
     # round 0, the last round's last micro-batch posts none: m R posts per step)
-    experts = (ffn_ops + post) * op + expert_math
+    experts = (ffn_ops + post) * op + ffn_posts * post_extra + expert_math
 
     row_bytes = ELEM * (h + 2 * k)
     dispatch = (mc.message_s(row_bytes * (n_f + 1)) if preposted  # + the header row
@@ -349,7 +371,7 @@ def job_costs(shape: Mapping[str, Any], units: int, mc: CalibratedMachine,
                     tail_s=tail, step_once_s=step_once, dispatch_s=dispatch,
                     experts_s=experts, combine_s=combine, ops_attention=ops_att, ops_ffn=ops_ffn,
                     tokens_to_rank=n_f, pairs=pairs, attention_pack_s=pack,
-                    ffn_pack_s=(receive + post + reply) * op)
+                    ffn_pack_s=(receive + post + reply) * op + ffn_posts * post_extra)
 
 
 @dataclass(frozen=True)
@@ -376,6 +398,7 @@ class AfdRunPrediction:
     ops_attention: float  # torch calls per step on an attention rank
     ops_ffn: float
     kernel_overhead_s: float
+    post_s: float  # one isend / irecv call (Profile.p2p_post_s, else a call's cost)
     message_latency_s: float  # one point-to-point message's latency (alpha)
     resume_s: float  # what a rank's compute adds after it waited (Profile.resume_s)
     late_read_s: float  # ... to a micro-batch that came while it computed (late_read_s)
@@ -470,7 +493,7 @@ def predict_afd_run(record: Mapping[str, Any], calibration: Mapping[str, Any],
         processes=(A + F), cores=mc.cores, shared_cores=shared,
         sharing=("pinned" if pinned is not None else "processor sharing") if shared else "none",
         ops_attention=c.ops_attention,
-        ops_ffn=c.ops_ffn, kernel_overhead_s=mc.call_s,
+        ops_ffn=c.ops_ffn, kernel_overhead_s=mc.call_s, post_s=mc.post_s,
         message_latency_s=mc.message_s(1.0), resume_s=mc.profile.resume_s,
         late_read_s=mc.profile.late_read_s,
         tokens_to_rank=c.tokens_to_rank,
