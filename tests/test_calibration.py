@@ -406,3 +406,23 @@ def test_refit_of_a_one_gpu_calibration_reports_and_writes_a_solvable_machine(tm
         "2048", "--tp", "1", "--pp", "1", "--schedule", "1f1b", "--out",
         str(tmp_path / "plan.json")])
     assert solved.exit_code == 0, solved.output
+
+
+def test_resume_chunks_merge_into_one_case_per_pair_averaging_each_mean():
+    from planner.run.calibrate_job import merge_resume_chunks
+
+    def case(pair, hot, late, post=None, reps=5):
+        c = {"pair": pair, "batch": 1, "seq": 16, "hidden": 96, "heads": 4, "reps": reps,
+             "hot_s": hot, "after_wait_s": 2 * hot, "one_way_s": 1e-4, "late_wait_s": late}
+        return c if post is None else {**c, "post_s": post}
+    chunks = [[case([0, 1], 1e-4, 2e-4, 3e-5), case([2, 3], 5e-4, 1e-4, 4e-5)],
+              [case([2, 3], 7e-4, 3e-4, 6e-5), case([0, 1], 3e-4, 4e-4, 5e-5)]]
+    a, b = merge_resume_chunks(chunks)
+    assert a["pair"] == [0, 1] and b["pair"] == [2, 3]
+    assert a["reps"] == 10 and a["chunks"] == 2
+    assert a["hot_s"] == pytest.approx(2e-4) and a["after_wait_s"] == pytest.approx(4e-4)
+    assert a["late_wait_s"] == pytest.approx(3e-4) and a["post_s"] == pytest.approx(4e-5)
+    assert b["hot_s"] == pytest.approx(6e-4) and b["post_s"] == pytest.approx(5e-5)
+    # a chunk without post times counts for the other means only
+    (c,) = merge_resume_chunks([[case([0, 1], 1e-4, 2e-4)], [case([0, 1], 3e-4, 2e-4, 3e-5)]])
+    assert c["post_s"] == 3e-5 and c["hot_s"] == pytest.approx(2e-4)

@@ -470,9 +470,34 @@ def interleave_cases(sizes: Sizes, world: int, report) -> list[dict]:
 
 
 RESUME_GAP_S = 2e-3  # the echoing rank computes this long before it answers
+# The ping-pong runs in this many chunks spread over the measurement (before the compute
+# cases, amid them, after the collectives, at the end): one ~1.5 s stretch of it measured a
+# box's waits 1.3-2.2x apart from one minute to the next (docs/runtime.md, "Posting a
+# message"), a calibration should hold their average over its own minute
+RESUME_CHUNKS = 4
 
 
-def resume_cases(sizes: Sizes, world: int, report) -> list[dict]:
+def merge_resume_chunks(chunks: list[list[dict]]) -> list[dict]:
+    """One case per pair from :func:`resume_cases`' chunks: every timed mean averaged over
+    the chunks that measured it for the pair (equal repeats each), the repeats added."""
+    by_pair: dict[tuple[int, ...], list[dict]] = {}
+    for chunk in chunks:
+        for case in chunk:
+            by_pair.setdefault(tuple(case["pair"]), []).append(case)
+    timed = ("hot_s", "after_wait_s", "one_way_s", "late_wait_s", "post_s")
+    out = []
+    for pair in sorted(by_pair):
+        cases = by_pair[pair]
+        merged = {**cases[0], "reps": sum(c["reps"] for c in cases), "chunks": len(cases)}
+        for key in timed:
+            values = [c[key] for c in cases if key in c]
+            if values:
+                merged[key] = statistics.fmean(values)
+        out.append(merged)
+    return out
+
+
+def resume_cases(sizes: Sizes, world: int, report, reps: int | None = None) -> list[dict]:
     """What blocking in a receive costs the compute after it, and a small message's latency
     when its receiver already waits: a ping-pong in pairs (ranks ``2i``, ``2i + 1``). Per
     repeat the even rank times a no-grad forward of a small block run right after another one
@@ -487,7 +512,9 @@ def resume_cases(sizes: Sizes, world: int, report) -> list[dict]:
     non-blocking operation, the even rank's ``irecv`` and the odd rank's ``isend`` into it
     (``post_s``, their mean: the calls' own time, which gloo spends taking the pair's lock and
     writing to its socket). Means over the repeats (a job pays every stall);
-    one case per pair, from its even rank. Nothing with one process.
+    one case per pair, from its even rank. Nothing with one process. ``reps`` repeats of
+    each loop (``sizes.resume_reps`` unless given): ``measure`` runs :data:`RESUME_CHUNKS`
+    chunks and merges them (:func:`merge_resume_chunks`).
     ``cost_models.fitting.fit_resume`` turns them into ``Profile.resume_s`` and
     ``Profile.p2p_latency_s``, ``fit_late_read`` into ``Profile.late_read_s`` and
     ``fit_p2p_post`` into ``Profile.p2p_post_s``."""
@@ -495,6 +522,7 @@ def resume_cases(sizes: Sizes, world: int, report) -> list[dict]:
 
     if world < 2:
         return []
+    n_reps = sizes.resume_reps if reps is None else reps
     rank = dist.get_rank()
     peer = rank ^ 1
     b, s, h, heads = sizes.resume
@@ -514,7 +542,7 @@ def resume_cases(sizes: Sizes, world: int, report) -> list[dict]:
         for _ in range(3):
             forward()
         dist.barrier()
-        for _ in range(sizes.resume_reps if peer < world else 0):
+        for _ in range(n_reps if peer < world else 0):
             if rank % 2 == 0:
                 forward()
                 hot.append(forward())
@@ -533,7 +561,7 @@ def resume_cases(sizes: Sizes, world: int, report) -> list[dict]:
         # receive, both compute, the odd rank sends halfway through the even rank's compute
         # and computes on; the even rank's wait afterwards is the late read
         dist.barrier()
-        for _ in range(sizes.resume_reps if peer < world else 0):
+        for _ in range(n_reps if peer < world else 0):
             if rank % 2 == 0:
                 t0 = time.perf_counter()
                 work = dist.irecv(msg, src=peer)
@@ -662,6 +690,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"@@progress {done[0]} {total} {label}", flush=True)
 
     conditions = {"load_before": _load()}
+    chunk_reps = max(1, sizes.resume_reps // RESUME_CHUNKS)
+    chunks = [resume_cases(sizes, world, report, chunk_reps)]
     results: dict = {}
     for name, bench, count in (("gemm", gemm_cases, len(sizes.gemm)),
                                ("attention", attention_cases, len(sizes.attention)),
@@ -676,11 +706,15 @@ def main(argv: list[str] | None = None) -> None:
         results[name] = bench(sizes)
         for _ in range(count):
             report(name)
+        if name == "layer":  # amid the compute cases
+            chunks.append(resume_cases(sizes, world, report, chunk_reps))
     per_rank: list = [None] * world
     dist.all_gather_object(per_rank, results)
     comm = collective_cases(sizes, rank, world, report)
+    chunks.append(resume_cases(sizes, world, report, chunk_reps))
     interleave = interleave_cases(sizes, world, report)
-    resume = resume_cases(sizes, world, report)
+    chunks.append(resume_cases(sizes, world, report, chunk_reps))
+    resume = merge_resume_chunks(chunks)
     conditions.update(probe_record(before, machine_probes(DEVICE, DTYPE, _sync)))
     conditions.update(load_after=_load(), **_machine_conditions(args.backend, world, pinning),
                       idle_transport_threads=idle)
@@ -728,7 +762,7 @@ def _count_comm(sizes: Sizes, world: int) -> int:
     group_sizes = [g for g in (2 ** i for i in range(1, 16)) if g < world] + [world]
     per_size = 4  # all_reduce, all_gather, reduce_scatter, all_to_all (+ send_recv for 2)
     return (sum(len(sizes.comm_bytes) * (per_size + (g == 2)) for g in group_sizes if g > 1)
-            + (len(sizes.interleave) + 1 if world > 1 else 0))
+            + (len(sizes.interleave) + RESUME_CHUNKS if world > 1 else 0))
 
 
 def _device_name(backend: str) -> str:
