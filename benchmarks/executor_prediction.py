@@ -205,6 +205,14 @@ LIMITS = [
     "-15.3%), Kendall tau +0.94, +0.89, +0.83, the same ranking in none; the first "
     "repetition's one pair in the wrong order, TP2 at micro-batch 1 / EP2, measured 0.9% "
     "apart.",
+    "* 2026-11-29 02:31 UTC (the table above; calibrate's ping-pong, which prices `resume_s`, "
+    "now in four chunks over its minute): 8, 8 and 9 of 9 within 15%, Kendall tau +0.89, "
+    "+0.94, +0.89, the same ranking in none. Outside 15%: DP2 at micro-batch 1 +20.5% "
+    "(repetition 1) and TP2 at micro-batch 1 +19.4% (repetition 2), each under one "
+    "calibration. The three committed runs of 2026-11-28 had 5, 5 and 6 of 36 pairs measured "
+    "in both orders across their repetitions, holding 21 of the 22 wrongly predicted pairs; "
+    "this quieter run (a plan's runs spread by a median 5%) had 1, holding 1 of 5: its misses "
+    "are the model's.",
     "* The ranking: on the Xeon (02:25 UTC) the plans in the wrong order measured 1-4% apart, "
     "within the box's run-to-run spread; on the EPYC at 03:31 UTC also two pairs 21-22% "
     "apart, both with PP2 at micro-batch 1, whose median run measured 15% over its "
