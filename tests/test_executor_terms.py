@@ -326,6 +326,25 @@ def test_a_calls_cost_is_what_its_sequence_takes_beyond_the_math_the_model_price
     assert math_large > 8 * 32 * 128 ** 2 / 5e10
 
 
+# the AFD job's tiny model (one attention rank; the tests set the FFN ranks, micro-batches)
+TINY_AFD_SHAPE = {"moe_layers": [False, True, True], "num_experts": 8, "top_k": 2,
+                  "attention_ranks": 1, "shared_experts": 1, "hidden": 64, "heads": 4,
+                  "vocab": 128, "batch": 8, "context": 16, "steps": 4, "seed": 0}
+
+
+def _tiny_calibration(world: int, **profile: float) -> dict:
+    """A ``planner.calibration/v1`` document of a small made-up machine, ``profile``'s
+    measured terms added."""
+    return {"schema": "planner.calibration/v1",
+            "profile": {"kernel_overhead_s": 1e-5, "hbm_efficiency": 0.5,
+                        "gemm_efficiency": 0.9, "gemm_half_dim": 10.0,
+                        "attention_efficiency": 0.3, "link_efficiency": {"host": 1.0},
+                        **profile},
+            "fit": {"peak_flops": 8e10, "memory_bw_bytes_per_s": 2e10,
+                    "link": {"bw_bytes_per_s": 2e9, "latency_s": 2e-4}},
+            "machine": {"world_size": world, "threads": 1}}
+
+
 def test_the_late_read_is_the_median_wait_and_the_afd_prediction_pays_it_where_measured():
     """late_read_s is the median over pairs of calibrate's late wait (0 for calibrations
     without it); the AFD prediction of an overlapped plan grows with it, an m = 1 plan (no
@@ -335,17 +354,9 @@ def test_the_late_read_is_the_median_wait_and_the_afd_prediction_pays_it_where_m
     cases = [{"late_wait_s": 3e-4}, {"late_wait_s": 1e-4}, {"late_wait_s": 2e-4}, {}]
     assert fitting.fit_late_read(cases) == pytest.approx(2e-4)
     assert fitting.fit_late_read([{"one_way_s": 1e-4}]) == 0.0
-    doc = {"schema": "planner.calibration/v1",
-           "profile": {"kernel_overhead_s": 1e-5, "hbm_efficiency": 0.5,
-                       "gemm_efficiency": 0.9, "gemm_half_dim": 10.0,
-                       "attention_efficiency": 0.3, "link_efficiency": {"host": 1.0}},
-           "fit": {"peak_flops": 8e10, "memory_bw_bytes_per_s": 2e10,
-                   "link": {"bw_bytes_per_s": 2e9, "latency_s": 2e-4}},
-           "machine": {"world_size": 2, "threads": 1}}
-    late = {**doc, "profile": {**doc["profile"], "late_read_s": 5e-4}}
-    shape = {"moe_layers": [False, True, True], "num_experts": 8, "top_k": 2,
-             "attention_ranks": 1, "ffn_ranks": 1, "shared_experts": 1, "hidden": 64,
-             "heads": 4, "vocab": 128, "batch": 8, "context": 16, "steps": 4, "seed": 0}
+    doc = _tiny_calibration(2)
+    late = _tiny_calibration(2, late_read_s=5e-4)
+    shape = {**TINY_AFD_SHAPE, "ffn_ranks": 1}
 
     def record(m: int) -> dict:
         return {"shape": {**shape, "micro_batches": m}, "config": {"units": 1},
@@ -367,18 +378,9 @@ def test_each_isend_and_irecv_of_the_afd_job_costs_the_measured_post():
     assert fitting.fit_p2p_post([{"post_s": 3e-5}, {"post_s": 1e-5}, {"post_s": 2e-5},
                                  {}]) == pytest.approx(2e-5)
     assert fitting.fit_p2p_post([{"one_way_s": 1e-4}]) == 0.0
-    doc = {"schema": "planner.calibration/v1",
-           "profile": {"kernel_overhead_s": 1e-5, "eager_call_s": 5e-6, "hbm_efficiency": 0.5,
-                       "gemm_efficiency": 0.9, "gemm_half_dim": 10.0,
-                       "attention_efficiency": 0.3, "link_efficiency": {"host": 1.0}},
-           "fit": {"peak_flops": 8e10, "memory_bw_bytes_per_s": 2e10,
-                   "link": {"bw_bytes_per_s": 2e9, "latency_s": 2e-4}},
-           "machine": {"world_size": 3, "threads": 1}}
-    posted = {**doc, "profile": {**doc["profile"], "p2p_post_s": 3e-5}}
-    shape = {"moe_layers": [False, True, True], "num_experts": 8, "top_k": 2,
-             "attention_ranks": 1, "ffn_ranks": 2, "shared_experts": 1, "hidden": 64,
-             "heads": 4, "vocab": 128, "batch": 8, "context": 16, "steps": 4, "seed": 0,
-             "micro_batches": 2}
+    doc = _tiny_calibration(3, eager_call_s=5e-6)
+    posted = _tiny_calibration(3, eager_call_s=5e-6, p2p_post_s=3e-5)
+    shape = {**TINY_AFD_SHAPE, "ffn_ranks": 2, "micro_batches": 2}
     for preposted, ffn_posts in ((True, 2), (False, 3)):
         plain = job_costs(shape, 1, machine_of(doc), preposted)
         paid = job_costs(shape, 1, machine_of(posted), preposted)
