@@ -537,7 +537,7 @@ def resume_cases(sizes: Sizes, world: int, report, reps: int | None = None) -> l
         _sync()
         return time.perf_counter() - t0
 
-    hot, after, trips, late, posts = [], [], [], [], []
+    hot, after, trips = [], [], []
     with torch.no_grad():
         for _ in range(3):
             forward()
@@ -557,28 +557,8 @@ def resume_cases(sizes: Sizes, world: int, report, reps: int | None = None) -> l
                 _sync()
                 _spin(spin, RESUME_GAP_S)
                 dist.send(msg, dst=peer)
-        # a message that arrives while its receiver computes: the even rank posts the
-        # receive, both compute, the odd rank sends halfway through the even rank's compute
-        # and computes on; the even rank's wait afterwards is the late read
         dist.barrier()
-        for _ in range(n_reps if peer < world else 0):
-            if rank % 2 == 0:
-                t0 = time.perf_counter()
-                work = dist.irecv(msg, src=peer)
-                posts.append(time.perf_counter() - t0)
-                _spin(spin, 2 * RESUME_GAP_S)
-                t0 = time.perf_counter()
-                work.wait()
-                _sync()
-                late.append(time.perf_counter() - t0)
-            else:
-                _spin(spin, RESUME_GAP_S)
-                t0 = time.perf_counter()
-                work = dist.isend(msg, dst=peer)  # into the receive posted above
-                posts.append(time.perf_counter() - t0)
-                _spin(spin, 2 * RESUME_GAP_S)
-                work.wait()
-            dist.barrier()
+        late, posts = _late_reads(rank, peer, msg, spin, n_reps if peer < world else 0)
     mine = ({"pair": [rank, peer], "batch": b, "seq": s, "hidden": h, "heads": heads,
              "reps": len(hot), "hot_s": statistics.fmean(hot),
              "after_wait_s": statistics.fmean(after),
@@ -588,6 +568,35 @@ def resume_cases(sizes: Sizes, world: int, report, reps: int | None = None) -> l
     dist.all_gather_object(cases, (mine, statistics.fmean(posts) if posts else None))
     report("resume after a wait")
     return [_with_posts(c, cases) for c, _ in cases if c is not None]
+
+
+def _late_reads(rank: int, peer: int, msg: torch.Tensor, spin: torch.Tensor,
+                reps: int) -> tuple[list[float], list[float]]:
+    """A message that arrives while its receiver computes, ``reps`` times: the even rank
+    posts the receive, both compute, the odd rank sends halfway through the even rank's
+    compute and computes on; the even rank's wait afterwards is the late read. Returns the
+    waits (empty on the odd rank) and this rank's post times (its ``irecv`` or ``isend``
+    calls)."""
+    late, posts = [], []
+    for _ in range(reps):
+        if rank % 2 == 0:
+            t0 = time.perf_counter()
+            work = dist.irecv(msg, src=peer)
+            posts.append(time.perf_counter() - t0)
+            _spin(spin, 2 * RESUME_GAP_S)
+            t0 = time.perf_counter()
+            work.wait()
+            _sync()
+            late.append(time.perf_counter() - t0)
+        else:
+            _spin(spin, RESUME_GAP_S)
+            t0 = time.perf_counter()
+            work = dist.isend(msg, dst=peer)  # into the receive posted above
+            posts.append(time.perf_counter() - t0)
+            _spin(spin, 2 * RESUME_GAP_S)
+            work.wait()
+        dist.barrier()
+    return late, posts
 
 
 def _with_posts(case: dict, gathered: list) -> dict:
