@@ -29,9 +29,8 @@ Per MoE layer (a *round*) and micro-batch, the four stages of ``cost_models.serv
    from the job's code, constants below), each ``isend`` / ``irecv`` among them ``post_s``
    (``Profile.p2p_post_s``, what calibrate measured posting one), each GEMM its FLOPs at
    the calibrated efficiency curve (``cost_models.compute.gemm_time_s``, memory roofline
-   included), the decode
-   attention the larger of its FLOPs at ``attention_efficiency`` and its KV bytes at the
-   bandwidth, every element-wise kernel its bytes at the bandwidth;
+   included), the decode attention the larger of its FLOPs at ``attention_efficiency`` and
+   its KV bytes at the bandwidth, every element-wise kernel its bytes at the bandwidth;
 2. **dispatch**: to each FFN rank of the unit, the tokens with at least one chosen expert
    there (``hidden + 2 top_k`` fp32 values each). Under gloo one message carries them behind
    a header row holding their count, into a receive the FFN rank posted before it arrives
@@ -182,7 +181,6 @@ class CalibratedMachine:
         """What one ``isend`` / ``irecv`` call of the job costs: ``Profile.p2p_post_s`` where
         calibrate measured it, else a call's (:attr:`call_s`)."""
         return self.profile.p2p_post_s if self.profile.p2p_post_s > 0 else self.call_s
-
 
     @property
     def rates(self) -> GpuRates:
