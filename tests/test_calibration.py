@@ -214,6 +214,11 @@ def test_calibrate_solve_launch_check_run(tmp_path):
                                                             "send_recv"}
     prof = doc["profile"]
     assert 0 < prof["gemm_efficiency"] <= 1 and prof["kernel_overhead_s"] >= 0
+    # every compute case ran in two passes and keeps their median (calibrate_job.merge_passes)
+    for bench in ("gemm", "attention", "layer", "copy", "decode_gemm", "eager"):
+        for case in doc["raw"]["compute"][0][bench]:
+            first, second = case["pass_times_s"]
+            assert case["time_s"] == pytest.approx((first + second) / 2)
     # the ping-pong of one pair: the waiting rank's forward and the message's one-way time
     (pair,) = doc["raw"]["resume"]
     assert pair["pair"] == [0, 1] and pair["reps"] == 20
@@ -406,6 +411,23 @@ def test_refit_of_a_one_gpu_calibration_reports_and_writes_a_solvable_machine(tm
         "2048", "--tp", "1", "--pp", "1", "--schedule", "1f1b", "--out",
         str(tmp_path / "plan.json")])
     assert solved.exit_code == 0, solved.output
+
+
+def test_compute_passes_merge_into_each_cases_median_pass():
+    """A pass that fell in a slow second is outvoted by the other two, case by case; passes
+    that do not hold the same cases are refused."""
+    from planner.run.calibrate_job import merge_passes
+
+    def pass_(*times):
+        return [{"m": 32 * (i + 1), "time_s": t} for i, t in enumerate(times)]
+    merged = merge_passes([pass_(1e-3, 4e-3), pass_(2.2e-3, 4.1e-3), pass_(1.1e-3, 9e-3)])
+    assert [c["m"] for c in merged] == [32, 64]
+    assert [c["time_s"] for c in merged] == [1.1e-3, 4.1e-3]
+    assert merged[0]["pass_times_s"] == [1e-3, 2.2e-3, 1.1e-3]
+    (one,) = merge_passes([pass_(3e-3)])
+    assert one["time_s"] == 3e-3 and one["pass_times_s"] == [3e-3]
+    with pytest.raises(ValueError):
+        merge_passes([pass_(1e-3, 2e-3), pass_(1e-3)])
 
 
 def test_resume_chunks_merge_into_one_case_per_pair_averaging_each_mean():
