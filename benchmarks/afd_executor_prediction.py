@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 from planner.serving.afd_run_prediction import predict_afd_run  # noqa: E402
 from planner.run.calibrate import drifted  # noqa: E402
 from doc_tables import update_section  # noqa: E402
-from executor_prediction import discordant  # noqa: E402
+from executor_prediction import Steadiest, discordant  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 WORK = RESULTS / "afd_executor_prediction_runs"
@@ -411,6 +411,7 @@ def main() -> None:
     cal = args.calibration or CAL
     calibrations = []
     if args.calibration is None:
+        steadiest = Steadiest(CAL, CAL.with_name(CAL.stem + ".cluster.yaml"))
         for _ in range(args.attempts):  # calibrate again while other processes disturbed it
             wait_quiet(args.quiet_wait)
             start = time.monotonic()
@@ -434,6 +435,9 @@ def main() -> None:
             steady = not drifted(quality)
             if external <= args.max_external_cpu * wall / 5.0 and steady:
                 break
+            steadiest.offer(quality)
+        else:  # no try was steady: the steadiest of them (not the last)
+            steadiest.restore()
     caldoc = json.loads(Path(cal).read_text())
     plans = {name: make_plan(name, model, nodes, want)
              for name, (model, nodes, want, _) in PLANS.items()}

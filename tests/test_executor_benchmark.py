@@ -41,3 +41,20 @@ def test_the_report_counts_the_wrong_predicted_pairs_among_the_flips():
 
 def test_one_repetition_says_nothing():
     assert bench.flip_lines([_rep({"a": 1.0}, {"a": 1.0})]) == []
+
+
+def test_when_every_try_drifted_the_steadiest_calibration_is_put_back(tmp_path):
+    cal, machine = tmp_path / "cal.json", tmp_path / "cal.cluster.yaml"
+    steadiest = bench.Steadiest(cal, machine)
+    steadiest.restore()  # nothing offered: nothing written
+    assert not cal.exists()
+    for n, (speed, link) in enumerate([(1.30, 1.02), (1.05, 1.20), (1.02, 1.41)]):
+        cal.write_text(f"cal {n}")
+        machine.write_text(f"machine {n}")
+        steadiest.offer({"speed_drift": speed, "link_drift": link})
+    # the last try's files are on disk; the second (its worse probe 1.20x) is the steadiest
+    assert cal.read_text() == "cal 2"
+    steadiest.restore()
+    assert (cal.read_text(), machine.read_text()) == ("cal 1", "machine 1")
+    # a quality without probes counts as steady
+    assert bench.probe_drift({}) == 1.0 and bench.probe_drift({"link_drift": 1.3}) == 1.3
