@@ -286,6 +286,26 @@ def test_ranks_at_different_speeds_are_measured_and_warned_about():
     assert fit_quality(uneven)["rank_speed_spread"] == pytest.approx(1.68)
 
 
+def test_the_spread_of_a_cases_passes_is_reported_as_the_median_over_cases_and_ranks():
+    from planner.run.calibrate import pass_spread
+
+    assert pass_spread(_raw([1.0, 1.0])) is None  # no passes recorded: nothing to say
+    raw = _raw([1.0, 1.0])
+    for rank, per_rank in enumerate(raw["compute"]):
+        for kind, cases in per_rank.items():
+            for i, case in enumerate(cases):
+                # rank 0's passes 1.2x apart, rank 1's 1.4x, one case of rank 1 9x
+                slow = 9.0 if (rank, kind, i) == (1, "gemm", 0) else 1.2 + 0.2 * rank
+                case["pass_times_s"] = [case["time_s"], case["time_s"] * slow,
+                                        case["time_s"] * 1.1]
+    assert pass_spread(raw) == pytest.approx(1.3)  # 6 cases at 1.2, 5 at 1.4, one at 9
+    assert fit_quality({**_doc([0.02]), "raw": raw})["pass_spread"] == pytest.approx(1.3)
+    # one pass is no spread
+    for case in raw["compute"][0]["gemm"]:
+        case["pass_times_s"] = case["pass_times_s"][:1]
+    assert pass_spread({"compute": [{"gemm": raw["compute"][0]["gemm"]}]}) is None
+
+
 def _timed(rank: int, stage: int, compute_s: float) -> dict:
     steps = [{"forward": 9.0, "backward": 9.0}]  # the first step is left out
     steps += [{"forward": compute_s / 3, "backward": 2 * compute_s / 3}] * 4

@@ -139,6 +139,8 @@ def _quality_line(doc: dict) -> str:
     if quality.get("rank_speed_spread") is not None:
         text += (f"; slowest rank {quality['rank_speed_spread']:.2f}x the fastest on the same "
                  "kernels")
+    if quality.get("pass_spread") is not None:
+        text += f"; a case's passes {quality['pass_spread']:.2f}x apart (median)"
     if quality.get("speed_drift") is not None:
         text += f"; speed probe {quality['speed_drift']:.2f}x apart at start and end"
     if quality.get("link_drift") is not None:

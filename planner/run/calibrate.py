@@ -42,8 +42,8 @@ from planner.files import write_atomic
 __all__ = ["SCHEMA", "BenchmarkError", "CalibrateOptions", "available_cores",
            "calibration_document", "calibration_warnings", "drifted", "fit_quality",
            "oversubscribed", "default_nproc", "element_bytes", "link_tier", "machine_cluster",
-           "measure", "probe_times", "rank_speed_spread", "residual_summary", "run_benchmarks",
-           "speed_drift", "threads_per_process", "write_calibration"]
+           "measure", "pass_spread", "probe_times", "rank_speed_spread", "residual_summary",
+           "run_benchmarks", "speed_drift", "threads_per_process", "write_calibration"]
 
 SCHEMA = "planner.calibration/v1"
 
@@ -287,11 +287,13 @@ def fit_quality(doc: dict) -> dict:
     compute = sorted(abs(r["error"]) for r in residuals if r["kind"] in COMPUTE_KINDS)
     comm = sorted(abs(r["error"]) for r in residuals if r["kind"] in COLLECTIVE_KINDS)
     spread = rank_speed_spread(doc.get("raw", {}))
+    passes = pass_spread(doc.get("raw", {}))
     drift = speed_drift(doc.get("conditions", {}))
     link = speed_drift(doc.get("conditions", {}), "link_probe_s")
     return {"median_abs_residual": compute[len(compute) // 2] if compute else None,
             "compute_cases": len(compute),
             "rank_speed_spread": spread,
+            "pass_spread": passes,
             "speed_drift": drift[0] if drift else None,
             "link_drift": link[0] if link else None,
             "collectives_median_abs_residual": comm[len(comm) // 2] if comm else None,
@@ -317,6 +319,22 @@ def rank_speed_spread(raw: dict) -> float | None:
             times = [c["time_s"] for c in cases]
             if min(times) > 0:
                 ratios.append(max(times) / min(times))
+    return statistics.median(ratios) if ratios else None
+
+
+def pass_spread(raw: dict) -> float | None:
+    """How much the machine's speed moved between the passes over the compute cases
+    (``calibrate_job.merge_passes``): per compute case (:data:`COMPUTE_KINDS`) and rank, its
+    slowest pass over its fastest; the median over them. The fit keeps each case's median
+    pass, so this is the spread it was spared, not an error it carries. None without passes
+    (one pass, or a file written before them)."""
+    ratios = []
+    for per_rank in raw.get("compute") or []:
+        for kind in COMPUTE_KINDS:
+            for case in per_rank.get(kind, []):
+                times = case.get("pass_times_s") or []
+                if len(times) > 1 and min(times) > 0:
+                    ratios.append(max(times) / min(times))
     return statistics.median(ratios) if ratios else None
 
 
