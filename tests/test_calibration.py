@@ -214,7 +214,10 @@ def test_calibrate_solve_launch_check_run(tmp_path):
                                                             "send_recv"}
     prof = doc["profile"]
     assert 0 < prof["gemm_efficiency"] <= 1 and prof["kernel_overhead_s"] >= 0
-    # every compute case ran in two passes and keeps their median (calibrate_job.merge_passes)
+    # every compute case and collective ran in two passes and keeps their median
+    # (calibrate_job.merge_passes)
+    for case in doc["raw"]["collectives"]:
+        assert case["time_s"] == pytest.approx(sum(case["pass_times_s"]) / 2)
     for bench in ("gemm", "attention", "layer", "copy", "decode_gemm", "eager"):
         for case in doc["raw"]["compute"][0][bench]:
             first, second = case["pass_times_s"]

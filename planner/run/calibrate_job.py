@@ -68,9 +68,10 @@ class Sizes:
     # eager no-grad torch calls on tiny tensors, as a decode step's expert loop makes them:
     # (rows, width)
     eager: tuple[tuple[int, int], ...] = ()
-    # the compute cases run this many times over, each pass a share of min_time_s, and each
-    # case keeps the median of its passes (merge_passes)
+    # the compute cases, and the collectives, run this many times over, each pass a share of
+    # min_time_s, and each case keeps the median of its passes (merge_passes)
     compute_passes: int = 1
+    collective_passes: int = 1
 
 
 # A grid of shapes, not the jobs it is checked on: benchmarks/executor_prediction.py's
@@ -104,6 +105,10 @@ FULL = Sizes(
     # a fit on one pass mixes the machine's states; three passes spread over the compute
     # phase and their median hold its usual state (docs/runtime.md, "Compute in passes").
     compute_passes=3,
+    # The link too: gloo's loopback between the two vCPUs had two speeds, each held 3 to 30 s
+    # (an all-reduce of 16 MiB 6.3 or 11.8 ms, docs/runtime.md), and a collective's size was
+    # timed in one of them; three passes over the sizes, each case's median pass mean.
+    collective_passes=3,
     # the MoE reference job runs 8 experts on 2 ranks with 256 assignments: none of these
     dispatch=((4, 2, 128), (16, 2, 1024), (32, 4, 512), (64, 4, 2048)),
     # the AFD job decodes 8 rows of hidden 64 per rank: neither of these
@@ -118,7 +123,7 @@ QUICK = Sizes(
     decode_rows=(1, 16, 64), decode_dim=3072,  # a 36 MiB weight
     decode_attention=((1, 8, 1024, 64), (2, 8, 4096, 64), (4, 8, 4096, 64)),  # 4 to 64 MiB
     interleave=((192, 48 * 2**10),), resume_reps=20, dispatch=((4, 2, 64), (16, 2, 256)),
-    eager=((4, 32),), compute_passes=2)
+    eager=((4, 32),), compute_passes=2, collective_passes=2)
 # On a GPU (bf16) the shapes must reach the tensor cores' plateau and the buffers must leave a
 # 50-60 MiB L2 (H100, H200) by far, with bytes that dwarf a launch (~10 us at 4 TB/s is 40 MB):
 # GEMMs 128 to 16384 per side, FlashAttention shapes of 512 to 8192 tokens, blocks from
@@ -401,33 +406,47 @@ def _collective_ops(group, size: int, nbytes: int, me: int):
 
 
 def collective_cases(sizes: Sizes, rank: int, world: int, report) -> list[dict]:
-    """Every collective over the world and over groups of 2, 4, ... ranks (the first ones)."""
-    out = []
-    group_sizes = [g for g in (2 ** i for i in range(1, 16)) if g < world] + [world]
-    for g in group_sizes:
+    """Every collective over the world and over groups of 2, 4, ... ranks (the first ones), in
+    ``sizes.collective_passes`` passes over all of them (each a share of ``min_time_s``); each
+    case keeps the median of its passes' means (:func:`merge_passes`)."""
+    groups = []
+    for g in [g for g in (2 ** i for i in range(1, 16)) if g < world] + [world]:
         if g < 2:
             continue
         members = list(range(g))
         group = dist.new_group(members)  # every rank creates every group, in the same order
         _idle_transport()  # the new group's transport thread too
-        mine = rank in members
-        me = members.index(rank) if mine else -1
-        for nbytes in sizes.comm_bytes:
-            names = list(_collective_ops(group, g, nbytes, me)) if mine else []
-            names = _agree(names)
-            for name in names:
-                elapsed = -1.0
-                if mine:
-                    op = _collective_ops(group, g, nbytes, me)[name]
-                    ok = _supported(op)
-                    elapsed = _timed_collective(op, group, sizes) if ok else -1.0
-                times = [0.0] * world
-                dist.all_gather_object(times, elapsed)
-                if min(times[:g]) >= 0:
-                    out.append({"op": name, "group_size": g, "bytes": nbytes,
-                                "time_s": max(times[:g])})
-                report(f"{name} x{g} {nbytes} B")
-        dist.barrier()
+        groups.append((g, group, members.index(rank) if rank in members else -1))
+    passes = max(1, sizes.collective_passes)
+    one_pass = replace(sizes, min_time_s=sizes.min_time_s / passes,
+                       min_reps=max(2, -(-sizes.min_reps // passes)))
+    timed = []
+    for _ in range(passes):
+        timed.append([])
+        for g, group, me in groups:
+            for nbytes in sizes.comm_bytes:
+                timed[-1] += _collectives_of(one_pass, group, g, me, nbytes, world, report)
+            dist.barrier()
+    return merge_passes(timed)
+
+
+def _collectives_of(sizes: Sizes, group, g: int, me: int, nbytes: int, world: int,
+                    report) -> list[dict]:
+    """Each collective the members of ``group`` (``g`` ranks; this rank's index ``me``, -1
+    outside it) all run at ``nbytes``, timed once (:func:`_timed_collective`), on the slowest
+    member: the collective is done when the last member is."""
+    out = []
+    names = _agree(list(_collective_ops(group, g, nbytes, me)) if me >= 0 else [])
+    for name in names:
+        elapsed = -1.0
+        if me >= 0:
+            op = _collective_ops(group, g, nbytes, me)[name]
+            elapsed = _timed_collective(op, group, sizes) if _supported(op) else -1.0
+        times = [0.0] * world
+        dist.all_gather_object(times, elapsed)
+        if min(times[:g]) >= 0:
+            out.append({"op": name, "group_size": g, "bytes": nbytes, "time_s": max(times[:g])})
+        report(f"{name} x{g} {nbytes} B")
     return out
 
 
@@ -798,7 +817,8 @@ def _machine_conditions(backend: str, world: int, pinning: Pinning) -> dict:
 def _count_comm(sizes: Sizes, world: int) -> int:
     group_sizes = [g for g in (2 ** i for i in range(1, 16)) if g < world] + [world]
     per_size = 4  # all_reduce, all_gather, reduce_scatter, all_to_all (+ send_recv for 2)
-    return (sum(len(sizes.comm_bytes) * (per_size + (g == 2)) for g in group_sizes if g > 1)
+    return (max(1, sizes.collective_passes)
+            * sum(len(sizes.comm_bytes) * (per_size + (g == 2)) for g in group_sizes if g > 1)
             + (len(sizes.interleave) + RESUME_CHUNKS if world > 1 else 0))
 
 
