@@ -224,6 +224,13 @@ LIMITS = [
     "compute moved by 18-28 points (median 22) between three calibrations, with three passes "
     "by 6-11 (median 8); each calibration's cases had passes a median 1.20-1.25x apart "
     "(p90 1.47-1.91x).",
+    "* 2026-11-29 04:07 UTC (the table above; the collectives too in three passes): the "
+    "noisy hour went on, all 9 calibrations with a probe 1.16-1.98x apart at start and end "
+    "(the steadiest of each repetition's three kept), a plan's runs a median 15% apart "
+    "(worst 42%). 9, 5 and 6 of 9 within 15%, Kendall tau +0.89, +0.67, +0.78, the same "
+    "ranking in none; the second repetition's calibration (the steadiest at 1.35x) predicted "
+    "7 of 9 plans too slow, the third's 8 of 9 too fast. 5 of 36 pairs measured in both "
+    "orders across the repetitions, holding 7 of the 12 wrongly predicted pairs.",
     "* The ranking: on the Xeon (02:25 UTC) the plans in the wrong order measured 1-4% apart, "
     "within the box's run-to-run spread; on the EPYC at 03:31 UTC also two pairs 21-22% "
     "apart, both with PP2 at micro-batch 1, whose median run measured 15% over its "

@@ -14,11 +14,12 @@ Timings: each case runs once to warm up, then repeats until ``min_time_s`` has p
 least ``min_reps`` times); we keep the median of the repeats (robust to a descheduled
 repeat). The compute cases run in ``compute_passes`` passes over all of them, each pass a
 share of that time, and keep the median of their passes (robust to a pass that fell in a slow
-second of a shared host). Collectives are timed as a job meets them: each repeat starts at a barrier, runs a
-short compute burst (:func:`_burst`, untimed), then the collective; we keep the *mean* of the
-repeats, since a step pays every collective's time, its stalls included (on a host whose cores
-all compute, a gloo collective's mean is several times its median), on the slowest rank (the
-collective is done when the last rank is done), as nccl-tests reports.
+second of a shared host); the collectives alike in ``collective_passes``. Collectives are
+timed as a job meets them: each repeat starts at a barrier, runs a short compute burst
+(:func:`_burst`, untimed), then the collective; we keep the *mean* of the repeats, since a
+step pays every collective's time, its stalls included (on a host whose cores all compute, a
+gloo collective's mean is several times its median), on the slowest rank (the collective is
+done when the last rank is done), as nccl-tests reports.
 
 Rank 0 prints ``@@progress DONE TOTAL LABEL`` lines that ``planner calibrate`` turns into a
 progress bar.
@@ -418,8 +419,7 @@ def collective_cases(sizes: Sizes, rank: int, world: int, report) -> list[dict]:
         _idle_transport()  # the new group's transport thread too
         groups.append((g, group, members.index(rank) if rank in members else -1))
     passes = max(1, sizes.collective_passes)
-    one_pass = replace(sizes, min_time_s=sizes.min_time_s / passes,
-                       min_reps=max(2, -(-sizes.min_reps // passes)))
+    one_pass = pass_sizes(sizes, passes)
     timed = []
     for _ in range(passes):
         timed.append([])
@@ -515,10 +515,17 @@ RESUME_GAP_S = 2e-3  # the echoing rank computes this long before it answers
 RESUME_CHUNKS = 4
 
 
+def pass_sizes(sizes: Sizes, passes: int) -> Sizes:
+    """What one of ``passes`` passes measures: a case's ``min_time_s`` shared among them, and
+    at least 2 repeats (a median needs more than one)."""
+    return replace(sizes, min_time_s=sizes.min_time_s / passes,
+                   min_reps=max(2, -(-sizes.min_reps // passes)))
+
+
 def merge_passes(passes: list[list[dict]]) -> list[dict]:
-    """One case per case of a compute benchmark's passes (the same cases in the same order in
-    each): its ``time_s`` the median of the passes' (a pass that fell in a slow second is
-    outvoted), the passes' own kept as ``pass_times_s``."""
+    """One case per case of a benchmark's passes (the same cases in the same order in each):
+    its ``time_s`` the median of the passes' (a pass that fell in a slow second is outvoted),
+    the passes' own kept as ``pass_times_s``."""
     out = []
     for cases in zip(*passes, strict=True):
         times = [c["time_s"] for c in cases]
@@ -752,8 +759,7 @@ def main(argv: list[str] | None = None) -> None:
     chunk_reps = max(1, sizes.resume_reps // RESUME_CHUNKS)
     chunks = [resume_cases(sizes, world, report, chunk_reps)]
     passes = max(1, sizes.compute_passes)
-    one_pass = replace(sizes, min_time_s=sizes.min_time_s / passes,
-                       min_reps=max(2, -(-sizes.min_reps // passes)))
+    one_pass = pass_sizes(sizes, passes)
     timed: dict[str, list] = {name: [] for name, _ in COMPUTE_BENCHES}
     for n in range(passes):
         for name, bench in COMPUTE_BENCHES:
