@@ -261,115 +261,196 @@ def _shape_get(shape: Mapping[str, Any], key: str, default: Any) -> Any:
     return default if v is None else v
 
 
+@dataclass(frozen=True)
+class _MicroBatch:
+    """One micro-batch of a job ``shape`` on ``mc`` (the mean ``batch / micro_batches``
+    sequences of an attention rank), in a unit of ``A_u`` attention and ``F_u`` FFN ranks:
+    the shape's numbers and what the machine charges for a GEMM, a streaming pass and a call."""
+
+    mc: CalibratedMachine
+    h: int
+    heads: int
+    vocab: int
+    E: int  # experts
+    k: int  # top-k
+    S: int  # shared experts
+    m: int  # micro-batches
+    A_u: int
+    F_u: int
+    b: float  # sequences of the micro-batch (one token each)
+    keys: float  # the decode steps' mean keys: step s (1..steps) attends over context + s
+    moe: tuple[bool, ...]
+    preposted: bool  # one dispatch message with a header row into a pre-posted receive
+
+    @classmethod
+    def of(cls, shape: Mapping[str, Any], units: int, mc: CalibratedMachine,
+           preposted: bool) -> _MicroBatch:
+        m = int(shape["micro_batches"])
+        return cls(mc, int(shape["hidden"]), int(shape["heads"]), int(shape["vocab"]),
+                   int(shape["num_experts"]), int(shape["top_k"]),
+                   int(_shape_get(shape, "shared_experts", 0)), m,
+                   int(shape["attention_ranks"]) // units, int(shape["ffn_ranks"]) // units,
+                   float(shape["batch"]) / m,
+                   float(shape["context"]) + (int(shape["steps"]) + 1) / 2.0,
+                   tuple(bool(x) for x in shape["moe_layers"]), preposted)
+
+    @property
+    def op(self) -> float:
+        return self.mc.call_s
+
+    @property
+    def post_extra(self) -> float:
+        """What a post costs beyond a call."""
+        return self.mc.post_s - self.mc.call_s
+
+    @property
+    def n_f(self) -> float:
+        """Tokens of one attention rank's micro-batch bound for one FFN rank."""
+        return self.b * tokens_to_rank(self.E, self.k, _held(self.E, self.F_u))
+
+    def gemm(self, rows: float, n: float, kk: float, count: float = 1.0) -> float:
+        return (gemm_time_s(Gemm(rows, n, kk, count), self.mc.rates, self.mc.profile)
+                if rows > 0 else 0.0)
+
+    def stream(self, nbytes: float) -> float:
+        return nbytes / (self.mc.rates.hbm_bytes_per_s * self.mc.profile.hbm_efficiency)
+
+
+def _attend_s(x: _MicroBatch) -> float:
+    """A layer's attention on the attention rank: ln1, QKV, the core over the cached keys
+    (compute or KV streaming, whichever is longer), the output projection, cache writes."""
+    d = x.h // x.heads
+    core = max(4.0 * x.b * x.heads * x.keys * d
+               / (x.mc.rates.peak_flops * x.mc.profile.attention_efficiency),
+               x.stream(2.0 * x.b * x.heads * x.keys * d * ELEM))
+    elementwise = x.stream(ELEM * x.b * x.h * (2 + 2 * 2 + 3))  # ln1, cache writes, residual
+    return (OPS["attend"] * x.op + x.gemm(x.b, 3 * x.h, x.h) + x.gemm(x.b, x.h, x.h) + core
+            + elementwise)
+
+
+def _dense_s(x: _MicroBatch) -> float:
+    """A dense layer's MLP on the attention rank."""
+    h = x.h
+    return (OPS["dense"] * x.op + x.gemm(x.b, 4 * h, h) + x.gemm(x.b, h, 4 * h)
+            + x.stream(ELEM * x.b * (2 * h + 2 * 4 * h + 3 * h)))
+
+
+def _route_s(x: _MicroBatch) -> float:
+    """A MoE layer's router and shared experts on the attention rank."""
+    h = x.h
+    shared = x.S * (OPS["shared_expert"] * x.op + x.gemm(x.b, 2 * h, h) + x.gemm(x.b, h, 2 * h))
+    return ((OPS["route"] + max(0, x.S - 1)) * x.op + x.gemm(x.b, x.E, h) + shared
+            + x.stream(ELEM * x.b * (2 * h + 2 * x.E)))
+
+
+def _dispatch_ops_posts(x: _MicroBatch) -> tuple[float, float]:
+    """(torch calls, posts) of one MoE layer's dispatch on an attention rank."""
+    message = (("dispatch_message_preposted",) if x.preposted
+               else ("dispatch_message", "dispatch_message_tokens"))
+    message_ops = sum(OPS[name] for name in message)
+    ops = OPS["dispatch_once"] + x.F_u * (OPS["dispatch_per_rank"] + message_ops
+                                          + OPS["dispatch_per_rank_tokens"])
+    posts = x.F_u * (sum(POSTS[name] for name in message) + POSTS["dispatch_per_rank_tokens"])
+    return ops, posts
+
+
+def _results_s(x: _MicroBatch) -> float:
+    """A MoE layer's results assembled on the attention rank (one part per FFN rank)."""
+    parts = x.F_u
+    return ((OPS["combine_once"] + parts * OPS["combine_per_part"] + OPS["layer_combine"]
+             + (1 if x.S else 0)) * x.op
+            + x.stream(ELEM * x.b * x.h * (1 + 2 * parts + 3 + (3 if x.S else 0))))
+
+
+def _attention_segments(x: _MicroBatch, pack: float) -> tuple[list[float], float]:
+    """An attention rank's work cut at each MoE layer's dispatch: (one segment per MoE layer,
+    from the previous layer's results to its dispatch posted; the tail after the last)."""
+    results = _results_s(x)
+    segments: list[float] = []
+    cur = OPS["embed"] * x.op + x.stream(ELEM * x.b * x.h)
+    for is_moe in x.moe:
+        cur += _attend_s(x)
+        if is_moe:
+            segments.append(cur + _route_s(x) + pack)
+            cur = results
+        else:
+            cur += _dense_s(x)
+    logits = OPS["logits"] * x.op + x.gemm(x.b, x.vocab, x.h) + x.stream(ELEM * x.b * 2 * x.h)
+    return segments, cur + logits
+
+
+@dataclass(frozen=True)
+class _FfnRound:
+    """The busiest FFN rank's work on micro-batch j of every attention rank of the unit."""
+
+    pairs: float  # (top-k column, held expert) pairs it runs
+    receive: float  # torch calls taking the dispatches
+    post: float  # ... posting the next micro-batch's receives
+    reply: float  # ... posting the results
+    ops: float  # calls beyond ``post``
+    posts: float  # isend / irecv among them
+    experts_s: float
+
+
+def _ffn_round(x: _MicroBatch) -> _FfnRound:
+    h, k = x.h, x.k
+    T = x.A_u * x.b  # tokens of micro-batch j over the unit's attention ranks
+    held = _held(x.E, x.F_u)
+    pairs = k * held * (1.0 - (1.0 - 1.0 / x.E) ** T)
+    pair_rows = T * k * held / x.E  # (token, chosen expert) rows held here
+    per_pair = pair_rows / pairs if pairs > 0 else 0.0
+    arrived = x.A_u * x.n_f  # tokens received
+    receive = x.A_u * (OPS["receive_per_rank_preposted"] if x.preposted
+                       else OPS["receive_per_rank"] + OPS["receive_per_rank_tokens"])
+    post = x.A_u * OPS["post_per_rank"]
+    run = (OPS["experts_once"] + k * OPS["experts_per_column"] + pairs * OPS["experts_per_pair"])
+    reply = x.A_u * OPS["reply_per_rank"]
+    ops = receive + OPS["unpack"] + run + OPS["split"] + reply
+    posts = x.A_u * ((0 if x.preposted else POSTS["receive_per_rank_tokens"])
+                     + POSTS["post_per_rank"] + POSTS["reply_per_rank"])
+    expert_math = (x.gemm(per_pair, 2 * h, h, pairs) + x.gemm(per_pair, h, 2 * h, pairs)
+                   + x.stream(ELEM * (arrived * (2 * (h + 2 * k) + h)
+                                      + pair_rows * (2 * h + 2 * 2 * h + 3 * h))))
+    # every round posts the next micro-batch's receives (the first ones are posted before
+    # round 0, the last round's last micro-batch posts none: m R posts per step)
+    experts = (ops + post) * x.op + posts * x.post_extra + expert_math
+    return _FfnRound(pairs, receive, post, reply, ops, posts, experts)
+
+
 def job_costs(shape: Mapping[str, Any], units: int, mc: CalibratedMachine,
               preposted: bool = True) -> JobCosts:
     """Per micro-batch work and transfers of the job ``shape`` (a recorded ``AfdShape``) on
     ``mc``; the micro-batch is the mean ``batch / micro_batches`` sequences. ``preposted``:
     one dispatch message with a header row into a pre-posted receive (module docstring,
     2.)."""
-    prof, rates = mc.profile, mc.rates
-    op = mc.call_s
-    h, heads = int(shape["hidden"]), int(shape["heads"])
-    d = h // heads
-    vocab, E, k = int(shape["vocab"]), int(shape["num_experts"]), int(shape["top_k"])
-    S = int(_shape_get(shape, "shared_experts", 0))
-    m = int(shape["micro_batches"])
-    A_u = int(shape["attention_ranks"]) // units
-    F_u = int(shape["ffn_ranks"]) // units
-    b = float(shape["batch"]) / m
-    # the decode steps' mean keys: step s (1..steps) attends over context + s positions
-    keys = float(shape["context"]) + (int(shape["steps"]) + 1) / 2.0
-    moe = [bool(x) for x in shape["moe_layers"]]
+    x = _MicroBatch.of(shape, units, mc, preposted)
+    op = x.op
+    dispatch_ops, dispatch_posts = _dispatch_ops_posts(x)
+    pack = (dispatch_ops * op + dispatch_posts * x.post_extra
+            + x.stream(x.F_u * ELEM * x.n_f * (2 * x.h + 4 * x.k)))
+    segments, tail = _attention_segments(x, pack)
+    step_once = OPS["step_once"] * op + x.stream(ELEM * float(shape["batch"]) * x.vocab)
+    ffn = _ffn_round(x)
 
-    def gemm(rows: float, n: float, kk: float, count: float = 1.0) -> float:
-        return gemm_time_s(Gemm(rows, n, kk, count), rates, prof) if rows > 0 else 0.0
-
-    def stream(nbytes: float) -> float:
-        return nbytes / (rates.hbm_bytes_per_s * prof.hbm_efficiency)
-
-    def attend() -> float:
-        core = max(4.0 * b * heads * keys * d / (rates.peak_flops * prof.attention_efficiency),
-                   stream(2.0 * b * heads * keys * d * ELEM))
-        elementwise = stream(ELEM * b * h * (2 + 2 * 2 + 3))  # ln1, cache writes, residual
-        return (OPS["attend"] * op + gemm(b, 3 * h, h) + gemm(b, h, h) + core + elementwise)
-
-    def dense() -> float:
-        return (OPS["dense"] * op + gemm(b, 4 * h, h) + gemm(b, h, 4 * h)
-                + stream(ELEM * b * (2 * h + 2 * 4 * h + 3 * h)))
-
-    def route() -> float:
-        shared = S * (OPS["shared_expert"] * op + gemm(b, 2 * h, h) + gemm(b, h, 2 * h))
-        return ((OPS["route"] + max(0, S - 1)) * op + gemm(b, E, h) + shared
-                + stream(ELEM * b * (2 * h + 2 * E)))
-
-    p_f = tokens_to_rank(E, k, _held(E, F_u))
-    n_f = b * p_f  # tokens of one attention rank's micro-batch bound for one FFN rank
-    message = (("dispatch_message_preposted",) if preposted
-               else ("dispatch_message", "dispatch_message_tokens"))
-    message_ops = sum(OPS[x] for x in message)
-    dispatch_ops = OPS["dispatch_once"] + F_u * (OPS["dispatch_per_rank"] + message_ops
-                                                 + OPS["dispatch_per_rank_tokens"])
-    dispatch_posts = F_u * (sum(POSTS[x] for x in message) + POSTS["dispatch_per_rank_tokens"])
-    post_extra = mc.post_s - op  # what a post costs beyond a call
-    pack = (dispatch_ops * op + dispatch_posts * post_extra
-            + stream(F_u * ELEM * n_f * (2 * h + 4 * k)))
-    parts = F_u  # result parts an attention rank assembles
-    results = ((OPS["combine_once"] + parts * OPS["combine_per_part"]
-                + OPS["layer_combine"] + (1 if S else 0)) * op
-               + stream(ELEM * b * h * (1 + 2 * parts + 3 + (3 if S else 0))))
-    logits = OPS["logits"] * op + gemm(b, vocab, h) + stream(ELEM * b * 2 * h)
-
-    first = OPS["embed"] * op + stream(ELEM * b * h)
-    segments: list[float] = []
-    cur = first
-    for is_moe in moe:
-        cur += attend()
-        if is_moe:
-            segments.append(cur + route() + pack)
-            cur = results
-        else:
-            cur += dense()
-    tail = cur + logits
-    step_once = OPS["step_once"] * op + stream(ELEM * float(shape["batch"]) * vocab)
-
-    # the busiest FFN rank: every attention rank's micro-batch together
-    T = A_u * b  # tokens of micro-batch j over the unit's attention ranks
-    held = _held(E, F_u)
-    pairs = k * held * (1.0 - (1.0 - 1.0 / E) ** T)
-    pair_rows = T * k * held / E  # (token, chosen expert) rows held here
-    per_pair = pair_rows / pairs if pairs > 0 else 0.0
-    arrived = A_u * n_f  # tokens received
-    receive = A_u * (OPS["receive_per_rank_preposted"] if preposted
-                     else OPS["receive_per_rank"] + OPS["receive_per_rank_tokens"])
-    post = A_u * OPS["post_per_rank"]
-    run = (OPS["experts_once"] + k * OPS["experts_per_column"] + pairs * OPS["experts_per_pair"])
-    reply = A_u * OPS["reply_per_rank"]
-    ffn_ops = receive + OPS["unpack"] + run + OPS["split"] + reply
-    ffn_posts = A_u * ((0 if preposted else POSTS["receive_per_rank_tokens"])
-                       + POSTS["post_per_rank"] + POSTS["reply_per_rank"])
-    expert_math = (gemm(per_pair, 2 * h, h, pairs) + gemm(per_pair, h, 2 * h, pairs)
-                   + stream(ELEM * (arrived * (2 * (h + 2 * k) + h)
-                                    + pair_rows * (2 * h + 2 * 2 * h + 3 * h))))
-    # every round posts the next micro-batch's receives (the first ones are posted before
-    # round 0, the last round's last micro-batch posts none: m R posts per step)
-    experts = (ffn_ops + post) * op + ffn_posts * post_extra + expert_math
-
-    row_bytes = ELEM * (h + 2 * k)
-    dispatch = (mc.message_s(row_bytes * (n_f + 1)) if preposted  # + the header row
-                else mc.message_s(INDEX) + mc.message_s(row_bytes * n_f))
-    combine = mc.message_s(ELEM * n_f * h)
+    row_bytes = ELEM * (x.h + 2 * x.k)
+    dispatch = (mc.message_s(row_bytes * (x.n_f + 1)) if preposted  # + the header row
+                else mc.message_s(INDEX) + mc.message_s(row_bytes * x.n_f))
+    combine = mc.message_s(ELEM * x.n_f * x.h)
     rounds = len(segments)
-    ops_att = m * (OPS["embed"] + len(moe) * OPS["attend"] + moe.count(False) * OPS["dense"]
-                   + rounds * ((OPS["route"] + max(0, S - 1) + S * OPS["shared_expert"])
-                               + dispatch_ops + OPS["combine_once"] + parts
-                               + OPS["layer_combine"] + (1 if S else 0))
-                   + OPS["logits"]) + OPS["step_once"]
-    ops_ffn = m * rounds * (ffn_ops + post)
+    ops_att = x.m * (OPS["embed"] + len(x.moe) * OPS["attend"]
+                     + x.moe.count(False) * OPS["dense"]
+                     + rounds * ((OPS["route"] + max(0, x.S - 1) + x.S * OPS["shared_expert"])
+                                 + dispatch_ops + OPS["combine_once"] + x.F_u
+                                 + OPS["layer_combine"] + (1 if x.S else 0))
+                     + OPS["logits"]) + OPS["step_once"]
+    ops_ffn = x.m * rounds * (ffn.ops + ffn.post)
     return JobCosts(first_s=segments[0] if segments else tail, between_s=tuple(segments[1:]),
                     tail_s=tail, step_once_s=step_once, dispatch_s=dispatch,
-                    experts_s=experts, combine_s=combine, ops_attention=ops_att, ops_ffn=ops_ffn,
-                    tokens_to_rank=n_f, pairs=pairs, attention_pack_s=pack,
-                    ffn_pack_s=(receive + post + reply) * op + ffn_posts * post_extra)
+                    experts_s=ffn.experts_s, combine_s=combine, ops_attention=ops_att,
+                    ops_ffn=ops_ffn, tokens_to_rank=x.n_f, pairs=ffn.pairs,
+                    attention_pack_s=pack,
+                    ffn_pack_s=((ffn.receive + ffn.post + ffn.reply) * op
+                                + ffn.posts * x.post_extra))
 
 
 @dataclass(frozen=True)
