@@ -205,7 +205,7 @@ LIMITS = [
     "-15.3%), Kendall tau +0.94, +0.89, +0.83, the same ranking in none; the first "
     "repetition's one pair in the wrong order, TP2 at micro-batch 1 / EP2, measured 0.9% "
     "apart.",
-    "* 2026-11-29 02:31 UTC (the table above; calibrate's ping-pong, which prices `resume_s`, "
+    "* 2026-11-29 02:31 UTC (calibrate's ping-pong, which prices `resume_s`, "
     "now in four chunks over its minute): 8, 8 and 9 of 9 within 15%, Kendall tau +0.89, "
     "+0.94, +0.89, the same ranking in none. Outside 15%: DP2 at micro-batch 1 +20.5% "
     "(repetition 1) and TP2 at micro-batch 1 +19.4% (repetition 2), each under one "
@@ -213,7 +213,7 @@ LIMITS = [
     "in both orders across their repetitions, holding 21 of the 22 wrongly predicted pairs; "
     "this quieter run (a plan's runs spread by a median 5%) had 1, holding 1 of 5: its misses "
     "are the model's.",
-    "* 2026-11-29 03:33 UTC (the table above; calibrate now times its compute cases in three "
+    "* 2026-11-29 03:33 UTC (calibrate now times its compute cases in three "
     "passes spread over its compute phase and keeps each case's median pass): a noisy hour, "
     "7 of its 8 calibrations with a probe 1.17-1.45x apart at start and end, a plan's three "
     "runs up to 44% apart (DP2 at micro-batch 4: 0.158-0.228 s). 7, 1 and 9 of 9 within "
@@ -224,7 +224,7 @@ LIMITS = [
     "compute moved by 18-28 points (median 22) between three calibrations, with three passes "
     "by 6-11 (median 8); each calibration's cases had passes a median 1.20-1.25x apart "
     "(p90 1.47-1.91x).",
-    "* 2026-11-29 04:07 UTC (the table above; the collectives too in three passes): the "
+    "* 2026-11-29 04:07 UTC (the collectives too in three passes): the "
     "noisy hour went on, all 9 calibrations with a probe 1.16-1.98x apart at start and end "
     "(the steadiest of each repetition's three kept), a plan's runs a median 15% apart "
     "(worst 42%). 9, 5 and 6 of 9 within 15%, Kendall tau +0.89, +0.67, +0.78, the same "
