@@ -411,9 +411,7 @@ def collective_cases(sizes: Sizes, rank: int, world: int, report) -> list[dict]:
     ``sizes.collective_passes`` passes over all of them (each a share of ``min_time_s``); each
     case keeps the median of its passes' means (:func:`merge_passes`)."""
     groups = []
-    for g in [g for g in (2 ** i for i in range(1, 16)) if g < world] + [world]:
-        if g < 2:
-            continue
+    for g in _group_sizes(world):
         members = list(range(g))
         group = dist.new_group(members)  # every rank creates every group, in the same order
         _idle_transport()  # the new group's transport thread too
@@ -820,11 +818,16 @@ def _machine_conditions(backend: str, world: int, pinning: Pinning) -> dict:
     return out
 
 
+def _group_sizes(world: int) -> list[int]:
+    """The group sizes the collectives are timed over: 2, 4, ... below the world, and the
+    world (none with one rank)."""
+    return [g for g in [*(2 ** i for i in range(1, 16) if 2 ** i < world), world] if g > 1]
+
+
 def _count_comm(sizes: Sizes, world: int) -> int:
-    group_sizes = [g for g in (2 ** i for i in range(1, 16)) if g < world] + [world]
     per_size = 4  # all_reduce, all_gather, reduce_scatter, all_to_all (+ send_recv for 2)
     return (max(1, sizes.collective_passes)
-            * sum(len(sizes.comm_bytes) * (per_size + (g == 2)) for g in group_sizes if g > 1)
+            * sum(len(sizes.comm_bytes) * (per_size + (g == 2)) for g in _group_sizes(world))
             + (len(sizes.interleave) + RESUME_CHUNKS if world > 1 else 0))
 
 
