@@ -285,8 +285,12 @@ def fit_collective_switch(cases: Sequence[dict], link: LinkFit, tier: str = "hos
     collective) and ``interleaved_s`` per round, the collective's ``op``, ``group_size``,
     ``bytes``, and ``burst_s`` (the burst the tables were timed after). The extra of each case
     is fitted as ``switch + skew * max(0, sqrt(compute_s) - sqrt(burst_s))`` by least squares
-    with both at least 0 (``communication.arrival_skew_s``). Cases without ``burst_s``
-    (calibrations written before it): the median extra, at least 0, and no skew."""
+    with both at least 0 (``communication.arrival_skew_s``), each case weighted by the inverse
+    square of ``compute_s + burst_s``: an extra is the difference of two timings of its
+    segment, so its error grows with the segment (the box's speed moves a few percent from
+    one second to the next), and unweighted the longest segments' differences set the fit
+    (:func:`_interleave_weight`). Cases without ``burst_s`` (calibrations written before it):
+    the median extra, at least 0, and no skew."""
     extra = [c["interleaved_s"] - c["compute_s"] - predict_collective(c, link, tier, tables)
              for c in cases]
     if not extra:
@@ -294,9 +298,20 @@ def fit_collective_switch(cases: Sequence[dict], link: LinkFit, tier: str = "hos
     if any("burst_s" not in c for c in cases):
         return max(0.0, sorted(extra)[len(extra) // 2]), 0.0, 0.0
     burst = statistics.median(c["burst_s"] for c in cases)
-    rows = [(1.0, max(0.0, math.sqrt(c["compute_s"]) - math.sqrt(burst))) for c in cases]
-    switch, skew = nonneg_lstsq2(rows, extra)
+    w = [math.sqrt(_interleave_weight(c["compute_s"], burst)) for c in cases]
+    rows = [(wi, wi * max(0.0, math.sqrt(c["compute_s"]) - math.sqrt(burst)))
+            for wi, c in zip(w, cases)]
+    switch, skew = nonneg_lstsq2(rows, [wi * e for wi, e in zip(w, extra)])
     return switch, skew, burst
+
+
+def _interleave_weight(compute_s: float, burst_s: float) -> float:
+    """Least-squares weight of an interleave case's extra: 1 / (its segment + the burst)^2,
+    the inverse variance of an error proportional to the compute it is the difference of
+    (the burst keeps the shortest segments' weight finite: their collectives' own jitter).
+    Measured on the 2-vCPU box, ten calibrations of 2026-11-28/29: the extras at 2-4 ms
+    segments ranged +0.0..+1.2 ms, at 18-30 ms -0.7..+3.4 ms, at 83-133 ms -2.4..+3.9 ms."""
+    return 1.0 / (compute_s + burst_s) ** 2
 
 
 def fit_dispatch(cases: Sequence[dict]) -> tuple[float, float]:

@@ -98,8 +98,12 @@ FULL = Sizes(
     decode_rows=(1, 2, 4, 8, 16, 32, 64, 128, 256), decode_dim=4096,
     decode_attention=((1, 8, 256, 64), (1, 8, 1024, 64), (1, 8, 4096, 64), (4, 8, 2048, 64),
                       (4, 8, 4096, 64), (8, 8, 4096, 64), (16, 8, 4096, 64)),
-    interleave=((96, 16 * 2**10), (192, 48 * 2**10), (192, 320 * 2**10), (384, 96 * 2**10),
-                (384, 2**20), (768, 256 * 2**10), (1280, 2**20)),
+    # segments of 0.05 to 90 ms on the 2-vCPU box; the 1 to 6 ms the reference jobs compute
+    # between blocking collectives hold four of them, since an extra's error grows with its
+    # segment and the fit weights it so (cost_models.fitting.fit_collective_switch)
+    interleave=((96, 16 * 2**10), (192, 48 * 2**10), (192, 320 * 2**10), (288, 160 * 2**10),
+                (384, 96 * 2**10), (384, 2**20), (512, 640 * 2**10), (768, 256 * 2**10),
+                (1280, 2**20)),
     # On the 2-vCPU EPYC a case's 0.15 s could fall in a slow second: three calibrations
     # minutes apart (2026-11-29 03:20 UTC) timed the same cases 1.0-2.4x the committed
     # calibration's, case by case (a layer case 1.1x on one rank and 2.0x on the other), so
