@@ -231,12 +231,22 @@ LIMITS = [
     "ranking in none; the second repetition's calibration (the steadiest at 1.35x) predicted "
     "7 of 9 plans too slow, the third's 8 of 9 too fast. 5 of 36 pairs measured in both "
     "orders across the repetitions, holding 7 of the 12 wrongly predicted pairs.",
-    "* 2026-11-29 05:00 UTC (the table above; the same code, started in a quiet spell that "
+    "* 2026-11-29 05:00 UTC (the same code as 04:07, started in a quiet spell that "
     "ended during the first repetition's runs): 7, 8 and 7 of 9 within 15%, Kendall tau "
     "+0.94, +1.00, +0.94, the same ranking in the second repetition. Most errors negative "
     "(the runs slower than their calibrations' minute), EP2 worst (-10.0%, -16.5%, -19.7%). "
     "The 2 pairs predicted in the wrong order over all repetitions are both among the 3 of "
     "36 whose measured order flipped between repetitions.",
+    "* 2026-11-29 06:45 UTC (the table above; the arrival skew fitted with each interleave "
+    "case weighted by 1 / (segment + burst)^2, and two more interleave cases at 1 and 6 ms): "
+    "a noisy hour, every calibration's speed probe 1.05-1.42x apart at start and end, a "
+    "plan's runs a median 21% apart (worst 70%). 7, 7 and 7 of 9 within 15%, Kendall tau "
+    "+0.94, +0.89, +0.89, the same ranking in none; EP2 +5.7%, -26.4%, +8.0% (at 05:00 "
+    "-10.0..-19.7%). The last calibration's interleave extras reached +32.7 ms after its "
+    "128 ms segment: fitted unweighted (the code before) its skew was 0.090 s/sqrt(s) and "
+    "its predictions of the table's runs 3 of 9 within 15% (TP2 at micro-batch 4 +47%, EP2 "
+    "+33%); weighted 0.022 and 7 of 9. 5 of 36 pairs measured in both orders across the "
+    "repetitions, holding all 5 wrongly predicted pairs.",
     "* The ranking: on the Xeon (02:25 UTC) the plans in the wrong order measured 1-4% apart, "
     "within the box's run-to-run spread; on the EPYC at 03:31 UTC also two pairs 21-22% "
     "apart, both with PP2 at micro-batch 1, whose median run measured 15% over its "
