@@ -309,8 +309,9 @@ def _interleave_weight(compute_s: float, burst_s: float) -> float:
     """Least-squares weight of an interleave case's extra: 1 / (its segment + the burst)^2,
     the inverse variance of an error proportional to the compute it is the difference of
     (the burst keeps the shortest segments' weight finite: their collectives' own jitter).
-    Measured on the 2-vCPU box, ten calibrations of 2026-11-28/29: the extras at 2-4 ms
-    segments ranged +0.0..+1.2 ms, at 18-30 ms -0.7..+3.4 ms, at 83-133 ms -2.4..+3.9 ms."""
+    Measured on the 2-vCPU box, in the twelve calibrations the executor benchmark stored
+    (2026-11-28/29): the extras at 2-4 ms segments ranged -0.0..+1.2 ms, at 18-30 ms
+    -1.1..+3.4 ms, at 83-133 ms -2.4..+12.0 ms."""
     return 1.0 / (compute_s + burst_s) ** 2
 
 

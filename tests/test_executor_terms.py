@@ -476,7 +476,6 @@ def test_overlapped_tp_collectives_hide_only_behind_their_own_gemm():
     assert wide_exposed == pytest.approx(exposed)
 
 
-
 def test_weighting_the_interleave_cases_holds_the_skew_when_their_error_grows_with_the_segment():
     """Extras that follow switch + skew * (sqrt(segment) - sqrt(burst)) at calibrate's
     segments (0.05-90 ms, as on the 2-vCPU box) plus an error of 3% of each segment, under
