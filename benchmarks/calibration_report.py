@@ -151,12 +151,17 @@ def error_tables(results: list[dict], loso: dict | None) -> tuple[list[str], dic
     return lines, data
 
 
+# Sources whose tables republish one model and system release after release, retuning the
+# layout: their sweeps collect the layouts over the releases
+ACROSS_RELEASES = ("megatron-bridge", "dgxc-benchmarking")
+
+
 def _sweep_key(r: dict) -> tuple:
     """One model on one cluster at one sequence length and precision, measured in one table
     (step-time rows also at one global batch): its rows differ only in the layout."""
     gb = r["global_batch"] if r["metric"] == "step_time_s" else None
     table = re.sub(r"\s*\(.*\)", "", r["table"]).split(":")[0]
-    if r["source"] == "megatron-bridge":
+    if r["source"] in ACROSS_RELEASES:
         table = ""  # one model and system over the container releases
     return (r["source"], table, r["model"], r["gpu"], r["gpus"], r["seq_len"],
             str(r["precision"]).lower(), r["metric"], gb)
@@ -194,7 +199,7 @@ def sweeps(results: list[dict], min_layouts: int = 2) -> list[dict]:
         best_pub, best_pred = max(range(len(lay)), key=pub.__getitem__), max(
             range(len(lay)), key=pred.__getitem__)
         ratio = pub[best_pred] / pub[best_pub] if sign > 0 else pub[best_pub] / pub[best_pred]
-        cross = key[0] == "megatron-bridge"
+        cross = key[0] in ACROSS_RELEASES
         out.append({"sweep": f"{key[0]}: {key[2]} on {key[4]}x {key[3]}, s={key[5]}, "
                              f"{key[6]}" + (f" ({key[1]})" if key[1] else "")
                              + (" (across releases)" if cross else ""),
@@ -291,8 +296,9 @@ def write_outputs(results: list[dict], memory: list[dict], json_path: Path, md_p
                     "best is published within 3% of the best. \"One table\" sweeps were "
                     "measured together (Korthikanti Table 5 recompute pairs, the MoE model "
                     "zoo's Qwen3-235B layouts); \"across releases\" sweeps collect the layouts "
-                    "Megatron-Bridge published for one model and system over its container "
-                    "releases (25.11-26.08), so software changes are mixed into the ranking.", "",
+                    "Megatron-Bridge (containers 25.11-26.08) or DGX Cloud Benchmarking "
+                    "(releases v24.11.1-v25.05.04) published for one model and system over "
+                    "their releases, so software changes are mixed into the ranking.", "",
                     f"- all sweeps: median tau **{_fmt_tau(ssum['median_kendall_tau'])}**, "
                     f"top-1 in **{ssum['top1_within_3pct']} of {ssum['sweeps']}**;",
                     *[f"- {kind} sweeps: median tau {_fmt_tau(x['median_kendall_tau'])}, top-1 "

@@ -35,6 +35,11 @@ compare with. What a row does not state is filled by a documented rule, never pe
   layout map does (fewer layers on the last stage, which holds MTP and the loss);
 * Megatron-Bridge's DeepSeek-V3 rows run the multi-token-prediction module from release 26.02
   on (and in 25.11 where the table says "w/mtp"): ``_ran_mtp``;
+* a DGX Cloud Benchmarking row (``dgxc_runs.json``) runs what its release's launch code set
+  (``dgxc_settings.json``): TP overlap, recompute, CUDA graphs (Megatron-Core's per-layer
+  graphs count as whole-step capture of the launches), gradient dtype, cross-entropy fusion,
+  DeepSeek-V3's MTP layer and uneven pipeline, and the layout where its table disagrees with
+  the code (:func:`as_launched`);
 * a job on NVL72 racks (GB200/GB300) whose GPU count is a multiple of 64 but not of 72 runs on
   16 of each rack's 18 trays (64 GPUs per NVLink domain), so power-of-two groups align with
   racks.
@@ -71,6 +76,8 @@ ZOO_SETTINGS = Path(__file__).parent / "data" / "modelzoo_moe_settings.json"
 GUIDE_SETTINGS = Path(__file__).parent / "data" / "megatron_lm_guide_moe_settings.json"
 MB_DENSE_SETTINGS = Path(__file__).parent / "data" / "megatron_bridge_dense_settings.json"
 NEMO_SETTINGS = Path(__file__).parent / "data" / "nemo_2407_settings.json"
+DGXC = Path(__file__).parent / "data" / "dgxc_runs.json"
+DGXC_SETTINGS = Path(__file__).parent / "data" / "dgxc_settings.json"
 MICRO_BATCHES = (1, 2, 4, 8)
 
 # Short source names (leave-one-source-out holds out one of these at a time), by id prefix.
@@ -79,7 +86,8 @@ SOURCES = (("megatron-sc21", "megatron-sc21"),
            ("megatron-2020", "megatron-2020"), ("megatron-h100-2024", "megatron-h100-2024"),
            ("korthikanti", "korthikanti-2022"), ("modelzoo", "megatron-moe-modelzoo"),
            ("mbridge", "megatron-bridge"), ("mpt", "mosaicml-mpt"), ("nemo-2407", "nemo-24.07"),
-           ("torchtitan", "torchtitan"), ("megatron-lm-dsv3-guide", "megatron-lm-dsv3-guide"))
+           ("torchtitan", "torchtitan"), ("megatron-lm-dsv3-guide", "megatron-lm-dsv3-guide"),
+           ("dgxc", "dgxc-benchmarking"))
 
 
 def load_rows(path: Path = DATA) -> list[dict]:
@@ -87,8 +95,61 @@ def load_rows(path: Path = DATA) -> list[dict]:
 
 
 def load_all_rows() -> list[dict]:
-    """The reference set plus ``published_runs_extra.json`` (when present)."""
-    return load_rows(DATA) + (load_rows(EXTRA) if EXTRA.exists() else [])
+    """The reference set plus ``published_runs_extra.json`` and ``dgxc_runs.json`` (each when
+    present), the latter with what its launch code ran (:func:`as_launched`)."""
+    return load_rows(DATA) + (load_rows(EXTRA) if EXTRA.exists() else []) + (
+        fold_republished([as_launched(r) for r in load_rows(DGXC)]) if DGXC.exists() else [])
+
+
+def fold_republished(rows: list[dict]) -> list[dict]:
+    """``rows`` less those that republish an earlier row's run: the same model (its citation
+    aside), cluster, configuration (as launched) and step time. ``build_dgxc_runs.py`` folds
+    repeats by the published configuration; v25.04 republished GPT-3 175B's v25.02 step
+    times under a table that prints the VP 6 the v25.02 code ran (its title said 12), so
+    only the launched layout shows them to be one run. The kept row lists the others in
+    ``republished_as``."""
+    first: dict[str, dict] = {}
+    kept = []
+    for row in rows:
+        model = {k: v for k, v in row["model"].items() if k != "arch_source"}
+        key = json.dumps([model, row["cluster"]["gpu_key"], row["cluster"]["num_gpus"],
+                          row["config"], row["measured"]["step_time_s"]], sort_keys=True)
+        if key in first:
+            first[key].setdefault("republished_as", []).append(row["id"])
+            continue
+        first[key] = row
+        kept.append(row)
+    return kept
+
+
+# A DGX Cloud Benchmarking row's layout fields, as its launch settings name them
+# (``dgxc_settings.json`` ``parallelism``) and as the row's ``config`` does
+LAUNCH_LAYOUT = (("tp", "tp"), ("pp", "pp"), ("cp", "cp"), ("dp", "dp"), ("vp", "vpp"),
+                 ("ep", "ep"), ("etp", "expert_tp"), ("mbs", "micro_batch"),
+                 ("gbs", "global_batch"))
+
+
+def as_launched(row: dict) -> dict:
+    """The row with the layout its release's launch code ran where the published table says
+    otherwise (``dgxc_settings.json``: read from the launch scripts and recipes of the row's
+    own release, each value with its ``commit:path:line``). The tables of three workloads
+    disagree with their code: GPT-3 175B in v25.02-v25.03 (title VP=12; the code, and v25.04
+    republishing the same step times, VP 6), v25.04's GPT-3 at 512 GPUs (GBS "1204", the code
+    and the published throughput 1024), Nemotron-4 340B in v25.04 (VP "NA"; ``launch.sh``
+    passes ``-vp 12``); and no table before v25.05 publishes Grok-1's expert TP (Megatron-Core's
+    default then, TP: 4). ``config_from_launch`` records each replaced value."""
+    known = (LAUNCH_SETTINGS.get(row["id"]) or {}).get("parallelism") or {}
+    changed = {}
+    for key, field in LAUNCH_LAYOUT:
+        launched, published = known.get(key), row["config"].get(field)
+        if launched is None or launched == published or (
+                field in ("vpp", "ep", "expert_tp") and launched == (published or 1)):
+            continue
+        changed[field] = {"published": published, "launched": launched}
+    if not changed:
+        return row
+    config = {**row["config"], **{k: v["launched"] for k, v in changed.items()}}
+    return {**row, "config": config, "config_from_launch": changed}
 
 
 # Rows whose launch settings are known: one config constant matches the row exactly, or in
@@ -106,7 +167,8 @@ def _load_launch_settings() -> dict[str, dict]:
     the NeMo 24.07 rows, NeMo-Framework-Launcher's configs of the time where the attribution is
     of high or medium confidence (``nemo_2407_settings.json``)."""
     out = {}
-    for path in (MB_SETTINGS, ZOO_SETTINGS, GUIDE_SETTINGS, MB_DENSE_SETTINGS, NEMO_SETTINGS):
+    for path in (MB_SETTINGS, ZOO_SETTINGS, GUIDE_SETTINGS, MB_DENSE_SETTINGS, NEMO_SETTINGS,
+                 DGXC_SETTINGS):
         if path.exists():
             out.update({r["id"]: r for r in json.loads(path.read_text())["rows"]
                         if r["match"] in MATCHED})
@@ -144,7 +206,8 @@ def _cuda_graphs(row: dict) -> str:
     if known is None:
         return "none"
     impl, scope = known.get("cuda_graph_impl"), known.get("cuda_graph_scope") or []
-    if impl == "full_iteration" or (impl == "local" and "full_iteration" in scope):
+    if impl == "full_iteration" or (impl == "local" and (
+            "full_iteration" in scope or "full" in scope)):
         return "full"
     if impl == "transformer_engine":
         return "attn+moe_router" if "attn" in scope else "moe_router"
@@ -255,7 +318,8 @@ def _ran_mtp(row: dict) -> bool:
     0.2% (4% off without it). Other sources ran MTP only where their launch flags say so
     (none here)."""
     rid = row["id"].lower()
-    if "w/mtp" in rid:
+    other = (LAUNCH_SETTINGS.get(row["id"]) or {}).get("other") or {}
+    if "w/mtp" in rid or (other.get("mtp_num_layers") or 0) > 0:
         return True
     release = rid.split("-")[1] if rid.startswith("mbridge-") else ""
     return release[:5] >= "26.02" if release[:2].isdigit() else False
@@ -346,6 +410,25 @@ FA2_SOURCES = TORCH_FSDP_SOURCES
 FUSED_CROSS_ENTROPY_SOURCES = ("github:mosaicml/llm-foundry", "github:NVIDIA-NeMo/Megatron-Bridge")
 
 
+def _fused_cross_entropy(row: dict) -> bool:
+    """Whether the loss kept the logits in bf16: the sources' frameworks above, or a row
+    whose launch settings name TransformerEngine's fused cross-entropy (``cross_entropy.impl``
+    "te"; Megatron-Core's native fusion is not taken as keeping them in bf16)."""
+    known = (LAUNCH_SETTINGS.get(row["id"]) or {}).get("cross_entropy") or {}
+    if known.get("impl") is not None:
+        return bool(known.get("loss_fusion")) and known["impl"] == "te"
+    return row["source"].startswith(FUSED_CROSS_ENTROPY_SOURCES)
+
+
+def _grad_reduce_in_fp32(row: dict) -> bool:
+    """Whether the row reduced its gradients in fp32 (Megatron's default): its launch
+    settings' ``grad_dtype`` where known, else every source but Megatron-Bridge."""
+    known = (LAUNCH_SETTINGS.get(row["id"]) or {}).get("grad_dtype")
+    if known in ("bf16", "fp32"):
+        return known == "fp32"
+    return not row["source"].startswith(MEGATRON_BRIDGE_SOURCE)
+
+
 def _attention(row: dict) -> str:
     if era(row) == "2021":
         return "unfused"
@@ -369,8 +452,8 @@ def row_config(row: dict, micro_batch: int = 1) -> TrainingConfig:
         tp_comm_overlap=_tp_comm_overlap(row), recompute_layers=_recompute_layers(row),
         moe_a2a_overlap=_a2a_overlap(row), moe_dispatcher=_dispatcher(row),
         low_precision_shard=not row["source"].startswith(TORCH_FSDP_SOURCES),
-        fused_cross_entropy=row["source"].startswith(FUSED_CROSS_ENTROPY_SOURCES),
-        grad_reduce_in_fp32=not row["source"].startswith(MEGATRON_BRIDGE_SOURCE),
+        fused_cross_entropy=_fused_cross_entropy(row),
+        grad_reduce_in_fp32=_grad_reduce_in_fp32(row),
         optimizer_moment_bytes=_moment_bytes(row), cuda_graphs=_cuda_graphs(row),
         offload_modules=_offload_modules(row), stage_layer_counts=_stage_layer_counts(row),
         quantized_saved_inputs=not row["source"].startswith(TORCHTITAN_SOURCE),
@@ -390,10 +473,26 @@ DEEPSEEK_V3_MB_LAYOUT = {4: (16, 16, 16, 13), 8: (8,) * 7 + (5,), 16: (4,) * 15 
 
 def _stage_layer_counts(row: dict) -> tuple[int, ...] | None:
     c = row["config"]
+    pp = c.get("pp") or 1
     if (row["id"].startswith("mbridge-") and row["model"].get("preset") == "deepseek-v3"
             and (c.get("vpp") or 1) == 1):
-        return DEEPSEEK_V3_MB_LAYOUT.get(c.get("pp") or 1)
-    return None
+        return DEEPSEEK_V3_MB_LAYOUT.get(pp)
+    return _launched_stage_layers(row, pp)
+
+
+def _launched_stage_layers(row: dict, pp: int) -> tuple[int, ...] | None:
+    """An uneven pipeline the row's launch code set (Megatron's
+    ``num_layers_in_first_pipeline_stage`` / ``..._last_...``, the rest spread evenly; the
+    dgxc DeepSeek-V3 rows: NeMo's ``pretrain_deepseek_v3.py`` gives the first stage one layer
+    and the last two fewer than the middle ones); None where it set none or the layers do not
+    divide."""
+    other = (LAUNCH_SETTINGS.get(row["id"]) or {}).get("other") or {}
+    first, last = (other.get("num_layers_in_first_pipeline_stage"),
+                   other.get("num_layers_in_last_pipeline_stage"))
+    if not (first and last) or pp < 3 or (row["config"].get("vpp") or 1) > 1:
+        return None
+    middle, rest = divmod(row_model(row).num_layers - first - last, pp - 2)
+    return None if rest or middle <= 0 else (first,) + (middle,) * (pp - 2) + (last,)
 
 
 def _a2a_overlap(row: dict) -> bool:
