@@ -165,7 +165,8 @@ def _load_launch_settings() -> dict[str, dict]:
     DeepSeek-V3 guide's (``megatron_lm_guide_moe_settings.json``); for the dense Llama rows,
     Megatron-Bridge's config of the row's release (``megatron_bridge_dense_settings.json``); for
     the NeMo 24.07 rows, NeMo-Framework-Launcher's configs of the time where the attribution is
-    of high or medium confidence (``nemo_2407_settings.json``)."""
+    of high or medium confidence (``nemo_2407_settings.json``); for the DGX Cloud Benchmarking
+    rows, their release's launch code and recipes (``dgxc_settings.json``)."""
     out = {}
     for path in (MB_SETTINGS, ZOO_SETTINGS, GUIDE_SETTINGS, MB_DENSE_SETTINGS, NEMO_SETTINGS,
                  DGXC_SETTINGS):
