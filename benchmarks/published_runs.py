@@ -57,6 +57,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import json
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -430,10 +431,35 @@ def _grad_reduce_in_fp32(row: dict) -> bool:
     return not row["source"].startswith(MEGATRON_BRIDGE_SOURCE)
 
 
+# TransformerEngine of the NeMo containers whose version NVIDIA's "Software Component Versions"
+# page lists (docs.nvidia.com/nemo-framework/user-guide/24.09/softwarecomponentversions.html):
+# up to v1.10 its flash backend is FlashAttention-2 only (``transformer_engine/pytorch/
+# attention.py`` imports ``flash_attn.flash_attn_interface``'s v2 functions; v1.11 adds
+# FlashAttention-3 through ``flashattn-hopper``)
+NEMO_CONTAINER_TE = {"24.05": (1, 6), "24.07": (1, 8), "24.09": (1, 10)}
+
+
+def _nemo_container(row: dict) -> str | None:
+    """The NeMo container release a row ran in (``24.09``): its ``container`` field, or the one
+    its source names ("(NeMo 24.07 container)"); None where neither says."""
+    m = re.search(r"nvidia/nemo:(\d\d\.\d\d)(?![.\d])", row.get("container") or "") or \
+        re.search(r"NeMo (\d\d\.\d\d) container", row["source"])
+    return m.group(1) if m else None
+
+
 def _attention(row: dict) -> str:
+    """The row's attention kernels: unfused in the 2020/21 rows; FlashAttention-2 in the
+    sources above, and where the launch code turned TransformerEngine's cuDNN fused
+    attention off (``NVTE_FUSED_ATTN=0``) in a container whose TransformerEngine has no other
+    flash backend (``NEMO_CONTAINER_TE``, up to v1.10); else the GPU's fused kernel."""
     if era(row) == "2021":
         return "unfused"
-    return "flash2" if row["source"].startswith(FA2_SOURCES) else "flash"
+    other = (LAUNCH_SETTINGS.get(row["id"]) or {}).get("other") or {}
+    te = NEMO_CONTAINER_TE.get(_nemo_container(row) or "")
+    if row["source"].startswith(FA2_SOURCES) or (
+            str(other.get("NVTE_FUSED_ATTN")) == "0" and te is not None and te <= (1, 10)):
+        return "flash2"
+    return "flash"
 
 
 def row_config(row: dict, micro_batch: int = 1) -> TrainingConfig:

@@ -290,13 +290,16 @@ def test_nemo_nemotron_rows_have_their_nemo_shapes():
 def test_nemo_2407_rows_take_tp_overlap_where_the_attribution_holds():
     """NeMo 24.07 rows: TP overlap as NeMo-Framework-Launcher's configs of the time set it on
     the rows attributed with high or medium confidence (Llama 2/3 70B, GPT3-175B on 512 GPUs);
-    a low-confidence row (GPT3-175B on 128 GPUs) and every row's attention keep the rules."""
+    a low-confidence row (GPT3-175B on 128 GPUs) keeps the rules. The attributed rows whose
+    launcher turned cuDNN attention off (NVTE_FUSED_ATTN=0) run FlashAttention-2: the 24.07
+    container's TransformerEngine 1.8 has no other flash backend."""
     rows = {r["id"]: r for r in EXTRA if r["id"].startswith("nemo-2407-")}
     settings = {r["id"]: r for r in json.loads(pr.NEMO_SETTINGS.read_text())["rows"]}
     assert set(settings) == set(rows)
     for rid, known in settings.items():
         cfg = pr.row_config(rows[rid], 1)
-        assert cfg.attention == "flash"  # the launcher's NVTE_FUSED_ATTN is recorded only
+        fa2 = known["match"] == "exact" and known["other"]["NVTE_FUSED_ATTN"] == 0
+        assert cfg.attention == ("flash2" if fa2 else "flash")
         if known["match"] == "exact":
             assert known["confidence"] in ("high", "medium") and known["evidence"]
             assert cfg.tp_comm_overlap == bool(known["tp_comm_overlap"])
@@ -409,15 +412,23 @@ def test_dgxc_rows_that_republish_a_run_are_folded():
 
 
 def test_dgxc_launch_settings_reach_the_training_config():
-    """Settings read from the launch code become the cost model's options: Megatron-Core's
-    per-layer CUDA graphs capture the layer's launches; the DeepSeek-V3 recipe's MTP layer
+    """Settings read from the launch code become the cost model's options: cuDNN attention
+    turned off where only FlashAttention-2 could replace it; Megatron-Core's per-layer CUDA
+    graphs capture the layer's launches; the DeepSeek-V3 recipe's MTP layer
     and uneven pipeline (first stage one layer fewer, last two fewer); TP overlap and the
     gradient dtype as the recipe set them."""
     rows = {r["id"]: r for r in pr.load_all_rows() if r["id"].startswith("dgxc-")}
+    # NVTE_FUSED_ATTN=0 (cuDNN attention off) runs FlashAttention-2 where the container's
+    # TransformerEngine has no other flash backend (up to v1.10: NeMo 24.05-24.09); Grok-1's
+    # unversioned nemo:dev image and the 24.12 container (TE 1.11+, FlashAttention-3 when
+    # installed) keep the fused kernel's price
+    assert pr.row_config(rows["dgxc-24.11.1-gpt3-175b-h100-bf16-512g"]).attention == "flash2"
+    assert rows["dgxc-24.11.1-gpt3-175b-h100-bf16-512g"]["container"].endswith(":24.05")
     grok_old = pr.row_config(rows["dgxc-24.11.1-grok1-314b-h100-bf16-512g"])
-    # NVTE_FUSED_ATTN=0 is recorded, not applied, as for the NeMo 24.07 rows: which
-    # flash-attn the containers resolved to is not established
     assert grok_old.attention == "flash" and grok_old.tp_comm_overlap
+    assert pr.row_config(rows["dgxc-25.02-grok1-314b-h100-bf16-512g"]).attention == "flash"
+    for rid in ("dgxc-24.11.1-grok1-314b-h100-bf16-512g", "dgxc-25.02-grok1-314b-h100-bf16-512g"):
+        assert str(DGXC_SETTINGS[rid]["other"]["NVTE_FUSED_ATTN"]) == "0"
     llama = pr.row_config(rows["dgxc-24.11.1-llama3.1-405b-h100-bf16-576g"])
     assert llama.attention == "flash" and llama.tp_comm_overlap and not llama.grad_reduce_in_fp32
     graphs = [rid for rid, r in rows.items() if pr.row_config(r).cuda_graphs == "full"]
