@@ -310,6 +310,12 @@ def era(row: dict) -> str:
                                            "korthikanti")) else "2024"
 
 
+def _launch_other(row: dict) -> dict:
+    """The ``other`` block of the row's launch settings (environment variables such as
+    ``NVTE_FUSED_ATTN``, MTP layers, uneven pipeline stages); {} where none is known."""
+    return (LAUNCH_SETTINGS.get(row["id"]) or {}).get("other") or {}
+
+
 def _ran_mtp(row: dict) -> bool:
     """Whether a DeepSeek-V3 row ran its multi-token-prediction module. Megatron-Bridge 25.11
     (v0.2.x) performance scripts left it out unless the table's model column says "w/mtp";
@@ -320,7 +326,7 @@ def _ran_mtp(row: dict) -> bool:
     0.2% (4% off without it). Other sources ran MTP only where their launch flags say so
     (none here)."""
     rid = row["id"].lower()
-    other = (LAUNCH_SETTINGS.get(row["id"]) or {}).get("other") or {}
+    other = _launch_other(row)
     if "w/mtp" in rid or (other.get("mtp_num_layers") or 0) > 0:
         return True
     release = rid.split("-")[1] if rid.startswith("mbridge-") else ""
@@ -454,7 +460,7 @@ def _attention(row: dict) -> str:
     flash backend (``NEMO_CONTAINER_TE``, up to v1.10); else the GPU's fused kernel."""
     if era(row) == "2021":
         return "unfused"
-    other = (LAUNCH_SETTINGS.get(row["id"]) or {}).get("other") or {}
+    other = _launch_other(row)
     te = NEMO_CONTAINER_TE.get(_nemo_container(row) or "")
     if row["source"].startswith(FA2_SOURCES) or (
             str(other.get("NVTE_FUSED_ATTN")) == "0" and te is not None and te <= (1, 10)):
@@ -513,7 +519,7 @@ def _launched_stage_layers(row: dict, pp: int) -> tuple[int, ...] | None:
     dgxc DeepSeek-V3 rows: NeMo's ``pretrain_deepseek_v3.py`` gives the first stage one layer
     and the last two fewer than the middle ones); None where it set none or the layers do not
     divide."""
-    other = (LAUNCH_SETTINGS.get(row["id"]) or {}).get("other") or {}
+    other = _launch_other(row)
     first, last = (other.get("num_layers_in_first_pipeline_stage"),
                    other.get("num_layers_in_last_pipeline_stage"))
     if not (first and last) or pp < 3 or (row["config"].get("vpp") or 1) > 1:
