@@ -104,8 +104,7 @@ LIMITS = [
     "* From 2026-11-28 03:00 UTC the box is a 2-vCPU AMD EPYC again, and noisier; from then on "
     "every plan is launched 3 times a repetition, round robin, and its median run compared. "
     "03:31 UTC: 6, 7 and 8 of 9 within 15% (runs of one plan spread by a median 18%, worst "
-    "127%). 04:12 UTC, with calibrate's attention fit taking a per-call time (the table "
-    "above): 6, 4 and 9 of 9; the third repetition had every plan within 15% and in the "
+    "127%). 04:12 UTC, with calibrate's attention fit taking a per-call time: 6, 4 and 9 of 9; the third repetition had every plan within 15% and in the "
     "measured order (tau +1.00), the second every plan under-predicted (-6% to -19%: the box "
     "ran slower than during its calibration). The same code but the attention fit on a lent "
     "machine's idle Xeon cores (six copies at once, two cores each; `docs/benchmarks.md`, "
@@ -131,7 +130,7 @@ LIMITS = [
     "each other (15 of them within 15%); this box's calibrations measured a rank speed spread "
     "of 1.05-1.16, where the lent Xeon's reached 1.5-1.7 (`device_prediction_idle`).",
     "* 2026-11-28 18:06 UTC (EPYC, a quiet hour: a plan's runs spread by a median 5%, where "
-    "17% earlier that day; with the speed probe; the table above): 9, 9 and 9 of 9 within "
+    "17% earlier that day; with the speed probe): 9, 9 and 9 of 9 within "
     "15% (worst -9.4%, +11.4%, +7.8%), Kendall tau +0.89, +0.83, +1.00. The pairs in the wrong "
     "order measured 2-12% apart: TP2 at micro-batch 1 / EP2 twice (5% and 6%), TP2 at "
     "micro-batch 4 / DP2 wide twice (8% and 2%), PP2 at micro-batch 1 / TP2 at micro-batch 4 "
@@ -140,7 +139,7 @@ LIMITS = [
     "measured 0.193, 0.194 and 0.204 s; the second calibration started while the box ran "
     "the speed probe 1.2x slower than at the other two (5.5 ms against 4.5-4.7 ms), and its "
     "predictions were all but one too slow (+0.1% to +11.4%).",
-    "* 2026-11-28 18:34 UTC (the table above; calibrate now run again while it warns that the "
+    "* 2026-11-28 18:34 UTC (calibrate now run again while it warns that the "
     "machine's speed moved while it measured: the third repetition's first calibration had a "
     "rank's probe 1.42x apart at its start and end and was repeated): 9, 9 and 9 of 9 within "
     "15% (worst -12.9%), Kendall tau +0.94, +0.89, +0.89, so 9 of 9 in all six repetitions "
@@ -200,7 +199,7 @@ LIMITS = [
     "23:20 UTC third repetition's calibration, 1.24x apart, predicted TP2 at micro-batch 1 "
     "+27%. The fit also moved with the noise: "
     "the 23:00 UTC run's last calibration, layer residuals median 12%, put the weight load "
-    "at 357 us per MB. A third run at 00:05 UTC (the table above; quieter: speed probe "
+    "at 357 us per MB. A third run at 00:05 UTC (quieter: speed probe "
     "1.03-1.11x apart in the calibrations used): 9, 8 and 8 of 9 within 15% (worst -17.6%, "
     "-15.3%), Kendall tau +0.94, +0.89, +0.83, the same ranking in none; the first "
     "repetition's one pair in the wrong order, TP2 at micro-batch 1 / EP2, measured 0.9% "
@@ -237,7 +236,7 @@ LIMITS = [
     "(the runs slower than their calibrations' minute), EP2 worst (-10.0%, -16.5%, -19.7%). "
     "The 2 pairs predicted in the wrong order over all repetitions are both among the 3 of "
     "36 whose measured order flipped between repetitions.",
-    "* 2026-11-29 06:45 UTC (the table above; the arrival skew fitted with each interleave "
+    "* 2026-11-29 06:45 UTC (the arrival skew fitted with each interleave "
     "case weighted by 1 / (segment + burst)^2, and two more interleave cases at 1 and 6 ms): "
     "a noisy hour, every calibration's speed probe 1.05-1.42x apart at start and end, a "
     "plan's runs a median 21% apart (worst 70%). 7, 7 and 7 of 9 within 15%, Kendall tau "
@@ -247,6 +246,20 @@ LIMITS = [
     "its predictions of the table's runs 3 of 9 within 15% (TP2 at micro-batch 4 +47%, EP2 "
     "+33%); weighted 0.022 and 7 of 9. 5 of 36 pairs measured in both orders across the "
     "repetitions, holding all 5 wrongly predicted pairs.",
+    "* 2026-11-29 10:28 UTC (the table above; the same code as 06:45, a quieter hour, though "
+    "each repetition's three calibration tries still drifted, the steadiest kept at 1.49x, "
+    "1.30x and 1.44x apart at start and end; a plan's runs a median 17% apart, worst 51%): 9, "
+    "9 and 9 of 9 within 15% (worst +12.4%, -14.1%, -12.8%), Kendall tau +0.94, +0.94, +1.00, "
+    "the same ranking in the third repetition (as on 2026-11-28 at 18:06 and 18:34 UTC, 9 of "
+    "9 in every repetition, the same ranking in one of six). The two pairs predicted in the "
+    "wrong order are among the 4 of 36 whose measured order flipped between repetitions: PP2 "
+    "at micro-batch 1 / at micro-batch 4 (predicted 18% apart, measured -5%, +22%, +7%) and "
+    "DP2 at micro-batch 1 / TP2 at micro-batch 4 (predicted 4% apart, measured -2% in that "
+    "repetition). Both were predicted in one order by all three calibrations, the order "
+    "measured in two of the three repetitions; the 2 pairs the calibrations predicted in both "
+    "orders were ranked right in every repetition. Taken together (each plan's median over "
+    "the repetitions, measured and predicted; the report's two lines on the orders) the nine "
+    "plans are in the same order, Kendall tau +1.00.",
     "* The ranking: on the Xeon (02:25 UTC) the plans in the wrong order measured 1-4% apart, "
     "within the box's run-to-run spread; on the EPYC at 03:31 UTC also two pairs 21-22% "
     "apart, both with PP2 at micro-batch 1, whose median run measured 15% over its "
@@ -377,13 +390,11 @@ def discordant(results: list[dict]) -> tuple[float, list[str]]:
     return (score / pairs if pairs else 1.0), wrong
 
 
-def measured_flips(repetitions: list[dict]) -> tuple[int, list[str]]:
-    """(pairs of plans compared, the pairs whose *measured* order differs between
-    repetitions, each with its measured gap per repetition: ``b`` over ``a`` less 1). No
-    single order of the plans, predicted or not, matches every repetition's measurement
-    where such a pair exists: it bounds what "the same ranking in every repetition" can
-    show on the machine."""
-    steps = [{r["plan"]: r["measured_step_s"] for r in rep["results"]} for rep in repetitions]
+def order_flips(repetitions: list[dict], key: str) -> tuple[int, list[str]]:
+    """(pairs of plans compared, the pairs whose order by ``key`` (``measured_step_s`` or
+    ``predicted_step_s``) differs between repetitions, each with its gap per repetition:
+    ``b`` over ``a`` less 1)."""
+    steps = [{r["plan"]: r[key] for r in rep["results"]} for rep in repetitions]
     plans = [r["plan"] for r in repetitions[0]["results"]] if repetitions else []
     pairs, flips = 0, []
     for i, a in enumerate(plans):
@@ -397,20 +408,65 @@ def measured_flips(repetitions: list[dict]) -> tuple[int, list[str]]:
     return pairs, flips
 
 
+def measured_flips(repetitions: list[dict]) -> tuple[int, list[str]]:
+    """:func:`order_flips` of the *measured* step times. No single order of the plans,
+    predicted or not, matches every repetition's measurement where such a pair exists: it
+    bounds what "the same ranking in every repetition" can show on the machine."""
+    return order_flips(repetitions, "measured_step_s")
+
+
+def predicted_flips(repetitions: list[dict]) -> tuple[int, list[str]]:
+    """:func:`order_flips` of the *predicted* step times: each repetition predicts with its
+    own calibration, so a pair here is one the calibrations' spread alone reorders."""
+    return order_flips(repetitions, "predicted_step_s")
+
+
 def flip_lines(repetitions: list[dict]) -> list[str]:
-    """The report's paragraph on :func:`measured_flips`: how reproducible the measured order
-    itself was, and which of the predicted orders' discordant pairs it accounts for."""
+    """The report's paragraph on :func:`measured_flips` and :func:`predicted_flips`: how
+    reproducible the measured order itself was, which of the predicted orders' discordant
+    pairs it accounts for, and which pairs the repetitions' calibrations predicted in both
+    orders."""
     if len(repetitions) < 2:
         return []
     pairs, flips = measured_flips(repetitions)
     flipped = {f.split(" (")[0] for f in flips}
     wrong = [w.split(" (")[0] for rep in repetitions for w in discordant(rep["results"])[1]]
     among = sum(w in flipped for w in wrong)
+    _, predicted = predicted_flips(repetitions)
+    reordered = {f.split(" (")[0] for f in predicted}
     return ["", f"Measured order across the repetitions: {len(flips)} of {pairs} pairs of plans "
             "measured in one order in one repetition and in the other in another (each pair's "
             "second plan over its first, less 1, per repetition): "
             + ("; ".join(flips) if flips else "none") + f". Of the {len(wrong)} pairs predicted "
-            f"in the wrong order over all repetitions, {among} are among them."]
+            f"in the wrong order over all repetitions, {among} are among them. Predicted order "
+            f"across the repetitions (each with its own calibration): {len(predicted)} of "
+            f"{pairs} pairs predicted in both orders: "
+            + ("; ".join(predicted) if predicted else "none")
+            + f"; {sum(w in reordered for w in wrong)} of the wrongly predicted pairs are "
+            "among them."]
+
+
+def pooled_lines(repetitions: list[dict]) -> list[str]:
+    """The repetitions together: each plan's median over the repetitions of its measured and
+    of its predicted step (each repetition predicting with its own calibration), their
+    Kendall tau and whether they rank the plans alike. A diagnostic beside the per-repetition
+    ranking, which a pair measured in both orders (:func:`measured_flips`) decides by the
+    run's noise, not the model."""
+    if len(repetitions) < 2:
+        return []
+    plans = [r["plan"] for r in repetitions[0]["results"]]
+    steps = [{r["plan"]: r for r in rep["results"]} for rep in repetitions]
+    if not all(p in s for s in steps for p in plans):
+        return []
+    pooled = [{"plan": p,
+               "measured_step_s": statistics.median(s[p]["measured_step_s"] for s in steps),
+               "predicted_step_s": statistics.median(s[p]["predicted_step_s"] for s in steps)}
+              for p in plans]
+    tau, wrong = discordant(pooled)
+    return ["", f"The {len(repetitions)} repetitions together (each plan's median measured "
+            "step against its median prediction): Kendall tau "
+            f"{tau:+.2f}, same ranking: {'yes' if not wrong else 'no'}"
+            + (f" (in the wrong order: {'; '.join(wrong)})" if wrong else "") + "."]
 
 
 def one_repetition(skip_calibrate: bool, plans: dict = PLANS,
@@ -527,16 +583,17 @@ def main() -> None:
     for rep in range(args.repeats):
         print(f"repetition {rep + 1} of {args.repeats}", flush=True)
         results, summary = one_repetition(args.skip_calibrate, runs=args.runs)
+        used = json.loads(CAL.read_text())  # the calibration this repetition predicted with
         repetitions.append({"summary": summary, "results": [
             {k: r.get(k) for k in ("plan", "predicted_step_s", "measured_step_s", "error",
                                    "runs_measured_step_s", "rank_imbalance", "speed_ratio",
                                    "runs_error", "runs_speed_ratio", "link_ratio",
                                    "runs_link_ratio", "runs_comm_error")}
             for r in results],
-            "calibration_rank_spread": json.loads(CAL.read_text())["quality"].get(
-                "rank_speed_spread"),
-            "calibration_speed_probe_s": json.loads(CAL.read_text())["conditions"].get(
-                "speed_probe_s")})
+            "calibration_rank_spread": used["quality"].get("rank_speed_spread"),
+            "calibration_speed_probe_s": used["conditions"].get("speed_probe_s"),
+            # its fitted profile: what moved its predictions against the other repetitions'
+            "calibration_profile": used["profile"]})
     cal = json.loads(CAL.read_text())
     out = {"machine": cal["machine"], "profile": cal["profile"],
            "cluster": cal["cluster"], "summary": summary, "results": results,
@@ -687,6 +744,7 @@ def render(out: dict) -> list[str]:
         lines += ["", f"Spread of a plan's runs within a repetition (slowest / fastest - 1): "
                   f"median {sorted(spreads)[len(spreads) // 2]:.0%}, worst {max(spreads):.0%}."]
     lines += flip_lines(repetitions)
+    lines += pooled_lines(repetitions)
     lines += imbalance_lines(repetitions)
     lines += drift_lines(repetitions)
     lines += link_lines(repetitions)

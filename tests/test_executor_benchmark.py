@@ -39,6 +39,36 @@ def test_the_report_counts_the_wrong_predicted_pairs_among_the_flips():
     assert "Of the 3 pairs predicted in the wrong order over all repetitions, 3 are" in text
 
 
+def test_pairs_the_calibrations_predicted_in_both_orders_are_reported_apart():
+    # the same measurement twice; the second calibration puts b before a, c stays last
+    reps = [_rep({"a": 1.0, "b": 1.1, "c": 2.0}, {"a": 1.0, "b": 1.2, "c": 2.0}),
+            _rep({"a": 1.0, "b": 1.1, "c": 2.0}, {"a": 1.0, "b": 0.9, "c": 1.8})]
+    assert bench.measured_flips(reps) == (3, [])
+    assert bench.predicted_flips(reps) == (3, ["a / b (+20%, -10%)"])
+    text = bench.flip_lines(reps)[1]
+    assert "Measured order across the repetitions: 0 of 3 pairs" in text
+    # the second repetition's a / b is the one wrong pair: not a measured flip, a predicted one
+    assert "Of the 1 pairs predicted in the wrong order over all repetitions, 0 are" in text
+    assert "1 of 3 pairs predicted in both orders: a / b (+20%, -10%); 1 of the" in text
+
+
+def test_the_pooled_ranking_takes_each_plans_medians_over_the_repetitions():
+    # b and c swap in one repetition of three (measured), a prediction keeps b before c
+    pred = {"a": 1.0, "b": 1.5, "c": 1.6}
+    reps = [_rep({"a": 1.0, "b": 1.4, "c": 1.6}, pred),
+            _rep({"a": 1.1, "b": 1.7, "c": 1.5}, pred),
+            _rep({"a": 0.9, "b": 1.5, "c": 1.7}, pred)]
+    assert bench.pooled_lines(reps)[1].endswith("Kendall tau +1.00, same ranking: yes.")
+    # predicted c before b in two of three: the medians disagree with the measurement
+    flipped = {"a": 1.0, "b": 1.6, "c": 1.5}
+    reps = [_rep({"a": 1.0, "b": 1.4, "c": 1.6}, flipped),
+            _rep({"a": 1.1, "b": 1.7, "c": 1.5}, pred),
+            _rep({"a": 0.9, "b": 1.5, "c": 1.7}, flipped)]
+    text = bench.pooled_lines(reps)[1]
+    assert "Kendall tau +0.33, same ranking: no (in the wrong order: b / c" in text
+    assert bench.pooled_lines(reps[:1]) == []
+
+
 def test_one_repetition_says_nothing():
     assert bench.flip_lines([_rep({"a": 1.0}, {"a": 1.0})]) == []
 
