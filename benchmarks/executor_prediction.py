@@ -247,7 +247,8 @@ LIMITS = [
     "its predictions of the table's runs 3 of 9 within 15% (TP2 at micro-batch 4 +47%, EP2 "
     "+33%); weighted 0.022 and 7 of 9. 5 of 36 pairs measured in both orders across the "
     "repetitions, holding all 5 wrongly predicted pairs.",
-    "* 2026-11-29 10:28 UTC (the table above; the same code as 06:45, a quieter hour, though "
+    "* 2026-11-29 10:28 UTC (`benchmarks/results/executor_prediction_1028utc.json`; the "
+    "same code as 06:45, a quieter hour, though "
     "each repetition's three calibration tries still drifted, the steadiest kept at 1.49x, "
     "1.30x and 1.44x apart at start and end; a plan's runs a median 17% apart, worst 51%): 9, "
     "9 and 9 of 9 within 15% (worst +12.4%, -14.1%, -12.8%), Kendall tau +0.94, +0.94, +1.00, "
@@ -261,6 +262,16 @@ LIMITS = [
     "orders were ranked right in every repetition. Taken together (each plan's median over "
     "the repetitions, measured and predicted; the report's two lines on the orders) the nine "
     "plans are in the same order, Kendall tau +1.00.",
+    "* 2026-11-29 11:10 UTC (the table above; the same code with five runs a plan per "
+    "repetition instead of three, `--runs 5`, to steady the measured medians): 8, 9 and 3 of "
+    "9 within 15%, Kendall tau +0.94, +0.89, +0.94, the same ranking in none. Five runs took "
+    "the pairs measured in both orders across the repetitions from 4 to 2 of 36. The box "
+    "turned noisy again in the third repetition: its calibration passed the drift check at "
+    "the first try (probes 1.05x and 1.10x apart at start and end), then its runs ran at a "
+    "median 1.22x its speed-probe time (a plan's runs up to 82% apart) and every plan came "
+    "out 8-26% too fast. Pooled over the repetitions: tau +0.89, DP2 at micro-batch 1 / TP2 "
+    "at micro-batch 4 (measured in both orders) and PP2 at micro-batch 1 / at micro-batch 4 "
+    "(predicted in both orders by the calibrations) in the wrong order.",
     "* The ranking: on the Xeon (02:25 UTC) the plans in the wrong order measured 1-4% apart, "
     "within the box's run-to-run spread; on the EPYC at 03:31 UTC also two pairs 21-22% "
     "apart, both with PP2 at micro-batch 1, whose median run measured 15% over its "
