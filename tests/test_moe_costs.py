@@ -19,7 +19,7 @@ from cost_models.parallel import ConfigError, Degrees
 from cost_models.profile import Profile
 from cost_models.training.config import TrainingConfig, Workload
 from cost_models.training.context import make_context
-from cost_models.training.stage import COMM_SM_SHARE, a2a_exposed_s
+from cost_models.training.stage import COMM_SM_SHARE, a2a_exposed_s, unpaired_share
 from cost_models.training.step import estimate
 from planner.inputs.models import load_model
 from topologies.standard import homogeneous_cluster
@@ -131,6 +131,42 @@ def test_a2a_overlap_never_slows_a_step_and_hides_on_the_nic(nodes, ep):
     assert on.time.compute_s == off.time.compute_s
     if nodes > 1:
         assert on.time.ep_comm_s < off.time.ep_comm_s
+
+
+@pytest.mark.parametrize("pp,vpp,m,stage,expected", [
+    (1, 1, 4, 0, 1 / 4),      # the first forward and the last backward of four micro-batches
+    (1, 1, 1, 0, 1.0),        # one micro-batch: no pair at all
+    (2, 2, 4, 0, 5 / 8),      # warm-up (2-0-1)*2 + (2-1)*2 + 1 = 5 of 4*2 chunk passes
+    (2, 2, 4, 1, 3 / 8),      # the last stage warms up with fewer: 0 + 2 + 1
+    (4, 2, 4, 0, 1.0),        # warm-up (6 + 4 + 1 = 11) takes all 8 chunk passes
+    (4, 2, 64, 0, 11 / 128)])
+def test_unpaired_share_counts_megatrons_warm_up(pp, vpp, m, stage, expected):
+    """Megatron-Core's moe_a2a_overlap docs: without pipelining the first forward and the
+    final backward stay exposed; with the interleaved pipeline every warm-up forward (its
+    interleaved warm-up count plus the one the overlap schedule adds) and cool-down backward."""
+    dp = 8 // pp
+    cfg = TrainingConfig(degrees=Degrees(pp=pp, dp=dp, ep=dp), vpp=vpp, moe_a2a_overlap=True)
+    assert unpaired_share(cfg, m, stage) == pytest.approx(expected)
+    assert unpaired_share(replace(cfg, moe_a2a_overlap=False), m, stage) == 0.0
+
+
+def test_a2a_overlap_with_one_micro_batch_hides_nothing_and_more_with_more():
+    """With one micro-batch the combined 1F1B has no pair (Megatron-Core docs), so the
+    all-to-all shows as without the overlap; per micro-batch it shows less the more there are,
+    and never more than without the overlap."""
+    model = _moe(layers=4, hidden=4096, experts=64, top_k=8, width=1536)
+    cluster = homogeneous_cluster("H100-SXM5-80GB", 4)
+    cfg = TrainingConfig(degrees=Degrees(dp=32, ep=32))
+    per_mb = []
+    for m in (1, 2, 8):
+        w = Workload(4096, 32 * m)
+        off = estimate(model, cluster, w, cfg, PROF)
+        on = estimate(model, cluster, w, replace(cfg, moe_a2a_overlap=True), PROF)
+        assert on.time.ep_comm_s <= off.time.ep_comm_s * (1 + 1e-12)
+        if m == 1:
+            assert on.time.ep_comm_s == pytest.approx(off.time.ep_comm_s)
+        per_mb.append(on.time.ep_comm_s / m)
+    assert per_mb[0] > per_mb[1] > per_mb[2]
 
 
 @pytest.mark.parametrize("options", [dict(recompute="full"), dict(degrees=Degrees(pp=2, dp=4))])

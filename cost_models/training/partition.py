@@ -16,7 +16,7 @@ from cost_models.profile import Profile
 from cost_models.training.config import TrainingConfig, Workload
 from cost_models.training.context import make_context
 from cost_models.training.memory import in_flight_chunks, layer_params_split, state_bytes
-from cost_models.training.stage import layer_cost, mtp_cost, pp_link_s
+from cost_models.training.stage import layer_cost, mtp_cost, pp_link_s, unpaired_share
 from cost_models.training.stage_memory import activation_terms, state_bytes_per_param, usable_bytes
 from topologies.cluster import Cluster
 
@@ -63,11 +63,13 @@ def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg
 
     def on_stage(s: int) -> list[float]:
         cache: dict[tuple, float] = {}
+        unpaired = unpaired_share(cfg, cfg.micro_batches(workload), s)
         out = []
         for layer in layers:
             key = (model.is_moe_layer(layer), model.window(layer))
             if key not in cache:
-                cache[key] = sum(layer_cost(ctx.on_stage(s), views[s], layer, recomputed)[:5])
+                cache[key] = sum(layer_cost(ctx.on_stage(s), views[s], layer, recomputed,
+                                            unpaired)[:5])
             out.append(cache[key])
         return out
 
@@ -81,7 +83,8 @@ def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg
     # modules Megatron-Core also puts there (stage_cost adds both to the last stage)
     last = ctx.on_stage(d.pp - 1)
     head = (3 * k * lm_head_forward_time(model, ctx.slice_shard, last.rates, prof)
-            + sum(mtp_cost(last, views[d.pp - 1])[:5])) / slowdown[-1]
+            + sum(mtp_cost(last, views[d.pp - 1], unpaired_share(
+                cfg, cfg.micro_batches(workload), d.pp - 1))[:5])) / slowdown[-1]
     # Step 2: model states per layer, and of the embedding and the LM head
     dp_shard, edp = d.dp * d.cp, d.expert_dp
     per_param = state_bytes_per_param(cfg, workload)

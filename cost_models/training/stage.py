@@ -19,8 +19,10 @@ Overlap assumptions (explicit, each a Megatron option in ``TrainingConfig``):
   attention, dispatch, MLP, combine (DeepSeek-V3 report, sec. 3.2.1), and each all-to-all
   hides behind the other micro-batch's compute it is paired with; only the excess shows
   (:func:`a2a_exposed_s`). Megatron allows it only without full recompute and, when
-  pipelined, with the interleaved schedule (``TrainingConfig`` checks both). The micro-batches
-  of the pipeline's warm-up and cool-down, which have no partner, are not told apart.
+  pipelined, with the interleaved schedule (``TrainingConfig`` checks both). The passes that
+  have no partner, the first forward and last backward without pipelining and the warm-up
+  forwards and cool-down backwards with it, expose their all-to-alls in full
+  (:func:`unpaired_share`).
 * Pipeline send/recv: a stage pays one transfer on each of its two links (``pp_link_s``).
   With the interleaved schedule (``vpp`` > 1) Megatron posts each chunk's sends and receives
   asynchronously and waits on them only when the next chunk needs its input
@@ -66,7 +68,7 @@ from cost_models.training.layers import kind_counts
 __all__ = ["COMM_SM_SHARE", "pp_link_s", "SELECTIVE_UNFUSED_ELEMENTWISE_SHARE", "StageCost",
            "a2a_exposed_s", "fully_recomputed", "layer_cost", "mtp_cost", "op_gemms",
            "overlapped_exposed_s", "op_recompute_s", "selective_recompute_s",
-           "selective_recompute_work", "stage_cost"]
+           "selective_recompute_work", "stage_cost", "unpaired_share"]
 
 # Selective recompute with unfused attention re-runs the attention core (Korthikanti et al.
 # 2022, sec. 5: QK^T, softmax, dropout, AV) and its scale/mask/softmax/dropout kernels, taken
@@ -350,9 +352,29 @@ def _attention_block_s(ctx: StepContext, t: LayerTime) -> tuple[float, float]:
     return proj + t.attention_fwd_s, BWD_GEMM * proj + BWD_ATTN * t.attention_s
 
 
+def unpaired_share(cfg: TrainingConfig, micro_batches: int, stage: int) -> float:
+    """Share of ``stage``'s forward passes (and, alike, backward passes) that Megatron's
+    combined 1F1B (``moe_a2a_overlap``) runs without a partner, so their all-to-alls show in
+    full (Megatron-Core docs, ``user-guide/features/moe_a2a_overlap``, "Schedule overview"):
+    without pipelining the first forward and the final backward, 1 of the ``m``
+    micro-batches; with the interleaved pipeline the warm-up forwards and the cool-down
+    backwards, (p - s - 1) * 2 + (v - 1) * p model chunks (Megatron's interleaved warm-up)
+    plus the one more forward the overlap schedule moves into warm-up, of the stage's m * v
+    chunk passes. 0 without the overlap."""
+    if not cfg.moe_a2a_overlap:
+        return 0.0
+    pp, v = cfg.degrees.pp, cfg.vpp
+    if pp == 1:
+        return min(1.0, 1 / max(micro_batches, 1))
+    warmup = (pp - stage - 1) * 2 + (v - 1) * pp + 1
+    return min(1.0, warmup / max(micro_batches * v, 1))
+
+
 def layer_cost(ctx: StepContext, views: GroupViews, layer: int,
-               recomputed: bool) -> tuple[float, ...]:
-    """(compute, recompute, tp, cp, ep, weight-grad) seconds of one layer, forward + backward."""
+               recomputed: bool, unpaired: float = 0.0) -> tuple[float, ...]:
+    """(compute, recompute, tp, cp, ep, weight-grad) seconds of one layer, forward + backward;
+    ``unpaired``: the share of its passes the all-to-all overlap leaves without a partner
+    (:func:`unpaired_share`), whose all-to-alls show as without the overlap."""
     t = _forward_time(ctx, layer)
     fwd, bwd = t.total_s, backward_time_s(t)
     tp, cp, ep = _layer_comm_fwd(ctx, views, layer)
@@ -369,7 +391,8 @@ def layer_cost(ctx: StepContext, views: GroupViews, layer: int,
                 + _skew_s(ctx, ep > 0, 2, fwd) + _skew_s(ctx, ep > 0, 2, bwd))
     if ctx.cfg.moe_a2a_overlap and ep > 0:  # never with full recompute (TrainingConfig)
         attn_f, attn_b = _attention_block_s(ctx, t)
-        ep_total = a2a_exposed_s(ep / 2, attn_f, fwd - attn_f, attn_b, bwd - attn_b)
+        paired = a2a_exposed_s(ep / 2, attn_f, fwd - attn_f, attn_b, bwd - attn_b)
+        ep_total = unpaired * ep_total + (1 - unpaired) * paired
     recompute = 0.0
     if recomputed:
         recompute = fwd + tp_fwd + cp_fwd + ep
@@ -430,7 +453,7 @@ def _restarts(ctx: StepContext, layer: int, tp: bool, ep: bool) -> int:
     return count * ctx.cfg.seq_slices
 
 
-def mtp_cost(ctx: StepContext, views: GroupViews) -> tuple[float, ...]:
+def mtp_cost(ctx: StepContext, views: GroupViews, unpaired: float = 0.0) -> tuple[float, ...]:
     """(compute, recompute, tp, cp, ep, weight-grad) seconds of the model's MTP modules for one
     micro-batch (DeepSeek-V3 report, sec. 2.2, eq. 21-23): per module a transformer layer of
     the last layer's kind, the projection M_k of [h; emb] (2h -> h, column-parallel over TP)
@@ -438,7 +461,7 @@ def mtp_cost(ctx: StepContext, views: GroupViews) -> tuple[float, ...]:
     m = ctx.model
     if not m.mtp_layers:
         return (0.0,) * 6
-    layer = layer_cost(ctx, views, m.num_layers - 1, recomputed=False)
+    layer = layer_cost(ctx, views, m.num_layers - 1, recomputed=False, unpaired=unpaired)
     k = ctx.cfg.seq_slices
     proj = Gemm(ctx.slice_shard.tokens, m.hidden_size / ctx.cfg.degrees.tp, 2 * m.hidden_size)
     extra = 3 * k * (gemm_time_s(proj, ctx.rates, ctx.prof)
@@ -495,17 +518,19 @@ def stage_cost(ctx: StepContext, stage: int, layers: Sequence[int],
     cfg, m = ctx.cfg, ctx.model
     n_recompute = fully_recomputed(cfg, layers)
     views = ctx.views[stage]
+    unpaired = unpaired_share(cfg, cfg.micro_batches(ctx.workload), stage)
     parts = [0.0] * 6
     for recomputed, (lo, hi) in ((True, (0, n_recompute)), (False, (n_recompute, len(layers)))):
         for kind, count, layer in kind_counts(m, layers, lo, hi):
-            key = (kind, recomputed, id(views.tp), id(views.cp), id(views.ep), ctx.rates)
+            key = (kind, recomputed, id(views.tp), id(views.cp), id(views.ep), ctx.rates,
+                   unpaired)
             if key not in cache:
-                cache[key] = layer_cost(ctx, views, layer, recomputed)
+                cache[key] = layer_cost(ctx, views, layer, recomputed, unpaired)
             parts = [a + count * b for a, b in zip(parts, cache[key])]
     k = cfg.seq_slices
     if stage == cfg.degrees.pp - 1:  # LM head and loss: forward + 2x backward; MTP modules
         parts[0] += 3 * k * lm_head_forward_time(m, ctx.slice_shard, ctx.rates, ctx.prof)
-        parts = [a + b for a, b in zip(parts, mtp_cost(ctx, views))]
+        parts = [a + b for a, b in zip(parts, mtp_cost(ctx, views, unpaired))]
     link = pp_link_s(ctx, stage)
     pp = pp_exposed_s(cfg, link, sum(parts[:5]))
     return StageCost(stage=stage, layers=len(layers), compute_s=parts[0], recompute_s=parts[1],
