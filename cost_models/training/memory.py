@@ -205,6 +205,15 @@ def layer_activation_bytes(model: ModelSpec, layer: int, sh: ActivationShape,
     return scale * sh.tokens * per_token
 
 
+def interleaved_warmup_chunks(stage: int, pp: int, vpp: int) -> int:
+    """Forward chunks stage ``stage`` runs before its first backward under Megatron's
+    interleaved 1F1B (Megatron-Core ``pipeline_parallel/schedules.py``,
+    ``num_warmup_microbatches``, with ``microbatch_group_size_per_vp_stage`` at its default,
+    the pipeline size): (p - s - 1) * 2 + (v - 1) * p, before the cap at all of the stage's
+    m * v chunk passes."""
+    return (pp - stage - 1) * 2 + (vpp - 1) * pp
+
+
 def in_flight_chunks(stage: int, pp: int, vpp: int, micro_batches: int, slices: int = 1) -> int:
     """Model chunks whose activations stage ``stage`` holds at its peak (see docstring). With
     SlimPipe's ``slices`` (1F1B, vpp = 1) the count is of slices, each 1/slices of a
@@ -213,7 +222,7 @@ def in_flight_chunks(stage: int, pp: int, vpp: int, micro_batches: int, slices: 
         return min(micro_batches * slices, slices + pp - stage - 1)
     if vpp == 1:
         return min(pp - stage, micro_batches)
-    return min((pp - stage - 1) * 2 + (vpp - 1) * pp + 1, micro_batches * vpp)
+    return min(interleaved_warmup_chunks(stage, pp, vpp) + 1, micro_batches * vpp)
 
 
 def state_bytes(dense_params: float, expert_params: float, dp_shard: int, edp_shard: int,

@@ -64,6 +64,7 @@ from cost_models.model_spec import ModelSpec
 from cost_models.training.config import TrainingConfig
 from cost_models.training.context import StepContext
 from cost_models.training.layers import kind_counts
+from cost_models.training.memory import interleaved_warmup_chunks
 
 __all__ = ["COMM_SM_SHARE", "pp_link_s", "SELECTIVE_UNFUSED_ELEMENTWISE_SHARE", "StageCost",
            "a2a_exposed_s", "fully_recomputed", "layer_cost", "mtp_cost", "op_gemms",
@@ -358,15 +359,16 @@ def unpaired_share(cfg: TrainingConfig, micro_batches: int, stage: int) -> float
     full (Megatron-Core docs, ``user-guide/features/moe_a2a_overlap``, "Schedule overview"):
     without pipelining the first forward and the final backward, 1 of the ``m``
     micro-batches; with the interleaved pipeline the warm-up forwards and the cool-down
-    backwards, (p - s - 1) * 2 + (v - 1) * p model chunks (Megatron's interleaved warm-up)
-    plus the one more forward the overlap schedule moves into warm-up, of the stage's m * v
-    chunk passes. 0 without the overlap."""
+    backwards, Megatron's interleaved warm-up (:func:`memory.interleaved_warmup_chunks`) plus
+    the one more forward the overlap schedule moves into it (``schedules.py`` adds 1 to
+    ``num_warmup_microbatches`` under ``overlap_moe_expert_parallel_comm``), of the stage's
+    m * v chunk passes. 0 without the overlap."""
     if not cfg.moe_a2a_overlap:
         return 0.0
     pp, v = cfg.degrees.pp, cfg.vpp
     if pp == 1:
         return min(1.0, 1 / max(micro_batches, 1))
-    warmup = (pp - stage - 1) * 2 + (v - 1) * pp + 1
+    warmup = interleaved_warmup_chunks(stage, pp, v) + 1
     return min(1.0, warmup / max(micro_batches * v, 1))
 
 
