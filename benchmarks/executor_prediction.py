@@ -273,7 +273,8 @@ LIMITS = [
     "out 8-26% too fast. Pooled over the repetitions: tau +0.89, DP2 at micro-batch 1 / TP2 "
     "at micro-batch 4 (measured in both orders) and PP2 at micro-batch 1 / at micro-batch 4 "
     "(predicted in both orders by the calibrations) in the wrong order.",
-    "* 2026-11-29 12:33 UTC (the table above; three runs a plan again, the cost model with "
+    "* 2026-11-29 12:33 UTC (`benchmarks/results/executor_prediction_1233utc.json`; three "
+    "runs a plan again, the cost model with "
     "the all-to-all overlap's unpaired passes, which no plan here runs): 9, 9 and 7 of 9 "
     "within 15% (worst 9.5%, 13.5%, 19.8%), Kendall tau +1.00, +0.83, +0.94, the same "
     "ranking in the first repetition. Each repetition kept the steadiest of three "
@@ -286,6 +287,17 @@ LIMITS = [
     "(-0.1% to +1%), and the runs measured DP2 wide 8-9% slower in those repetitions and "
     "3% faster in the first. A near tie the model puts within 1% is a coin toss for the "
     "ranking on this box; here it was also a model error of about 9 points.",
+    "* 2026-11-29 13:18 UTC (the table above; the same code): 8, 9 and 9 of 9 within 15% "
+    "(worst 17.8%, 11.6%, 5.0%), Kendall tau +0.78, +0.89, +0.94, the same ranking in none. "
+    "The steadiest calibration tries kept were 1.16x, 1.31x and 1.19x apart at start and "
+    "end; a plan's runs a median 18% apart, worst 67%. TP2 at micro-batch 4 / DP2 wide was "
+    "in the wrong order in all three repetitions, the other way round from 12:33: predicted "
+    "DP2 wide 1.4%, 9.1% and 3.4% slower, measured 1.8%, 0.6% and 4.9% faster. Over the two "
+    "runs that pair measured from 4.9% faster to 8.8% slower and was predicted from 0.7% "
+    "faster to 9.1% slower, each calibration its own way: a tie within this box's noise, "
+    "which no calibration here resolves. The third repetition had every plan within 5% and "
+    "only that pair out of order; the first repetition's other three misranked pairs were "
+    "measured 9-15% against the order the other two repetitions measured.",
     "* The ranking: on the Xeon (02:25 UTC) the plans in the wrong order measured 1-4% apart, "
     "within the box's run-to-run spread; on the EPYC at 03:31 UTC also two pairs 21-22% "
     "apart, both with PP2 at micro-batch 1, whose median run measured 15% over its "
