@@ -284,8 +284,9 @@ LIMITS = [
     "(DP2 at micro-batch 1 / TP2 at micro-batch 4, TP2 / EP2 at micro-batch 1) were "
     "measured in both orders across the repetitions. TP2 at micro-batch 4 / DP2 wide was "
     "misranked in the second and third: all three calibrations predicted the two within 1% "
-    "(-0.1% to +1%), and the runs measured DP2 wide 8-9% slower in those repetitions and "
-    "3% faster in the first. A near tie the model puts within 1% is a coin toss for the "
+    "(DP2 wide -0.7% to +0.7% against TP2), and the runs measured DP2 wide 8-9% slower in "
+    "those repetitions and 2% slower in the first. A near tie the model puts within 1% is a "
+    "coin toss for the "
     "ranking on this box; here it was also a model error of about 9 points.",
     "* 2026-11-29 13:18 UTC (the table above; the same code): 8, 9 and 9 of 9 within 15% "
     "(worst 17.8%, 11.6%, 5.0%), Kendall tau +0.78, +0.89, +0.94, the same ranking in none. "
