@@ -411,28 +411,38 @@ def _ranks(values: list[float]) -> list[int]:
     return out
 
 
+def _pair_signs(results: list[dict]):
+    """Each pair (a, b) of ``results`` with the product of its predicted and its measured
+    step-time differences: > 0 predicted in the measured order, < 0 in the wrong one."""
+    for i, a in enumerate(results):
+        for b in results[i + 1:]:
+            yield a, b, ((a["predicted_step_s"] - b["predicted_step_s"])
+                         * (a["measured_step_s"] - b["measured_step_s"]))
+
+
+def wrong_pairs(results: list[dict]) -> list[tuple[str, str]]:
+    """The (plan, plan) pairs of ``results`` predicted in the wrong order."""
+    return [(a["plan"], b["plan"]) for a, b, sign in _pair_signs(results) if sign < 0]
+
+
 def discordant(results: list[dict]) -> tuple[float, list[str]]:
     """(Kendall's tau of predicted against measured step times, the pairs predicted in the
     wrong order, each with how far apart they measured)."""
-    pairs, score, wrong = 0, 0, []
-    for i, a in enumerate(results):
-        for b in results[i + 1:]:
-            dp = a["predicted_step_s"] - b["predicted_step_s"]
-            dm = a["measured_step_s"] - b["measured_step_s"]
-            pairs += 1
-            if dp * dm > 0:
-                score += 1
-            elif dp * dm < 0:
-                score -= 1
-                lo, hi = sorted((a["measured_step_s"], b["measured_step_s"]))
-                wrong.append(f"{a['plan']} / {b['plan']} (measured {hi / lo - 1:.0%} apart)")
-    return (score / pairs if pairs else 1.0), wrong
+    signs = list(_pair_signs(results))
+    score = sum((sign > 0) - (sign < 0) for *_, sign in signs)
+    wrong = []
+    for a, b, sign in signs:
+        if sign < 0:
+            lo, hi = sorted((a["measured_step_s"], b["measured_step_s"]))
+            wrong.append(f"{a['plan']} / {b['plan']} (measured {hi / lo - 1:.0%} apart)")
+    return (score / len(signs) if signs else 1.0), wrong
 
 
-def order_flips(repetitions: list[dict], key: str) -> tuple[int, list[str]]:
-    """(pairs of plans compared, the pairs whose order by ``key`` (``measured_step_s`` or
-    ``predicted_step_s``) differs between repetitions, each with its gap per repetition:
-    ``b`` over ``a`` less 1)."""
+def flipped_pairs(repetitions: list[dict], key: str
+                  ) -> tuple[int, list[tuple[str, str, list[float]]]]:
+    """(pairs of plans compared, the (a, b, gaps) whose order by ``key``
+    (``measured_step_s`` or ``predicted_step_s``) differs between repetitions, gaps per
+    repetition: ``b`` over ``a`` less 1)."""
     steps = [{r["plan"]: r[key] for r in rep["results"]} for rep in repetitions]
     plans = [r["plan"] for r in repetitions[0]["results"]] if repetitions else []
     pairs, flips = 0, []
@@ -443,8 +453,18 @@ def order_flips(repetitions: list[dict], key: str) -> tuple[int, list[str]]:
             pairs += 1
             gaps = [s[b] / s[a] - 1 for s in steps]
             if min(gaps) < 0 < max(gaps):
-                flips.append(f"{a} / {b} ({', '.join(f'{g:+.0%}' for g in gaps)})")
+                flips.append((a, b, gaps))
     return pairs, flips
+
+
+def _flip_text(a: str, b: str, gaps: list[float]) -> str:
+    return f"{a} / {b} ({', '.join(f'{g:+.0%}' for g in gaps)})"
+
+
+def order_flips(repetitions: list[dict], key: str) -> tuple[int, list[str]]:
+    """:func:`flipped_pairs` as text: ``a / b (gap, gap, ...)``."""
+    pairs, flips = flipped_pairs(repetitions, key)
+    return pairs, [_flip_text(*f) for f in flips]
 
 
 def measured_flips(repetitions: list[dict]) -> tuple[int, list[str]]:
@@ -467,12 +487,15 @@ def flip_lines(repetitions: list[dict]) -> list[str]:
     orders."""
     if len(repetitions) < 2:
         return []
-    pairs, flips = measured_flips(repetitions)
-    flipped = {f.split(" (")[0] for f in flips}
-    wrong = [w.split(" (")[0] for rep in repetitions for w in discordant(rep["results"])[1]]
+    # pairs matched by plan names, not by their text (names hold " (", e.g. "EP2 (MoE)")
+    pairs, measured = flipped_pairs(repetitions, "measured_step_s")
+    _, by_prediction = flipped_pairs(repetitions, "predicted_step_s")
+    flips = [_flip_text(*f) for f in measured]
+    predicted = [_flip_text(*f) for f in by_prediction]
+    flipped = {(a, b) for a, b, _ in measured}
+    reordered = {(a, b) for a, b, _ in by_prediction}
+    wrong = [w for rep in repetitions for w in wrong_pairs(rep["results"])]
     among = sum(w in flipped for w in wrong)
-    _, predicted = predicted_flips(repetitions)
-    reordered = {f.split(" (")[0] for f in predicted}
     return ["", f"Measured order across the repetitions: {len(flips)} of {pairs} pairs of plans "
             "measured in one order in one repetition and in the other in another (each pair's "
             "second plan over its first, less 1, per repetition): "

@@ -88,3 +88,19 @@ def test_when_every_try_drifted_the_steadiest_calibration_is_put_back(tmp_path):
     assert (cal.read_text(), machine.read_text()) == ("cal 1", "machine 1")
     # a quality without probes counts as steady
     assert bench.probe_drift({}) == 1.0 and bench.probe_drift({"link_drift": 1.3}) == 1.3
+
+
+def test_pairs_are_matched_by_plan_names_that_hold_parentheses():
+    """Plan names such as "EP2 (MoE), micro-batch 1" hold " (": the report matches pairs by
+    the names, so a wrong pair that is not a measured flip is not counted as one (cut at
+    " (", every pair here would read "x ..." and all four wrong pairs would count)."""
+    pred = {"x (1)": 1.0, "x (2)": 2.0, "y": 3.0}
+    reps = [_rep({"x (1)": 1.0, "x (2)": 1.2, "y": 1.1}, pred),
+            _rep({"x (1)": 1.3, "x (2)": 1.2, "y": 1.1}, pred)]
+    pairs, flips = bench.measured_flips(reps)
+    assert flips == ["x (1) / x (2) (+20%, -8%)", "x (1) / y (+10%, -15%)"]
+    assert bench.wrong_pairs(reps[0]["results"]) == [("x (2)", "y")]
+    text = bench.flip_lines(reps)[1]
+    # wrong: x (2) / y in both repetitions, x (1) / x (2) and x (1) / y in the second; the
+    # last two are measured flips, x (2) / y (steady: y first both times) is not
+    assert "Of the 4 pairs predicted in the wrong order over all repetitions, 2 are" in text
