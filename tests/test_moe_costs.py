@@ -19,7 +19,9 @@ from cost_models.parallel import ConfigError, Degrees
 from cost_models.profile import Profile
 from cost_models.training.config import TrainingConfig, Workload
 from cost_models.training.context import make_context
-from cost_models.training.stage import COMM_SM_SHARE, a2a_exposed_s, unpaired_share
+import cost_models.training.stage as stage
+from cost_models.training.stage import (COMM_SM_SHARE, NCCL_A2A_SM_SHARE, a2a_exposed_s,
+                                        a2a_sm_share, unpaired_share)
 from cost_models.training.step import estimate
 from planner.inputs.models import load_model
 from topologies.standard import homogeneous_cluster
@@ -115,6 +117,24 @@ def test_a2a_exposed_pairs(a2a, parts, expected):
 @pytest.mark.parametrize("c", [0.0, 0.5, 2.0])
 def test_a2a_overlap_between_hidden_and_fully_exposed(a2a, c):
     assert 0.0 <= a2a_exposed_s(a2a, c, c, c, c) <= 4 * a2a
+
+
+def test_nccl_all_to_all_takes_more_sms_beside_the_compute_than_deepep(monkeypatch):
+    """The all-to-all dispatcher's NCCL exchange holds a CTA per p2p channel (32), DeepEP (the
+    flex dispatcher) the 20 SMs Megatron gives it: beside the same compute the NCCL one slows
+    it more, so under the overlap an estimate with the all-to-all dispatcher shows more
+    all-to-all time than the same estimate priced at DeepEP's share, and the same compute."""
+    nccl = TrainingConfig(degrees=Degrees(dp=32, ep=32), moe_a2a_overlap=True)
+    assert a2a_sm_share(nccl) == NCCL_A2A_SM_SHARE > COMM_SM_SHARE
+    assert a2a_sm_share(replace(nccl, moe_dispatcher="flex")) == COMM_SM_SHARE
+    model = _moe(layers=4, hidden=4096, experts=64, top_k=8, width=1536)
+    cluster = homogeneous_cluster("H100-SXM5-80GB", 4)
+    w = Workload(4096, 32 * 8)
+    priced = estimate(model, cluster, w, nccl, PROF)
+    monkeypatch.setattr(stage, "NCCL_A2A_SM_SHARE", COMM_SM_SHARE)
+    at_deepep = estimate(model, cluster, w, nccl, PROF)
+    assert priced.time.ep_comm_s > at_deepep.time.ep_comm_s
+    assert priced.time.compute_s == at_deepep.time.compute_s
 
 
 @pytest.mark.parametrize("nodes,ep", [(1, 8), (4, 32)])

@@ -66,8 +66,9 @@ from cost_models.training.context import StepContext
 from cost_models.training.layers import kind_counts
 from cost_models.training.memory import interleaved_warmup_chunks
 
-__all__ = ["COMM_SM_SHARE", "pp_link_s", "SELECTIVE_UNFUSED_ELEMENTWISE_SHARE", "StageCost",
-           "a2a_exposed_s", "fully_recomputed", "layer_cost", "mtp_cost", "op_gemms",
+__all__ = ["COMM_SM_SHARE", "NCCL_A2A_SM_SHARE", "pp_link_s",
+           "SELECTIVE_UNFUSED_ELEMENTWISE_SHARE", "StageCost", "a2a_exposed_s", "a2a_sm_share",
+           "fully_recomputed", "layer_cost", "mtp_cost", "op_gemms",
            "overlapped_exposed_s", "op_recompute_s", "selective_recompute_s",
            "selective_recompute_work", "stage_cost", "unpaired_share"]
 
@@ -312,23 +313,40 @@ def op_recompute_s(ctx: StepContext, layer: int, t: LayerTime, tp: float) -> flo
 
 # Share of the GPU's SMs a collective overlapped with compute takes from it: DeepSeek-V3
 # report, sec. 3.2.2 ("only 20 SMs are sufficient to fully utilize the bandwidths of IB and
-# NVLink", of the H800's 132). Taken alike for the expert all-to-all and for NCCL's data-parallel
+# NVLink", of the H800's 132), which is what the flex dispatcher's DeepEP takes (Megatron-Core
+# ``moe_deepep_num_sms``, "historical default 20"). Taken alike for NCCL's data-parallel
 # reductions and gathers (a CTA per channel, a comparable count). A physical figure, not fitted.
 COMM_SM_SHARE = 20 / 132
+# The all-to-all dispatcher's exchange (``torch.distributed.all_to_all_single``: NCCL grouped
+# sends and receives) runs one CTA per NCCL point-to-point channel in use, and an all-to-all
+# over many peers uses them all: NCCL rounds its p2p channels up to a power of two above its
+# collective channels (``ncclTopoComputeP2pChannels``, ``src/graph/paths.cc``), and its init
+# log on 8-GPU Hopper nodes reads "32 p2p channels" (one node: 24 coll channels; two nodes:
+# 32, with 2 channels per network peer, so 16 or more peers fill the 32). 32 of 132 SMs.
+NCCL_A2A_SM_SHARE = 32 / 132
 
 
-def overlapped_exposed_s(comm_s: float, compute_s: float) -> float:
+def overlapped_exposed_s(comm_s: float, compute_s: float,
+                         sm_share: float = COMM_SM_SHARE) -> float:
     """Time a collective of ``comm_s`` adds to the ``compute_s`` it overlaps: the pair takes
     the longer of the collective and the compute, the compute slowed while they overlap by
-    the SMs the collective holds (``COMM_SM_SHARE`` = f): max(comm, c + min(comm, c) * f /
-    (1 - f)) - c. Between f / (1 - f) of the collective (short, hidden) and comm - c (longer
-    than the compute); with no compute to hide behind, the whole collective."""
-    slowed = compute_s + min(comm_s, compute_s) * COMM_SM_SHARE / (1 - COMM_SM_SHARE)
+    the SMs the collective holds (``sm_share`` = f, ``COMM_SM_SHARE`` unless given):
+    max(comm, c + min(comm, c) * f / (1 - f)) - c. Between f / (1 - f) of the collective
+    (short, hidden) and comm - c (longer than the compute); with no compute to hide behind,
+    the whole collective."""
+    slowed = compute_s + min(comm_s, compute_s) * sm_share / (1 - sm_share)
     return max(comm_s, slowed) - compute_s
 
 
+def a2a_sm_share(cfg: TrainingConfig) -> float:
+    """Share of the SMs the expert all-to-all holds while compute runs beside it: NCCL's
+    point-to-point channels for the all-to-all dispatcher (``NCCL_A2A_SM_SHARE``), the SMs
+    the flex dispatcher's kernels are given otherwise (``COMM_SM_SHARE``)."""
+    return NCCL_A2A_SM_SHARE if cfg.moe_dispatcher == "alltoall" else COMM_SM_SHARE
+
+
 def a2a_exposed_s(a2a_s: float, attn_fwd_s: float, mlp_fwd_s: float, attn_bwd_s: float,
-                  mlp_bwd_s: float) -> float:
+                  mlp_bwd_s: float, sm_share: float = COMM_SM_SHARE) -> float:
     """Exposed time of one layer's four all-to-alls (forward dispatch and combine, backward
     dispatch and combine, ``a2a_s`` each) under Megatron's combined 1F1B.
 
@@ -337,11 +355,12 @@ def a2a_exposed_s(a2a_s: float, attn_fwd_s: float, mlp_fwd_s: float, attn_bwd_s:
     forward attention | backward combine, forward dispatch | backward MLP, forward MLP |
     backward dispatch, forward combine | backward attention. Each pair takes the longer of the
     all-to-all and its partner compute c, the compute slowed while they overlap by the SMs the
-    communication holds: c + min(a2a, c) * f / (1 - f), f = ``COMM_SM_SHARE``. The result is
-    that minus the compute: between 0 and the four all-to-alls fully exposed.
+    communication holds: c + min(a2a, c) * f / (1 - f), f = ``sm_share`` (the dispatcher's,
+    :func:`a2a_sm_share`). The result is that minus the compute: between 0 and the four
+    all-to-alls fully exposed.
     """
-    return sum(overlapped_exposed_s(a2a_s, c) for c in (attn_fwd_s, mlp_bwd_s, mlp_fwd_s,
-                                                        attn_bwd_s))
+    return sum(overlapped_exposed_s(a2a_s, c, sm_share)
+               for c in (attn_fwd_s, mlp_bwd_s, mlp_fwd_s, attn_bwd_s))
 
 
 def _attention_block_s(ctx: StepContext, t: LayerTime) -> tuple[float, float]:
@@ -393,7 +412,8 @@ def layer_cost(ctx: StepContext, views: GroupViews, layer: int,
                 + _skew_s(ctx, ep > 0, 2, fwd) + _skew_s(ctx, ep > 0, 2, bwd))
     if ctx.cfg.moe_a2a_overlap and ep > 0:  # never with full recompute (TrainingConfig)
         attn_f, attn_b = _attention_block_s(ctx, t)
-        paired = a2a_exposed_s(ep / 2, attn_f, fwd - attn_f, attn_b, bwd - attn_b)
+        paired = a2a_exposed_s(ep / 2, attn_f, fwd - attn_f, attn_b, bwd - attn_b,
+                               a2a_sm_share(ctx.cfg))
         ep_total = unpaired * ep_total + (1 - unpaired) * paired
     recompute = 0.0
     if recomputed:
