@@ -408,12 +408,17 @@ def layer_cost(ctx: StepContext, views: GroupViews, layer: int,
     cp_bwd = max(0.0, 2 * cp - BWD_ATTN * t.attention_s)
     # forward dispatch + combine, the same again in the backward, and the forward's exchange
     # of per-expert token counts that sizes the dispatch
-    ep_total = (2 * ep + _ep_counts_s(ctx, views, layer)
-                + _skew_s(ctx, ep > 0, 2, fwd) + _skew_s(ctx, ep > 0, 2, bwd))
+    counts = _ep_counts_s(ctx, views, layer)
+    ep_total = (2 * ep + counts + _skew_s(ctx, ep > 0, 2, fwd) + _skew_s(ctx, ep > 0, 2, bwd))
     if ctx.cfg.moe_a2a_overlap and ep > 0:  # never with full recompute (TrainingConfig)
         attn_f, attn_b = _attention_block_s(ctx, t)
         paired = a2a_exposed_s(ep / 2, attn_f, fwd - attn_f, attn_b, bwd - attn_b,
                                a2a_sm_share(ctx.cfg))
+        if ctx.cfg.moe_dispatcher == "alltoall":
+            # its count exchange runs in the pre-dispatch node on the compute stream (Megatron
+            # ``fine_grained_callables.py``: attention, router, dispatch preprocess), a
+            # blocking all-gather nothing runs beside: the overlap does not hide it
+            paired += counts
         ep_total = unpaired * ep_total + (1 - unpaired) * paired
     recompute = 0.0
     if recomputed:
