@@ -37,7 +37,9 @@ one: the same prediction without the terms of calibrate's ping-pong benchmark
 (``Profile.p2p_latency_s``, ``Profile.resume_s``, ``Profile.late_read_s``; messages at
 ``send_recv``'s latency, no resume after a wait, no late read), which is what check-run
 predicted before they were measured, and a third: the time-shared plans predicted as if their
-ranks shared the cores evenly (processor sharing, before the job pinned them). Usage:
+ranks shared the cores evenly (processor sharing, before the job pinned them). Last, each run
+of the plans with a core per process beside the machine's speed at that run (its speed probe
+over the calibration's, ``planner.run.check_run.speed_ratio``). Usage:
 ``python benchmarks/afd_executor_prediction.py [--repeats N] [--calibration FILE] [--steps N]``.
 """
 from __future__ import annotations
@@ -56,6 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from planner.serving.afd_run_prediction import predict_afd_run  # noqa: E402
 from planner.run.calibrate import drifted  # noqa: E402
+from planner.run.check_run import link_ratio, speed_ratio  # noqa: E402
 from doc_tables import update_section  # noqa: E402
 from executor_prediction import Steadiest, discordant  # noqa: E402
 
@@ -166,12 +169,24 @@ def run_once(name: str, plan: Path, m: int | None, steps: int, cal: Path, rep: i
     doc = json.loads(planner("check-run", str(record), "--calibration", str(cal),
                              "--format", "json").stdout)
     rows = {r["what"]: r for r in doc["rows"]}
+    speed, link = probe_ratios(cal, record)
     return {"run": rep, "record": str(record.relative_to(ROOT)),
+            "speed_ratio": speed, "link_ratio": link,
             "measured_step_s": rows["step"]["measured_s"],
             "predicted_step_s": rows["step"]["predicted_s"], "rows": doc["rows"],
             "prediction": doc["prediction"], "launch_wall_s": wall,
             "busy_before": busy_before, "waited_s": waited,
             "external_cpu_s": max(0.0, (b1 - b0) - ours), "own_cpu_s": ours}
+
+
+def probe_ratios(cal: Path, record: Path) -> tuple[float | None, float | None]:
+    """The run's speed probe and link probe over the calibration's
+    (:func:`planner.run.check_run.speed_ratio`, :func:`~planner.run.check_run.link_ratio`):
+    above 1 the machine computed (moved bytes) slower during the run than when it was
+    calibrated. None where either file lacks the probe."""
+    conditions = json.loads(cal.read_text()).get("conditions") or {}
+    env = json.loads(record.read_text()).get("environment") or {}
+    return speed_ratio(conditions, env), link_ratio(conditions, env)
 
 
 def run_clean(name: str, plan: Path, m: int | None, steps: int, cal: Path, rep: int,
@@ -258,7 +273,9 @@ def summarise(name: str, runs: list[dict], caldoc: dict) -> dict:
             "sharing": pred.get("sharing", "none"),
             "rows": rows, "external_cpu_s": [r["external_cpu_s"] for r in runs],
             "disturbed_runs": sum(r["disturbed"] for r in runs),
-            "per_run_step_s": measured}
+            "per_run_step_s": measured,
+            "runs_speed_ratio": [r.get("speed_ratio") for r in runs],
+            "runs_error": [pred["step_s"] / x - 1.0 for x in measured]}
 
 
 def _call_us(prof: dict) -> float:
@@ -343,7 +360,31 @@ def render(out: dict) -> list[str]:
                      + " | ".join(f"{summary[k]['within_15_percent']}, "
                                   f"{'yes' if summary[k]['same_ranking'] else 'no'}"
                                   for k in shown) + " |")
-    return lines
+    return lines + speed_lines(results)
+
+
+def speed_lines(results: list[dict]) -> list[str]:
+    """Each run of the plans with a core per process against the machine's speed at that run
+    (its speed probe over the calibration's, :func:`probe_ratios`): the prediction prices the
+    calibration's speed, so a run on a slower machine reads as under-predicted whatever the
+    model. The time-shared plans are left out: their probes ran time-shared too."""
+    own = [r for r in results if not r["shared_cores"]
+           and any(q is not None for q in r.get("runs_speed_ratio") or [])]
+    if not own:
+        return []
+    pairs = [(q, e) for r in own for q, e in zip(r["runs_speed_ratio"], r["runs_error"])
+             if q is not None]
+    text = ("The machine's speed at each run against its calibration (the speed probe, "
+            "`planner.run.speed_probe`, before and after the run's steps over calibrate's at "
+            "its start and end; above 1: slower than calibrated), for the plans with a core "
+            "per process, and each run's error: "
+            + "; ".join(f"{r['plan']} " + ", ".join(
+                f"{q:.2f}x {e:+.0%}" for q, e in zip(r["runs_speed_ratio"], r["runs_error"])
+                if q is not None) for r in own) + ".")
+    if len(pairs) >= 3 and len({q for q, _ in pairs}) > 1 and len({e for _, e in pairs}) > 1:
+        text += (f" Error against that ratio over these {len(pairs)} runs: Pearson r "
+                 f"{statistics.correlation(*zip(*pairs)):+.2f}.")
+    return ["", text]
 
 
 def history_entry(out: dict) -> dict:

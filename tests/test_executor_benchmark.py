@@ -104,3 +104,21 @@ def test_pairs_are_matched_by_plan_names_that_hold_parentheses():
     # wrong: x (2) / y in both repetitions, x (1) / x (2) and x (1) / y in the second; the
     # last two are measured flips, x (2) / y (steady: y first both times) is not
     assert "Of the 4 pairs predicted in the wrong order over all repetitions, 2 are" in text
+
+
+def test_the_afd_report_sets_each_run_against_the_machines_speed_but_not_time_shared_ones():
+    """benchmarks/afd_executor_prediction.py: a run's error beside its speed probe's ratio to
+    the calibration's, for the plans with a core per process only (the time-shared plans'
+    probes ran time-shared); the correlation is over those runs and has their sign."""
+    import afd_executor_prediction as afd
+    results = [
+        {"plan": "own", "shared_cores": False, "runs_speed_ratio": [1.0, 1.3, None],
+         "runs_error": [0.10, -0.20, -0.50]},
+        {"plan": "own2", "shared_cores": False, "runs_speed_ratio": [1.1, 1.4],
+         "runs_error": [0.0, -0.30]},
+        {"plan": "shared", "shared_cores": True, "runs_speed_ratio": [2.2], "runs_error": [0.9]}]
+    text = afd.speed_lines(results)[1]
+    assert "own 1.00x +10%, 1.30x -20%;" in text and "own2 1.10x +0%, 1.40x -30%" in text
+    assert "shared" not in text and "-50%" not in text
+    assert "over these 4 runs: Pearson r -" in text
+    assert afd.speed_lines([results[2]]) == []
