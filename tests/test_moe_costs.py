@@ -142,9 +142,10 @@ def test_a2a_overlap_leaves_the_count_exchange_of_the_all_to_all_dispatcher(
         monkeypatch, dispatcher, hidden_share):
     """The all-to-all dispatcher all-gathers its per-expert counts in the pre-dispatch node on
     the compute stream, which the combined 1F1B does not hide: a count exchange 1 ms longer
-    adds 1 ms per MoE layer and micro-batch under the overlap too. The model charges the
-    flex dispatcher's alike without the overlap and, under it, only in the passes without a
-    partner (1 of 8 micro-batches here)."""
+    adds 1 ms per MoE layer and micro-batch under the overlap too. The flex dispatcher's
+    exchange (DeepEP's notify, inside its dispatch on the communication stream) hides with the
+    dispatch: under the overlap it shows only in the passes without a partner (1 of 8
+    micro-batches here)."""
     model = _moe(layers=4, hidden=4096, experts=64, top_k=8, width=1536)
     cluster = homogeneous_cluster("H100-SXM5-80GB", 4)
     cfg = TrainingConfig(degrees=Degrees(dp=32, ep=32), moe_a2a_overlap=True,

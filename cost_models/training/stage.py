@@ -176,8 +176,9 @@ def _skew_s(ctx: StepContext, blocking: bool, count: int, compute_s: float) -> f
 def _ep_counts_s(ctx: StepContext, views: GroupViews, layer: int) -> float:
     """The per-expert token counts every EP rank learns before an uneven dispatch: an
     all-gather of E int64 counts per rank, latency-bound (Megatron-Core's all-to-all token
-    dispatcher exchanges them in ``preprocess`` before the permutation; the reference job's
-    ``ExpertDispatch`` all-gathers them), plus the blocking call's switch cost."""
+    dispatcher exchanges them in ``preprocess`` before the permutation, DeepEP in its notify
+    step inside the dispatch; the reference job's ``ExpertDispatch`` all-gathers them), plus
+    the blocking call's switch cost."""
     m = ctx.model
     if not m.is_moe_layer(layer) or ctx.cfg.degrees.ep <= 1:
         return 0.0
