@@ -20,6 +20,7 @@ line (a 2-process all-reduce of 256 KiB measured 4.0 ms where the two-regime fit
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from cost_models.profile import Profile
 from topologies.cluster import GroupView
@@ -144,23 +145,64 @@ def all_to_all_s(view: GroupView, send_bytes: float, prof: Profile) -> float:
     return max(t_intra, t_inter)
 
 
-def distinct_groups_hit(num_experts: int, top_k: int, groups: int) -> float:
+def _none_drawn(total: float, held: float, k: int) -> float:
+    """Chance that ``k`` draws without replacement from ``total`` miss all ``held`` of them:
+    C(total - held, k) / C(total, k), as a product."""
+    miss = 1.0
+    for i in range(k):
+        miss *= max(0.0, (total - held - i) / (total - i))
+    return miss
+
+
+def distinct_groups_hit(num_experts: int, top_k: int, groups: int, router_groups: int = 1,
+                        router_group_topk: int = 1) -> float:
     """Expected number of ``groups`` (equal slices of ``num_experts`` experts: GPUs, or the
     nodes of an EP group) that one token's ``top_k`` distinct experts fall in, routing uniform
     (the force-balanced load the published MoE runs use): ``groups * (1 - C(E - E/g, k) /
-    C(E, k))``, the hypergeometric chance that a slice holds none of the k experts."""
+    C(E, k))``, the hypergeometric chance that a slice holds none of the k experts.
+
+    With group-limited routing (``MoESpec.router_groups`` G, ``router_group_topk`` t;
+    DeepSeek-V3 report, sec. 2.1.2: each token's experts on at most 4 nodes) the token first
+    picks t of the G consecutive expert groups and then its k experts among theirs. Megatron's
+    force-balanced router does the same on random scores (``moe_router_force_load_balancing``
+    draws the logits, then ``group_limited_topk``), so both picks are uniform: a slice holding
+    m_j experts of router group j is missed with probability the sum over the sets T of its
+    groups that were picked of P(T) * C(t E/G - sum_T m_j, k) / C(t E/G, k)."""
     e, k, g = num_experts, top_k, max(1, groups)
-    per = e / g
     if k <= 0 or e <= 0:
         return 0.0
-    miss = 1.0
-    for i in range(k):  # C(E - per, k) / C(E, k) as a product
-        miss *= max(0.0, (e - per - i) / (e - i))
-    return g * (1.0 - miss)
+    if router_groups <= 1:
+        return g * (1.0 - _none_drawn(e, e / g, k))
+    return _limited_hit(e, k, g, router_groups, router_group_topk)
+
+
+@lru_cache(maxsize=256)
+def _limited_hit(e: int, k: int, g: int, big_g: int, t: int) -> float:
+    """:func:`distinct_groups_hit` under group-limited routing, slice by slice (slices and
+    router groups both consecutive; a slice may straddle groups when neither count divides the
+    other)."""
+    per_group, pool = e / big_g, t * e / big_g
+    total = 0.0
+    for s in range(g):
+        lo, hi = s * e / g, (s + 1) * e / g
+        held = [min(hi, (j + 1) * per_group) - max(lo, j * per_group)
+                for j in range(int(lo // per_group), big_g) if j * per_group < hi]
+        held = [h for h in held if h > 0]
+        miss = 0.0
+        for mask in range(1 << len(held)):  # which of the slice's groups were picked
+            picked = [h for i, h in enumerate(held) if mask >> i & 1]
+            n = len(picked)
+            if n > t:
+                continue
+            p_set = math.comb(big_g - len(held), t - n) / math.comb(big_g, t)
+            miss += p_set * _none_drawn(pool, sum(picked), k)
+        total += 1.0 - miss
+    return total
 
 
 def dedup_dispatch_s(view: GroupView, tokens: float, top_k: int, num_experts: int,
-                     bytes_per_token: float, prof: Profile) -> float:
+                     bytes_per_token: float, prof: Profile, router_groups: int = 1,
+                     router_group_topk: int = 1) -> float:
     """One dispatch (or combine) of a flex token dispatcher (Megatron-Core
     ``--moe-token-dispatcher-type flex`` with the DeepEP or HybridEP backend) for ``tokens``
     tokens per rank, each ``bytes_per_token`` wide, top-``top_k`` of ``num_experts`` experts
@@ -173,11 +215,14 @@ def dedup_dispatch_s(view: GroupView, tokens: float, top_k: int, num_experts: in
     domain to RDMA domain"; DeepSeek-V3 report, sec. 3.2.2: "sent through IB to the GPUs with
     the same in-node index on their target nodes" and forwarded through NVLink). The network and
     NVLink parts run at once; the slower decides, as in :func:`all_to_all_s`. With every member
-    in one domain only the per-GPU deduplication applies."""
+    in one domain only the per-GPU deduplication applies. Group-limited routing
+    (``router_groups``, ``router_group_topk``) puts a token's experts on fewer GPUs and nodes
+    (:func:`distinct_groups_hit`)."""
     n = view.size
     if n <= 1 or tokens <= 0:
         return 0.0
-    to_gpus = distinct_groups_hit(num_experts, top_k, n)  # destination GPUs per token
+    limit = (router_groups, router_group_topk)
+    to_gpus = distinct_groups_hit(num_experts, top_k, n, *limit)  # destination GPUs per token
     if view.inter is None:
         table = measured_s(view, "all_to_all", tokens * to_gpus * bytes_per_token, prof)
         if table is not None:
@@ -190,7 +235,7 @@ def dedup_dispatch_s(view: GroupView, tokens: float, top_k: int, num_experts: in
         t_intra = forwarded / (bw_f * view.intra.bw_bytes_per_s * prof.link_eff(
             view.intra.name)) + lat_f * view.intra.latency_s
     if view.inter is not None:  # once per distinct remote node
-        to_nodes = distinct_groups_hit(num_experts, top_k, domains)
+        to_nodes = distinct_groups_hit(num_experts, top_k, domains, *limit)
         remote = tokens * to_nodes * (domains - 1) / domains * bytes_per_token
         t_inter = remote / (bw_f * view.inter.bw_bytes_per_s * prof.link_eff(
             view.inter.name)) + lat_f * view.inter.latency_s

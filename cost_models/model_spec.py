@@ -37,6 +37,12 @@ class MoESpec:
     shared_ffn_hidden: int = 0
     expert_bias: bool = False
     router_bias: bool = False
+    # Group-limited routing (DeepSeek-V3 report, sec. 2.1.2, "node-limited routing"; HF
+    # ``n_group`` / ``topk_group``; Megatron ``--moe-router-num-groups`` /
+    # ``--moe-router-group-topk``): the experts form ``router_groups`` equal, consecutive
+    # groups and a token's top-k lie within ``router_group_topk`` of them. 1 and 1: no limit.
+    router_groups: int = 1
+    router_group_topk: int = 1
 
     def __post_init__(self) -> None:
         if not 1 <= self.top_k <= self.num_experts:
@@ -44,6 +50,14 @@ class MoESpec:
         if self.expert_ffn_hidden < 1 or self.num_shared_experts < 0:
             raise ValueError(f"MoE expert_ffn_hidden={self.expert_ffn_hidden} must be >= 1 and "
                              f"num_shared_experts={self.num_shared_experts} >= 0")
+        groups, chosen = self.router_groups, self.router_group_topk
+        if groups < 1 or self.num_experts % groups or not 1 <= chosen <= groups:
+            raise ValueError(f"MoE router_groups={groups} must divide num_experts="
+                             f"{self.num_experts} and router_group_topk={chosen} be in "
+                             f"1..router_groups")
+        if self.top_k > chosen * self.num_experts // groups:
+            raise ValueError(f"MoE top_k={self.top_k} exceeds the experts of "
+                             f"router_group_topk={chosen} of {groups} groups")
 
     @property
     def shared_width(self) -> int:

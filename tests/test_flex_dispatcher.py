@@ -36,6 +36,43 @@ def test_distinct_groups_equals_enumeration(e, k, g):
     assert comm.distinct_groups_hit(e, k, g) == pytest.approx(_brute_distinct(e, k, g), rel=1e-12)
 
 
+def _brute_limited(e: int, k: int, slices: int, groups: int, chosen: int) -> float:
+    """Mean over every choice of ``chosen`` router groups, then of top_k experts among theirs
+    (each equally likely, as force-balanced group-limited routing draws them), of the slices
+    (equal, consecutive) the experts touch."""
+    per_group, per_slice = e // groups, e // slices
+    total = count = 0
+    for picked in itertools.combinations(range(groups), chosen):
+        pool = [j * per_group + i for j in picked for i in range(per_group)]
+        sets = list(itertools.combinations(pool, k))
+        total += sum(len({x // per_slice for x in s}) for s in sets) / len(sets)
+        count += 1
+    return total / count
+
+
+@pytest.mark.parametrize("e,k,slices,groups,chosen", [
+    (16, 3, 1, 4, 2), (16, 3, 2, 4, 2), (16, 3, 4, 4, 2), (16, 3, 8, 4, 2), (16, 3, 16, 4, 2),
+    (12, 2, 3, 4, 2),    # a slice of 4 experts straddles groups of 3
+    (16, 4, 8, 8, 3), (16, 2, 4, 4, 4)])
+def test_group_limited_routing_equals_enumeration(e, k, slices, groups, chosen):
+    """DeepSeek-V3's node-limited routing (``MoESpec.router_groups`` / ``router_group_topk``):
+    the expected slices a token touches, against every draw."""
+    got = comm.distinct_groups_hit(e, k, slices, groups, chosen)
+    assert got == pytest.approx(_brute_limited(e, k, slices, groups, chosen), rel=1e-12)
+
+
+@pytest.mark.parametrize("slices", [2, 4, 8, 32, 64])
+def test_group_limited_routing_touches_fewer_gpus_and_nodes(slices):
+    """DeepSeek-V3 (256 experts, top 8 within 4 of 8 groups) on 2-64 GPUs or nodes: fewer
+    destinations than routing over all experts, the same when every group may be picked."""
+    limited = comm.distinct_groups_hit(256, 8, slices, 8, 4)
+    assert limited < comm.distinct_groups_hit(256, 8, slices)
+    assert comm.distinct_groups_hit(256, 8, slices, 8, 8) == pytest.approx(
+        comm.distinct_groups_hit(256, 8, slices), rel=1e-12)
+    if slices <= 8:  # a slice holds whole groups: at most the 4 groups' slices
+        assert limited <= 4
+
+
 def _views():
     one_node = GroupView(size=8, members_per_domain=8, num_domains=1, intra=NVLINK, inter=None)
     four_nodes = GroupView(size=32, members_per_domain=8, num_domains=4, intra=NVLINK, inter=IB)

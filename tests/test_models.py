@@ -101,6 +101,7 @@ def test_deepseek_structure() -> None:
     model = load_model("deepseek-v3")
     assert (model.num_dense_layers, model.num_moe_layers, model.mtp_layers) == (3, 58, 1)
     assert model.mla.q_lora_rank == 1536 and model.moe.num_shared_experts == 1
+    assert (model.moe.router_groups, model.moe.router_group_topk) == (8, 4)  # n_group, topk_group
     assert count_params(model).mtp > 0
     r1 = load_hf_config(FIXTURES / "deepseek-r1.json")
     assert count_params(r1).total == count_params(model).total
@@ -266,6 +267,24 @@ def test_nested_yaml_field_path() -> None:
     assert _raises(model_from_yaml_dict, data, "m.yaml").startswith("m.yaml: moe.top_k:")
     data["moe"] = dict(num_experts=4, top_k=0, expert_ffn_hidden=32)
     assert "greater than or equal to 1" in _raises(model_from_yaml_dict, data, "m.yaml")
+
+
+@pytest.mark.parametrize("change,key", [({"n_group": 7}, "n_group"),
+                                        ({"topk_group": 9}, "topk_group"),
+                                        ({"topk_group": 1, "num_experts_per_tok": 40},
+                                         "topk_group")])
+def test_router_groups_that_cannot_hold_the_experts(change: dict, key: str) -> None:
+    """DeepSeek-V3's n_group / topk_group: a group count that does not divide the experts, or
+    picked groups too few or too many for the top-k, are named, not a traceback."""
+    config = json.loads((FIXTURES / "deepseek-v3.json").read_text()) | change
+    assert f": {key}:" in _raises(model_from_hf_config, config, "cfg.json")
+
+
+def test_yaml_router_groups_checked() -> None:
+    data = dict(dataclasses.asdict(load_model("deepseek-v3")))
+    data.pop("source", None)
+    data["moe"] = data["moe"] | {"router_group_topk": 9}
+    assert "router_group_topk" in _raises(model_from_yaml_dict, data, "m.yaml")
 
 
 def test_yaml_cross_field_error() -> None:

@@ -150,7 +150,8 @@ def _layer_comm_fwd_shard(ctx: StepContext, views: GroupViews, layer: int,
         tokens = sh.tokens / cfg.degrees.tp
         if cfg.moe_dispatcher == "flex":  # once per destination GPU / node, not per expert
             one = comm.dedup_dispatch_s(views.ep, tokens * cfg.moe_imbalance, m.moe.top_k,
-                                        m.moe.num_experts, m.hidden_size * elem, prof)
+                                        m.moe.num_experts, m.hidden_size * elem, prof,
+                                        m.moe.router_groups, m.moe.router_group_topk)
         else:
             send = tokens * m.moe.top_k * cfg.moe_imbalance * m.hidden_size * elem
             one = comm.all_to_all_s(views.ep, send, prof)

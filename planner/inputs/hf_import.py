@@ -276,9 +276,17 @@ def _deepseek_v3(c: _Config) -> dict[str, Any]:
     kw, mla = _common(c), _mla(c)
     heads = c.int("num_attention_heads")
     first_dense, freq = c.int("first_k_dense_replace", 0, minimum=0), c.int("moe_layer_freq", 1)
+    groups, chosen = c.int("n_group", 1), c.int("topk_group", 1)
+    experts = c.first_int(EXPERT_KEYS)
+    if experts % groups:
+        raise c.error("n_group", f"a divisor of the {experts} routed experts", groups)
+    if chosen > groups or c.first_int(TOP_K_KEYS) > chosen * experts // groups:
+        raise c.error("topk_group", f"at most n_group={groups} groups, holding the "
+                      "num_experts_per_tok experts", chosen)
     moe = _moe(c, "moe_intermediate_size", num_shared_experts=c.int("n_shared_experts", 0, 0),
                shared_ffn_hidden=c.int("moe_intermediate_size"),
-               router_bias=c.data.get("topk_method", "noaux_tc") == "noaux_tc")
+               router_bias=c.data.get("topk_method", "noaux_tc") == "noaux_tc",
+               router_groups=groups, router_group_topk=chosen)
     return kw | dict(
         num_heads=heads, num_kv_heads=c.int("num_key_value_heads", default=heads),
         head_dim=mla.qk_head_dim, mla=mla, moe=moe,

@@ -32,6 +32,10 @@ class MoEFile(BaseModel):
                                    "(0: same as expert_ffn_hidden).")
     expert_bias: bool = Field(False, description="Expert linears carry biases (gpt-oss).")
     router_bias: bool = Field(False, description="Router carries a per-expert bias.")
+    router_groups: int = Field(1, ge=1, description="Equal groups of experts for group-limited "
+                               "routing (DeepSeek-V3: 8; 1: no limit).")
+    router_group_topk: int = Field(1, ge=1, description="Groups a token's experts may come "
+                                   "from (DeepSeek-V3: 4).")
 
     @field_validator("top_k")
     @classmethod
@@ -40,6 +44,25 @@ class MoEFile(BaseModel):
         if experts is not None and top_k > experts:
             raise ValueError(f"at most num_experts={experts}")
         return top_k
+
+    @field_validator("router_groups")
+    @classmethod
+    def _groups_divide(cls, groups: int, info: ValidationInfo) -> int:
+        experts = info.data.get("num_experts")
+        if experts is not None and experts % groups:
+            raise ValueError(f"a divisor of num_experts={experts}")
+        return groups
+
+    @field_validator("router_group_topk")
+    @classmethod
+    def _group_topk_fits(cls, chosen: int, info: ValidationInfo) -> int:
+        groups, experts, top_k = (info.data.get(k) for k in ("router_groups", "num_experts",
+                                                              "top_k"))
+        if groups is not None and chosen > groups:
+            raise ValueError(f"at most router_groups={groups}")
+        if None not in (groups, experts, top_k) and top_k > chosen * experts // groups:
+            raise ValueError(f"enough groups to hold top_k={top_k} experts")
+        return chosen
 
 
 class MLAFile(BaseModel):
