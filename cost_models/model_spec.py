@@ -26,6 +26,18 @@ ACTIVATIONS = ("silu", "gelu", "relu", "relu2", "swiglu", "geglu", "gelu_new",
 NORMS = ("rmsnorm", "layernorm")
 
 
+def router_groups_error(num_experts: int, top_k: int, groups: int,
+                        chosen: int) -> tuple[str, str] | None:
+    """What is wrong with group-limited routing of ``top_k`` of ``num_experts`` experts within
+    ``chosen`` of ``groups`` equal groups, as (the field, what it should be), or None: the
+    groups must split the experts evenly, and the chosen ones be 1..groups and hold top_k."""
+    if groups < 1 or num_experts % groups:
+        return "router_groups", f"a divisor of the {num_experts} routed experts"
+    if not 1 <= chosen <= groups or top_k > chosen * num_experts // groups:
+        return "router_group_topk", f"1 to {groups} groups, enough to hold the top {top_k} experts"
+    return None
+
+
 @dataclass(frozen=True)
 class MoESpec:
     """Mixture-of-experts FFN. ``shared_ffn_hidden`` is per shared expert."""
@@ -50,14 +62,10 @@ class MoESpec:
         if self.expert_ffn_hidden < 1 or self.num_shared_experts < 0:
             raise ValueError(f"MoE expert_ffn_hidden={self.expert_ffn_hidden} must be >= 1 and "
                              f"num_shared_experts={self.num_shared_experts} >= 0")
-        groups, chosen = self.router_groups, self.router_group_topk
-        if groups < 1 or self.num_experts % groups or not 1 <= chosen <= groups:
-            raise ValueError(f"MoE router_groups={groups} must divide num_experts="
-                             f"{self.num_experts} and router_group_topk={chosen} be in "
-                             f"1..router_groups")
-        if self.top_k > chosen * self.num_experts // groups:
-            raise ValueError(f"MoE top_k={self.top_k} exceeds the experts of "
-                             f"router_group_topk={chosen} of {groups} groups")
+        wrong = router_groups_error(self.num_experts, self.top_k, self.router_groups,
+                                    self.router_group_topk)
+        if wrong:
+            raise ValueError(f"MoE {wrong[0]}={getattr(self, wrong[0])} must be {wrong[1]}")
 
     @property
     def shared_width(self) -> int:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cost_models.model_spec import (
-    ACTIVATIONS, LinearAttnSpec, MLASpec, ModelSpec, MoESpec, SparseAttnSpec)
+    ACTIVATIONS, LinearAttnSpec, MLASpec, ModelSpec, MoESpec, SparseAttnSpec, router_groups_error)
 from planner.errors import SpecError
 from planner.inputs.documents import parse_json
 from planner.inputs.limits import (ATTENTION_HEADS, EXPERTS, HIDDEN_SIZE, LAYER_WIDTH,
@@ -277,12 +277,10 @@ def _deepseek_v3(c: _Config) -> dict[str, Any]:
     heads = c.int("num_attention_heads")
     first_dense, freq = c.int("first_k_dense_replace", 0, minimum=0), c.int("moe_layer_freq", 1)
     groups, chosen = c.int("n_group", 1), c.int("topk_group", 1)
-    experts = c.first_int(EXPERT_KEYS)
-    if experts % groups:
-        raise c.error("n_group", f"a divisor of the {experts} routed experts", groups)
-    if chosen > groups or c.first_int(TOP_K_KEYS) > chosen * experts // groups:
-        raise c.error("topk_group", f"at most n_group={groups} groups, holding the "
-                      "num_experts_per_tok experts", chosen)
+    wrong = router_groups_error(c.first_int(EXPERT_KEYS), c.first_int(TOP_K_KEYS), groups, chosen)
+    if wrong:  # the HF names of MoESpec's router_groups / router_group_topk
+        key = {"router_groups": "n_group", "router_group_topk": "topk_group"}[wrong[0]]
+        raise c.error(key, wrong[1], groups if key == "n_group" else chosen)
     moe = _moe(c, "moe_intermediate_size", num_shared_experts=c.int("n_shared_experts", 0, 0),
                shared_ffn_hidden=c.int("moe_intermediate_size"),
                router_bias=c.data.get("topk_method", "noaux_tc") == "noaux_tc",

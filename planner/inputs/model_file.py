@@ -13,7 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from cost_models.model_spec import (
-    ACTIVATIONS, NORMS, LinearAttnSpec, MLASpec, ModelSpec, MoESpec, SparseAttnSpec)
+    ACTIVATIONS, NORMS, LinearAttnSpec, MLASpec, ModelSpec, MoESpec, SparseAttnSpec,
+    router_groups_error)
 from planner.errors import SpecError
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
@@ -45,24 +46,20 @@ class MoEFile(BaseModel):
             raise ValueError(f"at most num_experts={experts}")
         return top_k
 
-    @field_validator("router_groups")
+    @field_validator("router_groups", "router_group_topk")
     @classmethod
-    def _groups_divide(cls, groups: int, info: ValidationInfo) -> int:
-        experts = info.data.get("num_experts")
-        if experts is not None and experts % groups:
-            raise ValueError(f"a divisor of num_experts={experts}")
-        return groups
-
-    @field_validator("router_group_topk")
-    @classmethod
-    def _group_topk_fits(cls, chosen: int, info: ValidationInfo) -> int:
-        groups, experts, top_k = (info.data.get(k) for k in ("router_groups", "num_experts",
-                                                              "top_k"))
-        if groups is not None and chosen > groups:
-            raise ValueError(f"at most router_groups={groups}")
-        if None not in (groups, experts, top_k) and top_k > chosen * experts // groups:
-            raise ValueError(f"enough groups to hold top_k={top_k} experts")
-        return chosen
+    def _router_groups_fit(cls, value: int, info: ValidationInfo) -> int:
+        """``router_groups_error`` on the field it names: the groups first (whatever the
+        chosen count), then the chosen count once the groups are known to be right."""
+        experts, top_k = info.data.get("num_experts"), info.data.get("top_k")
+        groups = value if info.field_name == "router_groups" else info.data.get("router_groups")
+        if None in (experts, top_k, groups):
+            return value
+        chosen = 1 if info.field_name == "router_groups" else value
+        wrong = router_groups_error(experts, top_k, groups, chosen)
+        if wrong and wrong[0] == info.field_name:
+            raise ValueError(wrong[1])
+        return value
 
 
 class MLAFile(BaseModel):
