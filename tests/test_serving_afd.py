@@ -1,10 +1,13 @@
 """Attention/FFN disaggregated decode: the unit's cost terms and the exact search
 (planner/serving/afd.py) against brute force on small clusters."""
 import dataclasses
+import itertools
+import math
 
 import pytest
 
-from cost_models.serving.afd import AfdLayout, distinct_gpus_per_token
+from cost_models.model_spec import MoESpec
+from cost_models.serving.afd import AfdLayout, destinations_per_token
 from cost_models.serving.config import ServingWorkload
 from planner.inputs.clusters import load_cluster
 from planner.inputs.models import load_model
@@ -26,11 +29,42 @@ def _small(gpu="H100", per_node=2, nodes=3):
     return homogeneous_cluster(gpu, nodes, gpus_per_node=per_node)
 
 
-def test_distinct_destination_gpus():
-    assert distinct_gpus_per_token(1, 8) == pytest.approx(1.0)
-    assert distinct_gpus_per_token(1000, 2) == pytest.approx(2.0, rel=1e-3)
-    # a token's 2 experts on 2 GPUs: same GPU with probability 1/2 -> 1.5 GPUs on average
-    assert distinct_gpus_per_token(2, 2) == pytest.approx(1.5)
+def _enumerated_destinations(moe: MoESpec, slices: int) -> float:
+    """Every top-k expert set a token may choose, equally likely (uniform routing within a
+    uniform choice of its routing groups), and the slices it touches, counted one by one."""
+    e, k, big_g, t = moe.num_experts, moe.top_k, moe.router_groups, moe.router_group_topk
+    per_group, sizes = e // big_g, []
+    for groups in itertools.combinations(range(big_g), t):
+        pool = [x for g in groups for x in range(g * per_group, (g + 1) * per_group)]
+        sizes += [len({x * slices // e for x in chosen})
+                  for chosen in itertools.combinations(pool, k)]
+    return sum(sizes) / len(sizes)
+
+
+@pytest.mark.parametrize("experts, top_k, groups, group_topk, slices", [
+    (8, 2, 1, 1, 2), (8, 3, 1, 1, 4), (12, 2, 1, 1, 6), (8, 2, 4, 2, 4), (16, 4, 4, 2, 4),
+    (16, 4, 4, 2, 8), (12, 3, 6, 2, 4)])
+def test_destinations_per_token_equals_enumeration(experts, top_k, groups, group_topk, slices):
+    """A token's destination GPUs (or nodes), routing groups or not, equal the count over every
+    expert set it may choose (not the with-replacement G (1 - (1 - 1/G)^k) used before)."""
+    moe = MoESpec(num_experts=experts, top_k=top_k, expert_ffn_hidden=64,
+                  router_groups=groups, router_group_topk=group_topk)
+    assert destinations_per_token(moe, slices) == pytest.approx(
+        _enumerated_destinations(moe, slices), rel=1e-9)
+
+
+def test_destinations_per_token_bounds():
+    moe = MoESpec(num_experts=8, top_k=2, expert_ffn_hidden=64)
+    assert destinations_per_token(moe, 1) == pytest.approx(1.0)
+    # more GPUs than experts: one replica of each of the token's experts, k distinct GPUs
+    assert destinations_per_token(moe, 8) == pytest.approx(2.0)
+    assert destinations_per_token(moe, 32) == pytest.approx(2.0)
+    # DeepSeek-V3's node-limited routing: 8 experts of 256 within 4 of 8 groups, so a token
+    # reaches at most 4 of 8 group-aligned nodes (about 5.3 without the limit)
+    dsv3 = MoESpec(num_experts=256, top_k=8, expert_ffn_hidden=2048, router_groups=8,
+                   router_group_topk=4)
+    free = dataclasses.replace(dsv3, router_groups=1, router_group_topk=1)
+    assert destinations_per_token(dsv3, 8) <= 4.0 < destinations_per_token(free, 8)
 
 
 @pytest.mark.parametrize("tpot_ms, isl", [(None, 512), (20.0, 512), (25.0, 4096), (None, 16384)])
@@ -205,8 +239,12 @@ def test_hierarchical_dispatch_sends_a_token_once_per_node():
     flat = transfer_s(model, lay, 32.0, PoolLink(50e9, 5e-6, 1), 1.0)
     hier = transfer_s(model, lay, 32.0, PoolLink(50e9, 5e-6, 8, 450e9), 1.0)
     assert hier < flat
-    # two FFN nodes, top-8: a token reaches both nodes with probability 1 - 2 * 0.5^8
-    to_nodes = 2 * (1 - 0.5 ** 8)
+    # two FFN nodes of 4 routing groups (32 experts) each; a token's 8 experts lie in 4 of
+    # the 8 groups: node A is missed when none of its groups is picked, or when n are and
+    # all 8 experts fall in the other node's 4 - n picked groups
+    miss = sum(math.comb(4, n) * math.comb(4, 4 - n) / math.comb(8, 4)
+               * math.comb(32 * (4 - n), 8) / math.comb(128, 8) for n in range(5))
+    to_nodes = 2 * (1 - miss)
     egress = 32.0 * to_nodes * model.hidden_size / 50e9
     ingress = 32.0 * 16 * to_nodes / 2 * model.hidden_size / 8 / 50e9
     assert hier == pytest.approx(5e-6 + max(egress, ingress))

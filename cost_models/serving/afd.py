@@ -24,17 +24,19 @@ planner wires the two rooms).
 
 Sources beside each term: GEMMs and attention are :mod:`cost_models.serving.latency`'s
 (roofline, PagedAttention reads, absorbed MLA); expected distinct experts touched
-``E (1 - (1 - k/E)^T)`` as there; distinct destination GPUs (or nodes) of a token
-``G (1 - (1 - 1/G)^k)`` (each of its k experts sits on a given GPU with probability 1/G,
-experts spread evenly); transfers alpha-beta over the link between the two pools
-(:class:`PoolLink`), hierarchical across nodes (:func:`transfer_s`).
+``E (1 - (1 - k/E)^T)`` as there; distinct destination GPUs (or nodes) of a token from
+:func:`cost_models.communication.distinct_groups_hit` (the training dispatcher's count: its k
+distinct experts drawn without replacement, within its routing groups where the model limits
+them, experts spread evenly in consecutive slices; :func:`destinations_per_token`);
+transfers alpha-beta over the link between the two pools (:class:`PoolLink`), hierarchical
+across nodes (:func:`transfer_s`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.communication import all_reduce_s
-from cost_models.model_spec import ModelSpec, attention_params, mlp_params
+from cost_models.communication import all_reduce_s, distinct_groups_hit
+from cost_models.model_spec import ModelSpec, MoESpec, attention_params, mlp_params
 from cost_models.serving.config import WEIGHT_BYTES, PoolLayout
 from cost_models.serving.latency import Costing, _expert_params, _head_s, decode_step, gemm_s
 from cost_models.serving.memory import BF16, kv_bytes_per_request, weight_bytes_per_gpu
@@ -123,10 +125,16 @@ class AfdStages:
                 "dense_layer_s": self.dense_layer_s, "once_s": self.once_s}
 
 
-def distinct_gpus_per_token(ffn_gpus: int, top_k: int) -> float:
-    """Expected distinct expert GPUs one token's ``top_k`` experts sit on (module docstring)."""
-    g = float(ffn_gpus)
-    return g * (1.0 - (1.0 - 1.0 / g) ** top_k)
+def destinations_per_token(moe: MoESpec, slices: int) -> float:
+    """Expected distinct expert GPUs (or nodes) among ``slices`` equal, consecutive slices of
+    the routed experts that one token's top-k experts sit on
+    (:func:`cost_models.communication.distinct_groups_hit`, with the model's routing groups).
+
+    More slices than experts means each expert has replicas on several GPUs and a token uses
+    one replica of each of its experts: its k experts then land on k different GPUs, which is
+    the count for one expert per slice, so the slices are capped at the expert count."""
+    return distinct_groups_hit(moe.num_experts, moe.top_k, min(slices, moe.num_experts),
+                               moe.router_groups, moe.router_group_topk)
 
 
 def attention_side_s(att: Costing, micro: float, context: float, tokens_per_request: float
@@ -180,11 +188,11 @@ def transfer_s(model: ModelSpec, lay: AfdLayout, q: float, link: PoolLink,
     node's GPUs' links) and the forwarding inside an expert node."""
     if link.bytes_per_s <= 0:
         return 0.0
-    h, k = model.hidden_size, model.moe.top_k
+    h = model.hidden_size
     per_node = max(1, min(link.ffn_gpus_per_node, lay.ffn_gpus))
     nodes = max(1, lay.ffn_gpus // per_node)
-    to_nodes = distinct_gpus_per_token(nodes, k)  # destination nodes per token
-    to_gpus = distinct_gpus_per_token(lay.ffn_gpus, k)  # destination GPUs per token
+    to_nodes = destinations_per_token(model.moe, nodes)
+    to_gpus = destinations_per_token(model.moe, lay.ffn_gpus)
     out_bytes = q / lay.attention_tp * to_nodes * h * bytes_per_value
     in_bytes = q * lay.attention_ranks * to_nodes / nodes * h * bytes_per_value / per_node
     forward_bytes = q * lay.attention_ranks * to_gpus / lay.ffn_gpus * h * bytes_per_value
