@@ -354,3 +354,17 @@ def test_an_overloaded_deployment_says_so_in_standard_json():
     table = _run("serve", "estimate", "--model", "llama-3.1-70b", "--colocated",
                  "tp=8,batch=64", "--rate", "50")
     assert table.exit_code == 0 and "unbounded" in table.output and "overloaded" in table.output
+
+
+def test_mode_runs_say_what_was_searched_and_why_a_mode_cannot_run():
+    """With --mode only that mode is searched: the report says so instead of comparing with
+    modes it never searched; a disaggregated mode on one node is refused for its node count,
+    not blamed on the model's memory."""
+    out = runner.invoke(app, ["serve", "--model", "llama-3.1-70b", "--nodes", "2", "--mode",
+                              "colocated", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["why"].startswith("only colocated plans were searched")
+    one = runner.invoke(app, ["serve", "--model", "llama-3.1-8b", "--mode", "disagg"])
+    assert one.exit_code == 2
+    assert "--mode" in one.output and "the cluster has 1" in one.output
+    assert "Traceback" not in one.output and "--model" not in one.output

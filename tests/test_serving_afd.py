@@ -301,3 +301,64 @@ def test_emit_vllm_afd_settings_and_refusals(tmp_path):
     att["workers"], att["tp"], ffn["ep"] = ffn["workers"], 1, 8
     with pytest.raises(ValueError, match="exact multiple"):
         units(dc_replace(load_plan(path), serving=doc))
+
+
+def _site_rates(model, wl, cluster, cal, engine="sglang"):
+    """Each site's prefill and decode layouts with their rates, as the plan search has them."""
+    from planner.serving import search as srch
+    places = sites(cluster)
+    tpot = wl.tpot_ms / 1e3 if wl.tpot_ms else float("inf")
+    rates = {}
+    for site in places:
+        parts = [p for lay in srch.layouts(model, site.gpus_per_node, site.gpus, engine)
+                 if (p := srch.layout_parts(model, lay, wl, cluster, cal, site.gpu,
+                                            site.first_rank)) is not None]
+        rates[site] = srch._pool_rates(model, wl, cluster, cal, site, parts, tpot, [])
+    return places, rates
+
+
+def _every(entries, key, rate):
+    return list(entries)
+
+
+@pytest.mark.parametrize("case", ["mixtral-3x2", "deepseek-v3-4x8"])
+def test_plan_search_pairs_lose_no_better_plan(case):
+    """The AFD and disaggregated plan searches pair one layout per size (the fastest): the
+    best plan equals pairing every AFD unit and every pool layout with every count split.
+    DeepSeek-V3 on 4 nodes is the case where pairing only the four units with the best decode
+    rate per GPU lost half the throughput: its best plan's unit (8 attention + 8 FFN GPUs,
+    leaving two nodes to prefill) is not among them."""
+    from planner.serving import search as srch
+    if case == "mixtral-3x2":
+        model, cluster = MIXTRAL, _small()
+        wl = ServingWorkload(isl=512, osl=128, tpot_ms=40.0)
+    else:
+        model, cluster = load_model("deepseek-v3"), homogeneous_cluster("H200", 4,
+                                                                         gpus_per_node=8)
+        wl = ServingWorkload(isl=4096, osl=1024, tpot_ms=100.0, precision="fp8",
+                             kv_dtype="fp8")
+    cal = _cal(cluster)
+    places, rates = _site_rates(model, wl, cluster, cal)
+    price = {p: 1.0 for p in places}
+    kept = srch.afd_candidates(model, wl, cluster, cal, rates, places, price, "sglang")[0]
+    every = srch.afd_candidates(model, wl, cluster, cal, rates, places, price, "sglang",
+                                keep=_every)[0]
+    assert kept and len(kept) < len(every)
+    assert max(v for v, _, _ in kept) == pytest.approx(max(v for v, _, _ in every), rel=1e-12)
+    for site in places:
+        pre, dec = rates[site]
+        same_tp = srch.same_tp_required(model, "sglang")
+        got = srch._disagg_pairs(site, pre, site, dec, wl, same_tp)
+        ref = srch._disagg_pairs(site, pre, site, dec, wl, same_tp, keep=_every)
+        assert max(v for v, _, _ in got) == pytest.approx(max(v for v, _, _ in ref), rel=1e-12)
+    if case == "deepseek-v3-4x8":
+        best = max(every, key=lambda x: x[0])[1]
+        units = afd.search(model, wl, cluster, cal, top_k=4,
+                           within=(replace_gpus(places[0], places[0].gpus - 8),)).best
+        top4 = {(u.layout.attention_gpus, u.layout.ffn_gpus) for u in units}
+        unit = afd.afd_layout_of(best)
+        assert (unit.attention_gpus, unit.ffn_gpus) not in top4
+
+
+def replace_gpus(site, gpus):
+    return dataclasses.replace(site, gpus=gpus)

@@ -233,11 +233,11 @@ def serve(
     fewest = objective is Objective.min_gpus
     ranked = _ranked(result, objective, hw)
     if not ranked:
-        _no_plan(fewest, rate, hw, spec, model, precision.value, types)
+        _no_plan(fewest, rate, hw, spec, model, precision.value, types, mode)
     best = ranked[0]
     if not best.meets_slo:
         _unmet_targets(best, wl, result.pareto, ttft_percentile, ttft_ms, tpot_ms)
-    reason = why(best_co, best_dis, wl, fewest_gpus=fewest)
+    reason = why(best_co, best_dis, wl, fewest_gpus=fewest, mode=mode)
     data = {"model": spec.name, "gpu": " + ".join(types), "gpus": hw.num_gpus, "isl": wl.isl,
             "osl": wl.osl,
             "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "search_s": elapsed,
@@ -295,8 +295,17 @@ def _ranked(result, objective: Objective, hw) -> list:
                   key=lambda c: (c.meets_slo, value(c)), reverse=True)
 
 
-def _no_plan(fewest: bool, rate, hw, spec, model: str, precision: str, types) -> None:
-    """No layout at all: the target rate is out of reach, or nothing fits in memory."""
+def _no_plan(fewest: bool, rate, hw, spec, model: str, precision: str, types,
+             mode: str | None = None) -> None:
+    """No layout at all: the target rate is out of reach, the mode needs more nodes than the
+    cluster has, or nothing fits in memory."""
+    nodes = sum(g.count for g in hw.node_groups)
+    if mode in ("disagg", "afd") and nodes < 2:
+        pools = ("a prefill and a decode pool" if mode == "disagg" else
+                 "a prefill pool and the attention and FFN pools")
+        raise SpecError(OPTIONS_SOURCE, "--mode", f"colocated on a cluster of one node "
+                        f"(--mode {mode} puts {pools} on separate whole nodes; the cluster "
+                        f"has {nodes})", mode)
     if fewest:
         raise SpecError(OPTIONS_SOURCE, "--rate", f"a rate the cluster's {hw.num_gpus} GPUs can "
                         f"serve within the targets (no layout reaches it; try --objective "

@@ -281,12 +281,16 @@ def _best_batch(price, m: int, most: int, tpot_s: float | None):
 
 
 def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibration,
-           top_k: int = 3, max_batch: int = 4096, price: dict[str, float] | None = None,
-           within: tuple[Site, ...] | None = None, engine: str | None = None) -> AfdSearch:
+           top_k: int | None = 3, max_batch: int = 4096,
+           price: dict[str, float] | None = None, within: tuple[Site, ...] | None = None,
+           engine: str | None = None) -> AfdSearch:
     """Every AFD unit the cluster can hold (module docstring), best decode output tokens/s
     per GPU first among those meeting TPOT and memory; with ``price`` (per GPU type) per
     unit of cost instead. ``within``: the sites with the GPUs the units may take (default:
-    all of the cluster's). ``engine``: its AFD rules apply (:func:`engine_allows`)."""
+    all of the cluster's). ``engine``: its AFD rules apply (:func:`engine_allows`).
+    ``top_k=None``: every layout's unit at its best batch, none pruned (what the whole-plan
+    search needs: the unit that leaves the prefill pool the most room is not always the one
+    with the best decode rate per GPU)."""
     if not model.is_moe:
         return AfdSearch((), 0, 0, 0)
     found: list[AfdEstimate] = []
@@ -314,7 +318,7 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
                         bound = _upper_bound(unit, wl, AfdLayout(tp, ranks, n_e, 1, most)
                                              ) * probe.gpus / _cost(probe, att.gpu.name,
                                                                     ffn.gpu.name, price)
-                        if len(top) >= top_k and bound < top[0]:
+                        if top_k is not None and len(top) >= top_k and bound < top[0]:
                             pruned += 1  # cannot enter the top_k: the result is unchanged
                             pruned_bound = max(pruned_bound, bound)
                             continue
@@ -327,10 +331,11 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
                             if est is not None:
                                 found.append(est)
                                 heapq.heappush(top, _value(est, price))
-                                if len(top) > top_k:
+                                if top_k is not None and len(top) > top_k:
                                     heapq.heappop(top)
     found.sort(key=lambda e: rank_key(e, price))
-    return AfdSearch(tuple(found[:top_k]), evaluated, grid, pruned, pruned_bound)
+    return AfdSearch(tuple(found[:top_k] if top_k is not None else found), evaluated, grid,
+                     pruned, pruned_bound)
 
 
 def _upper_bound(unit: _Unit, wl: ServingWorkload, lay: AfdLayout) -> float:

@@ -36,7 +36,6 @@ from topologies.catalog import GpuSpec
 from topologies.cluster import Cluster
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
-TOP_PAIRS = 4  # best prefill and decode layouts paired for disaggregation
 # Plans run an instance at no more than this share of the rate it sustains with every decode
 # slot full. Up to it the closed-form TTFT (M/D/1 prefill queue + M/G/c slot queue) tracks the
 # request-level simulator within ~20% (p90 included); past ~95% the simulator's slot queue
@@ -259,23 +258,8 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
     stats = []
     if "afd" in modes and model.is_moe:
         by_gpu = {p.gpu.name: price[p] for p in places}
-        pairs = []
-        unit_of: dict[tuple, afd.AfdEstimate] = {}
-        stats: list[dict] = []
-        for pre_site, (prefill, _) in rates.items():
-            # units leave room for the smallest prefill pool (whole nodes) on its site
-            least = min((_whole_nodes(pp_.layout.gpus_per_instance, pre_site)
-                         for _, pp_, _ in prefill), default=None)
-            if least is None or least >= pre_site.gpus and len(places) == 1:
-                continue
-            within = tuple(replace(p, gpus=p.gpus - least) if p == pre_site else p
-                           for p in places)
-            found = afd.search(model, wl, cluster, cal, top_k=TOP_PAIRS, price=by_gpu,
-                               within=tuple(p for p in within if p.gpus > 0), engine=engine)
-            pairs += _afd_pairs(found.best, {pre_site: rates[pre_site]}, places, wl, engine,
-                                price)
-            unit_of.update({(e.attention_gpu, e.ffn_gpu, e.layout): e for e in found.best})
-            stats.append({"prefill_on": pre_site.gpu.name, **found.as_dict()})
+        pairs, unit_of, stats = afd_candidates(model, wl, cluster, cal, rates, places, price,
+                                               engine)
         for e in sorted(unit_of.values(), key=lambda e: afd.rank_key(e, by_gpu)):
             pareto.append({"mode": "afd-decode",
                            "tokens_per_s_per_gpu": e.output_tokens_per_s_per_gpu,
@@ -292,14 +276,82 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
                         af, units, tuple(stats))
 
 
+def afd_candidates(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibration,
+                   rates: dict, places: tuple[Site, ...], price: dict, engine: str,
+                   keep=None) -> tuple[list, dict, list[dict]]:
+    """(rate per cost, AFD deployment, request rate) of each AFD unit paired with each prefill
+    layout on each site, the units keyed by (GPU types, layout), and the unit search's
+    counts per prefill site. ``keep`` picks the units and prefill layouts paired
+    (:func:`best_per` by default; the tests pass every one)."""
+    keep = keep or best_per
+    by_gpu = {p.gpu.name: price[p] for p in places}
+    pairs: list = []
+    unit_of: dict[tuple, afd.AfdEstimate] = {}
+    stats: list[dict] = []
+    for pre_site, (prefill, _) in rates.items():
+        # units leave room for the smallest prefill pool (whole nodes) on its site
+        least = min((_whole_nodes(pp_.layout.gpus_per_instance, pre_site)
+                     for _, pp_, _ in prefill), default=None)
+        if least is None or least >= pre_site.gpus and len(places) == 1:
+            continue
+        within = tuple(replace(p, gpus=p.gpus - least) if p == pre_site else p
+                       for p in places)
+        # every unit, not the best few by decode rate: the one that leaves the prefill
+        # pool the most room can rate lower per GPU and still make the better plan
+        found = afd.search(model, wl, cluster, cal, top_k=None, price=by_gpu,
+                           within=tuple(p for p in within if p.gpus > 0), engine=engine)
+        units_kept = keep(list(found.best), _unit_size, _unit_rate)
+        pairs += _afd_pairs(units_kept, {pre_site: rates[pre_site]}, places, wl, engine,
+                            price, keep)
+        unit_of.update({(e.attention_gpu, e.ffn_gpu, e.layout): e for e in units_kept})
+        stats.append({"prefill_on": pre_site.gpu.name, **found.as_dict()})
+    return pairs, unit_of, stats
+
+
 def _whole_nodes(gpus: int, site: Site) -> int:
     return -(-gpus // site.gpus_per_node) * site.gpus_per_node
 
 
+def best_per(entries: list, key, rate) -> list:
+    """Of ``entries`` (best first), the first with the highest ``rate`` for each ``key``, in
+    their order. How many instances of two pools fill the cluster (:func:`best_split`,
+    :func:`afd_split`) depends on a layout only through its GPUs (per instance, or per AFD
+    unit and GPU type) and the request rate it sustains, and the plan's rate never falls as
+    that rate rises; so a layout another of the same size out-rates never makes the better
+    plan, and pairing one layout per size finds the same best plan as pairing them all."""
+    kept: dict = {}
+    for x in entries:
+        k = key(x)
+        if k not in kept or rate(x) > rate(kept[k]):
+            kept[k] = x
+    return [x for x in entries if kept[key(x)] is x]
+
+
+def _unit_size(e: afd.AfdEstimate) -> tuple:
+    return (e.attention_gpu, e.ffn_gpu, e.layout.attention_gpus, e.layout.ffn_gpus)
+
+
+def _unit_rate(e: afd.AfdEstimate) -> float:
+    return e.layout.requests / e.step_s
+
+
+def _pool_size(x: tuple) -> int:
+    return x[1].layout.gpus_per_instance
+
+
+def _pool_size_tp(x: tuple) -> tuple[int, int]:
+    return x[1].layout.gpus_per_instance, x[1].layout.tp
+
+
+def _pool_rate(x: tuple) -> float:
+    return x[2]
+
+
 def _afd_pairs(units, rates: dict, places: tuple[Site, ...], wl: ServingWorkload, engine: str,
-               price: dict) -> list[tuple[float, Deployment, float]]:
-    """Each of the best AFD units with each of the best prefill layouts: how many prefill
-    instances and units (:func:`afd_split`), on the sites' GPUs."""
+               price: dict, keep=None) -> list[tuple[float, Deployment, float]]:
+    """Each AFD unit with each prefill layout that no other of its size out-rates
+    (:func:`best_per`): how many prefill instances and units (:func:`afd_split`), on the
+    sites' GPUs."""
     by_name = {p.gpu.name: p for p in places}
     s, out = wl.tokens_per_step, max(wl.osl - 1, 1)
     found = []
@@ -308,7 +360,7 @@ def _afd_pairs(units, rates: dict, places: tuple[Site, ...], wl: ServingWorkload
         place = afd.placement(att, ffn, e.layout)
         rd = CAPACITY_HEADROOM * e.layout.requests * s / (e.step_s * out)
         for pre_site, (prefill, _) in rates.items():
-            for _, pp_, rp in prefill[:TOP_PAIRS * 2]:
+            for _, pp_, rp in (keep or best_per)(prefill, _pool_size, _pool_rate):
                 split = afd_split(pre_site, pp_.layout.gpus_per_instance, rp, att, ffn,
                                   e.layout, rd, price)
                 if split is None:
@@ -416,16 +468,19 @@ def _pool_rates(model, wl, cluster, cal, site: Site, all_parts, tpot_t, pareto):
 
 def _disagg_pairs(pre_site: Site, prefill: list, dec_site: Site, decode: list,
                   wl: ServingWorkload, same_tp: bool, price_p: float = 1.0,
-                  price_d: float = 1.0) -> list[tuple[float, Deployment, float]]:
-    """The best prefill and decode layouts paired, instance counts splitting whole nodes:
-    one site's GPUs between both pools, or each pool its own site. Ranked by output tokens/s
-    per GPU, weighted by the prices (1: per GPU)."""
+                  price_d: float = 1.0, keep=None) -> list[tuple[float, Deployment, float]]:
+    """Prefill and decode layouts paired, instance counts splitting whole nodes: one site's
+    GPUs between both pools, or each pool its own site; of each pool's layouts of one size
+    (and TP, where the engine needs the same TP on both) only the fastest
+    (:func:`best_per`), which loses no better plan. Ranked by output tokens/s per GPU,
+    weighted by the prices (1: per GPU)."""
     found = []
     shared = pre_site == dec_site
     unit = min(pre_site.gpus_per_node, dec_site.gpus_per_node)
-    for _, pp_, rp in prefill[:TOP_PAIRS * 2]:
+    keep = keep or best_per
+    for _, pp_, rp in keep(prefill, _pool_size_tp if same_tp else _pool_size, _pool_rate):
         fitting = [x for x in decode if not same_tp or x[1].layout.tp == pp_.layout.tp]
-        for _, dp_, rd, b in fitting[:TOP_PAIRS]:
+        for _, dp_, rd, b in keep(fitting, _pool_size, _pool_rate):
             split = best_split(pre_site.gpus, pp_.layout.gpus_per_instance, rp,
                                dp_.layout.gpus_per_instance, rd, unit,
                                None if shared else dec_site.gpus, price_p, price_d)

@@ -10,8 +10,18 @@ def prefill_share(c: Candidate) -> float:
     return c.estimate.pools[0].utilisation
 
 
+MODE_NAMES = {"colocated": "colocated", "disagg": "prefill/decode disaggregated",
+              "afd": "attention/FFN disaggregated"}
+
+
 def why(co: Candidate | None, dis: Candidate | None, wl: ServingWorkload,
-        fewest_gpus: bool = False) -> str:
+        fewest_gpus: bool = False, mode: str | None = None) -> str:
+    """Why the best colocated or disaggregated deployment wins; with ``mode`` (``--mode``)
+    only that mode was searched, and the line says so rather than compare with the modes
+    that were not."""
+    if mode is not None:
+        return (f"only {MODE_NAMES[mode]} plans were searched (--mode {mode}); run without "
+                "--mode to compare the modes")
     if co is None and dis is None:
         return "no deployment fits the model on this cluster"
     if fewest_gpus and co is not None and dis is not None:
