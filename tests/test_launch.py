@@ -85,3 +85,16 @@ def test_a_plan_of_several_nodes_prints_each_nodes_command(tmp_path):
     result = CliRunner().invoke(app, ["launch", str(out), "--script", "train.py"])
     assert result.exit_code == 0
     assert result.output.count("--node-rank") + result.output.count("--node_rank") >= 2
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--script", "no-such-script.py"], "--script: expected a script file"),
+    (["--record", "/proc/no-such-folder/run.json"], "--record: expected a path in a writable"),
+])
+def test_bad_launch_paths_are_refused_before_any_process_starts(plan_path, args, needle):
+    """A missing script or an unwritable record folder: one line and exit 2 before torchrun
+    starts (it had run the job first and then failed with the workers' tracebacks)."""
+    result = CliRunner().invoke(app, ["launch", str(plan_path), *args])
+    assert result.exit_code == 2
+    assert needle in result.output and "Traceback" not in result.output
+    assert "planner launch:" not in result.output  # printed just before torchrun starts

@@ -148,6 +148,12 @@ def test_serve_writes_a_valid_plan_that_emits(tmp_path):
     (("serve", "estimate"), "--colocated"),
     (("serve", "--ttft-ms", "1", "--tpot-ms", "1"), "TTFT"),
     (("serve", "--rate", "1", "--concurrency", "2"), "--rate"),
+    # not-a-number and infinite values fail every range check as written "x <= 0"
+    (("serve", "--rate", "nan"), "--rate: expected a finite number > 0"),
+    (("serve", "--rate", "inf", "--objective", "min-gpus"), "--rate: expected a finite"),
+    (("serve", "--ttft-ms", "nan"), "--ttft-ms: expected a finite number > 0"),
+    (("serve", "estimate", "--colocated", "tp=1", "--rate", "nan"), "--rate"),
+    (("serve", "--rate", "-3"), "--rate: expected"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
     result = runner.invoke(app, list(args) + ["--out", str(tmp_path / "p.json")]

@@ -363,6 +363,23 @@ class ClusterSpec(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _unique_hosts(self) -> ClusterSpec:
+        """Every node's host name (listed, or the default ``<group>-<index>``) names one node:
+        launch files address nodes by it."""
+        seen: dict[str, str] = {}
+        for g in self.node_groups:
+            names = g.hosts if g.hosts is not None else [f"{g.name}-{i}" for i in range(g.count)]
+            for host in names:
+                if host in seen:
+                    raise ValueError(f"hosts: a distinct host name per node; {host!r} names a "
+                                     f"node of '{seen[host]}' and one of '{g.name}'"
+                                     if seen[host] != g.name else
+                                     f"hosts: a distinct host name per node; {host!r} is "
+                                     f"listed twice in node group '{g.name}'")
+                seen[host] = g.name
+        return self
+
+    @model_validator(mode="after")
     def _network_reaches_every_domain(self) -> ClusterSpec:
         if sum(g.num_domains for g in self.node_groups) == 1:
             return self  # one NVLink domain (or one node): no scale-out traffic

@@ -8,6 +8,8 @@ is the number of running requests per attention rank; ``workers`` the number of 
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, replace
 
 from cost_models.model_spec import ModelSpec
@@ -48,7 +50,7 @@ class ServingWorkload:
     def __post_init__(self) -> None:
         if self.isl < 1 or self.osl < 1:
             raise ConfigError("isl/osl", ">= 1 token", (self.isl, self.osl))
-        if not 0 <= self.prefix_hit < 1:
+        if not (math.isfinite(self.prefix_hit) and 0 <= self.prefix_hit < 1):
             raise ConfigError("prefix_hit", "a fraction in [0, 1)", self.prefix_hit)
         if self.precision not in WEIGHT_BYTES:
             raise ConfigError("precision", f"one of {', '.join(WEIGHT_BYTES)}", self.precision)
@@ -60,14 +62,15 @@ class ServingWorkload:
         if self.ttft_quantile is not None and not 0 < self.ttft_quantile < 1:
             raise ConfigError("ttft_quantile", "a fraction in (0, 1), or none for the mean",
                               self.ttft_quantile)
-        if self.isl_scv < 0 or self.osl_scv < 0:
+        # NaN fails every comparison, so each check asks for the good range (finite)
+        if not all(math.isfinite(x) and x >= 0 for x in (self.isl_scv, self.osl_scv)):
             raise ConfigError("isl_scv/osl_scv", ">= 0", (self.isl_scv, self.osl_scv))
-        if self.moe_imbalance < 1:
-            raise ConfigError("moe_imbalance", ">= 1", self.moe_imbalance)
+        if not (math.isfinite(self.moe_imbalance) and self.moe_imbalance >= 1):
+            raise ConfigError("moe_imbalance", "a finite number >= 1", self.moe_imbalance)
         for name in ("rate_per_s", "concurrency", "ttft_ms", "tpot_ms"):
             value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ConfigError(name, "> 0", value)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ConfigError(name, "a finite number > 0", value)
 
     @property
     def tokens_per_step(self) -> float:

@@ -216,6 +216,7 @@ def launch(
         return
     if not dry_run and not torch_installed():
         fail(TORCH_MISSING, 2)
+    _check_launch_paths(script, record)
     cmd = local_command(loaded, plan, script, list(script_arg or []), record, master_port)
     typer.echo(f"planner launch: {shlex.join(cmd)}", err=True)
     if dry_run:
@@ -233,3 +234,16 @@ def launch(
     if result.exit_code != 0:
         fail(f"the job failed (torchrun exit code {result.exit_code}; the worker's error is in "
              f"the log above); {result.ended_text()}", result.exit_code)
+
+
+def _check_launch_paths(script: str | None, record: Path | None) -> None:
+    """What the job needs from the command line, checked before any process starts: the
+    script exists, and the record's folder exists and is writable."""
+    import os
+    if script is not None and not Path(script).is_file():
+        fail(f"--script: expected a script file, got {script!r}: no such file", 2)
+    if record is not None:
+        folder = record.parent if str(record.parent) else Path(".")
+        if not folder.is_dir() or not os.access(folder, os.W_OK):
+            fail(f"--record: expected a path in a writable folder, got {str(record)!r}: "
+                 f"{str(folder)!r} is not a writable folder", 2)

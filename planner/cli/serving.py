@@ -59,7 +59,8 @@ IslOpt = Annotated[int, typer.Option(min=1, callback=within(SEQUENCE_TOKENS), he
     "Input tokens per request.", SEQUENCE_TOKENS))]
 OslOpt = Annotated[int, typer.Option(min=1, callback=within(SEQUENCE_TOKENS), help=up_to(
     "Output tokens per request.", SEQUENCE_TOKENS))]
-TtftOpt = Annotated[Optional[float], typer.Option(help="Target mean time to first token, ms.")]
+TtftOpt = Annotated[Optional[float], typer.Option(help=(
+    "Target time to first token, ms, for the share of requests --ttft-percentile sets."))]
 TpotOpt = Annotated[Optional[float], typer.Option(help="Target time per output token, ms.")]
 PctOpt = Annotated[float, typer.Option(min=1.0, max=99.9, help=(
     "Share of requests (percent) that must meet the TTFT target; TPOT is a per-request mean "
@@ -105,8 +106,14 @@ def _workload(isl, osl, rate, concurrency, ttft_ms, tpot_ms, precision, kv_dtype
                                ttft_quantile=ttft_percentile / 100.0,
                                moe_imbalance=moe_imbalance, **scv)
     except ConfigError as err:
-        raise SpecError(OPTIONS_SOURCE, f"--{err.quantity.replace('_', '-')}", err.expected,
-                        err.got) from None
+        flag = WORKLOAD_FLAGS.get(err.quantity, f"--{err.quantity.replace('_', '-')}")
+        raise SpecError(OPTIONS_SOURCE, flag, err.expected, err.got) from None
+
+
+# the option behind each quantity ServingWorkload checks, where the names differ
+WORKLOAD_FLAGS = {"rate_per_s": "--rate", "ttft_quantile": "--ttft-percentile",
+                  "mtp": "--mtp/--mtp-acceptance", "isl/osl": "--isl/--osl",
+                  "isl_scv/osl_scv": "--lengths"}
 
 
 def _calibration(gpu_names: tuple[str, ...], path: Path | None) -> Calibration:

@@ -1,0 +1,36 @@
+"""Host names address nodes in launch files: a cluster file may not give two nodes one name."""
+import pytest
+import yaml
+
+from planner.inputs.clusters import load_cluster
+from planner.errors import SpecError
+
+
+def _group(name, count, hosts=None):
+    g = {"name": name, "count": count, "gpu": "H100", "gpus_per_node": 8, "fabric": "nvswitch",
+         "nics": [{"count": 8, "gbps": 400, "transport": "ib"}]}
+    if hosts is not None:
+        g["hosts"] = hosts
+    return g
+
+
+@pytest.mark.parametrize("groups, needle", [
+    ([_group("a", 2, ["x", "x"])], "'x' is listed twice in node group 'a'"),
+    # an explicit name equal to another group's default name (<group>-<index>)
+    ([_group("a", 2), _group("b", 1, ["a-1"])], "'a-1' names a node of 'a' and one of 'b'"),
+])
+def test_duplicate_host_names_are_refused_naming_hosts(groups, needle, tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"name": "c", "node_groups": groups, "network": {
+        "tiers": [{"name": "leaf", "nodes_per_switch": 4}]}}))
+    with pytest.raises(SpecError) as err:
+        load_cluster(str(path))
+    assert "hosts" in str(err.value) and needle in str(err.value)
+
+
+def test_distinct_host_names_load(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"name": "c", "node_groups": [
+        _group("a", 2, ["x", "y"]), _group("b", 2)], "network": {
+        "tiers": [{"name": "leaf", "nodes_per_switch": 4}]}}))
+    assert load_cluster(str(path)).num_gpus == 32
