@@ -156,10 +156,12 @@ def _none_drawn(total: float, held: float, k: int) -> float:
 
 def distinct_groups_hit(num_experts: int, top_k: int, groups: int, router_groups: int = 1,
                         router_group_topk: int = 1) -> float:
-    """Expected number of ``groups`` (equal slices of ``num_experts`` experts: GPUs, or the
-    nodes of an EP group) that one token's ``top_k`` distinct experts fall in, routing uniform
-    (the force-balanced load the published MoE runs use): ``groups * (1 - C(E - E/g, k) /
-    C(E, k))``, the hypergeometric chance that a slice holds none of the k experts.
+    """Expected number of ``groups`` (consecutive slices of the ``num_experts`` experts: GPUs,
+    or the nodes of an EP group; expert x in slice ``x * groups // num_experts``, so uneven
+    counts give slices of whole experts) that one token's ``top_k`` distinct experts fall in,
+    routing uniform (the force-balanced load the published MoE runs use): the sum over the
+    slices of ``1 - C(E - c_s, k) / C(E, k)``, the hypergeometric chance that a slice of c_s
+    experts holds one of the k.
 
     With group-limited routing (``MoESpec.router_groups`` G, ``router_group_topk`` t;
     DeepSeek-V3 report, sec. 2.1.2: each token's experts on at most 4 nodes) the token first
@@ -172,31 +174,44 @@ def distinct_groups_hit(num_experts: int, top_k: int, groups: int, router_groups
     if k <= 0 or e <= 0:
         return 0.0
     if router_groups <= 1:
-        return g * (1.0 - _none_drawn(e, e / g, k))
+        return sum(1.0 - _none_drawn(e, c, k) for c in _slice_sizes(e, g))
     return _limited_hit(e, k, g, router_groups, router_group_topk)
+
+
+def _slice_sizes(e: int, g: int) -> list[int]:
+    """Experts in each of ``g`` consecutive slices of ``e``: x in slice ``x * g // e``."""
+    edges = [-(-s * e // g) for s in range(g + 1)]
+    return [edges[s + 1] - edges[s] for s in range(g)]
 
 
 @lru_cache(maxsize=256)
 def _limited_hit(e: int, k: int, g: int, big_g: int, t: int) -> float:
     """:func:`distinct_groups_hit` under group-limited routing, slice by slice (slices and
     router groups both consecutive; a slice may straddle groups when neither count divides the
-    other)."""
-    per_group, pool = e / big_g, t * e / big_g
-    total = 0.0
-    for s in range(g):
-        lo, hi = s * e / g, (s + 1) * e / g
+    other). A slice holds whole router groups and at most two partial ones at its edges, and a
+    picked set's chance and miss depend only on how many of its whole groups and which partial
+    ones were picked, so the sum runs over those counts (a few terms per slice whatever G)."""
+    per_group, pool = e // big_g, t * e // big_g
+    total, lo = 0.0, 0
+    for size in _slice_sizes(e, g):
+        hi = lo + size
         held = [min(hi, (j + 1) * per_group) - max(lo, j * per_group)
-                for j in range(int(lo // per_group), big_g) if j * per_group < hi]
-        held = [h for h in held if h > 0]
+                for j in range(lo // per_group, -(-hi // per_group))] if size else []
+        whole = sum(1 for h in held if h == per_group)
+        parts = [h for h in held if h != per_group]
         miss = 0.0
-        for mask in range(1 << len(held)):  # which of the slice's groups were picked
-            picked = [h for i, h in enumerate(held) if mask >> i & 1]
-            n = len(picked)
-            if n > t:
-                continue
-            p_set = math.comb(big_g - len(held), t - n) / math.comb(big_g, t)
-            miss += p_set * _none_drawn(pool, sum(picked), k)
+        for n_whole in range(min(whole, t) + 1):
+            for mask in range(1 << len(parts)):  # which partial groups were picked
+                picked = [h for i, h in enumerate(parts) if mask >> i & 1]
+                n = n_whole + len(picked)
+                if n > t:
+                    continue
+                # this many whole groups and exactly these partial ones of the slice's
+                p_sets = (math.comb(whole, n_whole) * math.comb(big_g - len(held), t - n)
+                          / math.comb(big_g, t))
+                miss += p_sets * _none_drawn(pool, n_whole * per_group + sum(picked), k)
         total += 1.0 - miss
+        lo = hi
     return total
 
 

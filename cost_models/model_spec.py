@@ -33,8 +33,10 @@ def router_groups_error(num_experts: int, top_k: int, groups: int,
     groups must split the experts evenly, and the chosen ones be 1..groups and hold top_k."""
     if groups < 1 or num_experts % groups:
         return "router_groups", f"a divisor of the {num_experts} routed experts"
-    if not 1 <= chosen <= groups or top_k > chosen * num_experts // groups:
-        return "router_group_topk", f"1 to {groups} groups, enough to hold the top {top_k} experts"
+    least = max(1, -(-top_k * groups // num_experts))  # groups holding top_k experts
+    if not least <= chosen <= groups:
+        return "router_group_topk", (f"{least} to {groups} groups" if least < groups else
+                                     f"{groups} groups") + f", enough to hold the top {top_k} experts"
     return None
 
 

@@ -39,13 +39,14 @@ def test_distinct_groups_equals_enumeration(e, k, g):
 def _brute_limited(e: int, k: int, slices: int, groups: int, chosen: int) -> float:
     """Mean over every choice of ``chosen`` router groups, then of top_k experts among theirs
     (each equally likely, as force-balanced group-limited routing draws them), of the slices
-    (equal, consecutive) the experts touch."""
-    per_group, per_slice = e // groups, e // slices
+    the experts touch (consecutive, expert x in slice ``x * slices // e``: whole experts, so
+    the slices differ by one expert where ``slices`` does not divide ``e``)."""
+    per_group = e // groups
     total = count = 0
     for picked in itertools.combinations(range(groups), chosen):
         pool = [j * per_group + i for j in picked for i in range(per_group)]
         sets = list(itertools.combinations(pool, k))
-        total += sum(len({x // per_slice for x in s}) for s in sets) / len(sets)
+        total += sum(len({x * slices // e for x in s}) for s in sets) / len(sets)
         count += 1
     return total / count
 
@@ -53,12 +54,24 @@ def _brute_limited(e: int, k: int, slices: int, groups: int, chosen: int) -> flo
 @pytest.mark.parametrize("e,k,slices,groups,chosen", [
     (16, 3, 1, 4, 2), (16, 3, 2, 4, 2), (16, 3, 4, 4, 2), (16, 3, 8, 4, 2), (16, 3, 16, 4, 2),
     (12, 2, 3, 4, 2),    # a slice of 4 experts straddles groups of 3
-    (16, 4, 8, 8, 3), (16, 2, 4, 4, 4)])
+    (16, 4, 8, 8, 3), (16, 2, 4, 4, 4),
+    # slices that do not divide the experts (an expert is never split between two slices)
+    (17, 4, 16, 17, 4), (5, 2, 4, 5, 2), (12, 3, 5, 4, 2), (12, 2, 7, 6, 3), (10, 3, 3, 1, 1),
+    (9, 2, 12, 3, 2)])   # more slices than experts: some slices hold none
 def test_group_limited_routing_equals_enumeration(e, k, slices, groups, chosen):
     """DeepSeek-V3's node-limited routing (``MoESpec.router_groups`` / ``router_group_topk``):
     the expected slices a token touches, against every draw."""
     got = comm.distinct_groups_hit(e, k, slices, groups, chosen)
     assert got == pytest.approx(_brute_limited(e, k, slices, groups, chosen), rel=1e-12)
+    assert got <= min(k, slices) + 1e-12
+
+
+@pytest.mark.parametrize("slices", [1, 2, 8, 64, 256])
+def test_many_router_groups_are_counted_not_enumerated(slices):
+    """256 groups of one expert, any 8 of them: no limit at all, so the same as unlimited
+    routing (the count was a sum over the subsets of a slice's groups, 2^256 for one slice)."""
+    assert comm.distinct_groups_hit(256, 8, slices, 256, 8) == pytest.approx(
+        comm.distinct_groups_hit(256, 8, slices), rel=1e-12)
 
 
 @pytest.mark.parametrize("slices", [2, 4, 8, 32, 64])
@@ -69,8 +82,8 @@ def test_group_limited_routing_touches_fewer_gpus_and_nodes(slices):
     assert limited < comm.distinct_groups_hit(256, 8, slices)
     assert comm.distinct_groups_hit(256, 8, slices, 8, 8) == pytest.approx(
         comm.distinct_groups_hit(256, 8, slices), rel=1e-12)
-    if slices <= 8:  # a slice holds whole groups: at most the 4 groups' slices
-        assert limited <= 4
+    if slices == 8:  # a slice per group: at most the 4 picked groups' slices (unlimited: 5.3)
+        assert limited <= 4 < comm.distinct_groups_hit(256, 8, slices)
 
 
 def _views():

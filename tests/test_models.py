@@ -269,15 +269,21 @@ def test_nested_yaml_field_path() -> None:
     assert "greater than or equal to 1" in _raises(model_from_yaml_dict, data, "m.yaml")
 
 
-@pytest.mark.parametrize("change,key", [({"n_group": 7}, "n_group"),
-                                        ({"topk_group": 9}, "topk_group"),
-                                        ({"topk_group": 1, "num_experts_per_tok": 40},
-                                         "topk_group")])
-def test_router_groups_that_cannot_hold_the_experts(change: dict, key: str) -> None:
+@pytest.mark.parametrize("change,key,says", [
+    ({"n_group": 7}, "n_group", "a divisor of the 256"),
+    ({"topk_group": 9}, "topk_group", "1 to 8 groups"),
+    # 40 experts need 2 of 8 groups of 32: the message gives the range that holds them
+    ({"topk_group": 1, "num_experts_per_tok": 40}, "topk_group", "2 to 8 groups"),
+    # groups without the limit: not silently "1 group", the tightest limit there is
+    ({"topk_group": None}, "topk_group", "key is missing"),
+    # a top-k beyond the experts is named as such, not blamed on topk_group
+    ({"num_experts_per_tok": 300}, "num_experts_per_tok", "at most the 256 experts")])
+def test_router_groups_that_cannot_hold_the_experts(change: dict, key: str, says: str) -> None:
     """DeepSeek-V3's n_group / topk_group: a group count that does not divide the experts, or
     picked groups too few or too many for the top-k, are named, not a traceback."""
     config = json.loads((FIXTURES / "deepseek-v3.json").read_text()) | change
-    assert f": {key}:" in _raises(model_from_hf_config, config, "cfg.json")
+    message = _raises(model_from_hf_config, config, "cfg.json")
+    assert f": {key}:" in message and says in message
 
 
 def test_yaml_router_groups_checked() -> None:
@@ -285,6 +291,11 @@ def test_yaml_router_groups_checked() -> None:
     data.pop("source", None)
     data["moe"] = data["moe"] | {"router_group_topk": 9}
     assert "router_group_topk" in _raises(model_from_yaml_dict, data, "m.yaml")
+    data["moe"].pop("router_group_topk")  # router_groups 8 alone
+    message = _raises(model_from_yaml_dict, data, "m.yaml")
+    assert "moe.router_group_topk:" in message and "required with router_groups > 1" in message
+    data["moe"] = data["moe"] | {"router_groups": 1}  # no groups: no limit, no count needed
+    assert model_from_yaml_dict(data, "m.yaml").moe.router_group_topk == 1
 
 
 def test_yaml_cross_field_error() -> None:

@@ -22,7 +22,8 @@ Overlap assumptions (explicit, each a Megatron option in ``TrainingConfig``):
   pipelined, with the interleaved schedule (``TrainingConfig`` checks both). The passes that
   have no partner, the first forward and last backward without pipelining and the warm-up
   forwards and cool-down backwards with it, expose their all-to-alls in full
-  (:func:`unpaired_share`).
+  (:func:`unpaired_share`). The all-to-all dispatcher's all-gather of per-expert counts runs on
+  the compute stream before its dispatch and stays exposed (:func:`_ep_counts_s`).
 * Pipeline send/recv: a stage pays one transfer on each of its two links (``pp_link_s``).
   With the interleaved schedule (``vpp`` > 1) Megatron posts each chunk's sends and receives
   asynchronously and waits on them only when the next chunk needs its input

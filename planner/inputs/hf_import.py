@@ -276,8 +276,13 @@ def _deepseek_v3(c: _Config) -> dict[str, Any]:
     kw, mla = _common(c), _mla(c)
     heads = c.int("num_attention_heads")
     first_dense, freq = c.int("first_k_dense_replace", 0, minimum=0), c.int("moe_layer_freq", 1)
-    groups, chosen = c.int("n_group", 1), c.int("topk_group", 1)
-    wrong = router_groups_error(c.first_int(EXPERT_KEYS), c.first_int(TOP_K_KEYS), groups, chosen)
+    experts, top_k = c.first_int(EXPERT_KEYS), c.first_int(TOP_K_KEYS)
+    if top_k > experts:  # before the groups, whose message is about holding top_k experts
+        raise c.error("num_experts_per_tok", f"at most the {experts} experts", top_k)
+    groups = c.int("n_group", 1)
+    # with groups the limit must be given: a missing topk_group is not "1 group"
+    chosen = c.int("topk_group") if groups > 1 else c.int("topk_group", 1)
+    wrong = router_groups_error(experts, top_k, groups, chosen)
     if wrong:  # the HF names of MoESpec's router_groups / router_group_topk
         key = {"router_groups": "n_group", "router_group_topk": "topk_group"}[wrong[0]]
         raise c.error(key, wrong[1], groups if key == "n_group" else chosen)

@@ -35,8 +35,9 @@ class MoEFile(BaseModel):
     router_bias: bool = Field(False, description="Router carries a per-expert bias.")
     router_groups: int = Field(1, ge=1, description="Equal groups of experts for group-limited "
                                "routing (DeepSeek-V3: 8; 1: no limit).")
-    router_group_topk: int = Field(1, ge=1, description="Groups a token's experts may come "
-                                   "from (DeepSeek-V3: 4).")
+    router_group_topk: int | None = Field(None, ge=1, validate_default=True, description=(
+        "Groups a token's experts may come from (DeepSeek-V3: 4); required with "
+        "router_groups > 1."))
 
     @field_validator("top_k")
     @classmethod
@@ -48,11 +49,17 @@ class MoEFile(BaseModel):
 
     @field_validator("router_groups", "router_group_topk")
     @classmethod
-    def _router_groups_fit(cls, value: int, info: ValidationInfo) -> int:
+    def _router_groups_fit(cls, value: int | None, info: ValidationInfo) -> int | None:
         """``router_groups_error`` on the field it names: the groups first (whatever the
-        chosen count), then the chosen count once the groups are known to be right."""
+        chosen count), then the chosen count once the groups are known to be right. Without
+        groups the chosen count is 1 (no limit); with them it must be given."""
         experts, top_k = info.data.get("num_experts"), info.data.get("top_k")
         groups = value if info.field_name == "router_groups" else info.data.get("router_groups")
+        if value is None:  # router_group_topk left out
+            if groups is not None and groups > 1:
+                raise ValueError(f"a number of the {groups} router_groups a token's experts "
+                                 "may come from (required with router_groups > 1)")
+            return 1
         if None in (experts, top_k, groups):
             return value
         chosen = 1 if info.field_name == "router_groups" else value
