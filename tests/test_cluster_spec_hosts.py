@@ -34,3 +34,17 @@ def test_distinct_host_names_load(tmp_path):
         _group("a", 2, ["x", "y"]), _group("b", 2)], "network": {
         "tiers": [{"name": "leaf", "nodes_per_switch": 4}]}}))
     assert load_cluster(str(path)).num_gpus == 32
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("count", True, "a number, not true"), ("gpus_per_node", "8", "a number, not a string"),
+    ("count", "2", "a number, not a string")])
+def test_numbers_are_taken_only_as_written(field, value, says, tmp_path):
+    """Pydantic's lax mode read true as 1 node and "8" as 8 GPUs; a typo passed as a setting."""
+    group = _group("a", 2) | {field: value}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"name": "c", "node_groups": [group], "network": {
+        "tiers": [{"name": "leaf", "nodes_per_switch": 4}]}}))
+    with pytest.raises(SpecError) as err:
+        load_cluster(str(path))
+    assert f"node_groups.0.{field}" in str(err.value) and says in str(err.value)

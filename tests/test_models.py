@@ -484,3 +484,14 @@ def test_yaml_schema_holds_every_imported_architecture(path: Path) -> None:
     model = load_hf_config(path)
     data = {k: v for k, v in dataclasses.asdict(model).items() if k != "source"}
     assert model_from_yaml_dict(data, "roundtrip.yaml") == model
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("num_layers", "4", "a number, not a string"), ("glu", 0, "true or false, not 0"),
+    ("glu", "false", "true or false, not a string"), ("num_heads", True, "a number, not true")])
+def test_model_file_numbers_and_flags_only_as_written(field, value, says) -> None:
+    """A model file's "4" is not 4 and 0 is not false (pydantic's lax mode took both; the HF
+    import already refused them)."""
+    data = dict(num_layers=2, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=100)
+    message = _raises(model_from_yaml_dict, data | {field: value}, "m.yaml")
+    assert message.startswith(f"m.yaml: {field}:") and says in message

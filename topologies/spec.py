@@ -60,10 +60,47 @@ def pcie_generation(gpu: GpuSpec) -> int:
     return 4
 
 
+def _scalar_types(annotation: Any) -> set:
+    """The plain types an annotation admits (``int | None`` -> {int, NoneType}; a Literal
+    admits its values' types; Annotated and containers contribute their own origin)."""
+    args = get_args(annotation)
+    origin = getattr(annotation, "__origin__", None)
+    if origin is Literal:
+        return {type(a) for a in args}
+    if args and (origin is None or str(origin) in ("typing.Union", "<class 'types.UnionType'>")
+                 or type(annotation).__name__ == "UnionType"):
+        return set().union(*(_scalar_types(a) for a in args))
+    if type(annotation).__name__ == "_AnnotatedAlias":
+        return _scalar_types(args[0])
+    return {origin or annotation}
+
+
+def exact_scalar(annotation: Any, value: Any) -> Any:
+    """``value`` unchanged if it is what YAML writes for a field of ``annotation``: a number
+    for a number, true/false for a flag. Pydantic's lax mode would read ``true`` as 1, ``"2"``
+    as 2 and ``0`` as false, so a typo would pass as a setting; raise instead."""
+    types = _scalar_types(annotation)
+    number = bool(types & {int, float})
+    if isinstance(value, bool) and number and bool not in types:
+        raise ValueError(f"a number, not {str(value).lower()}")
+    if isinstance(value, str) and (number or bool in types) and str not in types:
+        raise ValueError("a number, not a string" if number else "true or false, not a string")
+    if bool in types and not isinstance(value, bool) and isinstance(value, (int, float)) and (
+            not number):
+        raise ValueError(f"true or false, not {value!r}")
+    return value
+
+
 class _Strict(BaseModel):
-    """Base of every spec model: unknown keys are errors, instances are immutable."""
+    """Base of every spec model: unknown keys are errors, instances are immutable, and
+    numbers and flags are taken only as written (:func:`exact_scalar`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _exact_scalars(cls, value: Any, info: Any) -> Any:
+        return exact_scalar(cls.model_fields[info.field_name].annotation, value)
 
 
 class NicSpec(_Strict):

@@ -16,11 +16,24 @@ from cost_models.model_spec import (
     ACTIVATIONS, NORMS, LinearAttnSpec, MLASpec, ModelSpec, MoESpec, SparseAttnSpec,
     router_groups_error)
 from planner.errors import SpecError
+from topologies.spec import exact_scalar
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 
-class MoEFile(BaseModel):
+class _File(BaseModel):
+    """Base of the model-file blocks: numbers and flags only as YAML writes them
+    (``topologies.spec.exact_scalar``: no ``"4"`` for 4 or ``0`` for false)."""
+
+    model_config = _STRICT
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _exact_scalars(cls, value: Any, info: ValidationInfo) -> Any:
+        return exact_scalar(cls.model_fields[info.field_name].annotation, value)
+
+
+class MoEFile(_File):
     """Mixture-of-experts FFN of the layers marked in ``moe_layers``."""
 
     model_config = _STRICT
@@ -69,7 +82,7 @@ class MoEFile(BaseModel):
         return value
 
 
-class MLAFile(BaseModel):
+class MLAFile(_File):
     """DeepSeek multi-head latent attention (DeepSeek-V2 paper, sec. 2.1)."""
 
     model_config = _STRICT
@@ -82,7 +95,7 @@ class MLAFile(BaseModel):
     v_head_dim: int = Field(ge=1, description="Per-head value width.")
 
 
-class LinearAttnFile(BaseModel):
+class LinearAttnFile(_File):
     """Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): heads and widths of its state."""
 
     model_config = _STRICT
@@ -94,7 +107,7 @@ class LinearAttnFile(BaseModel):
     conv_kernel: int = Field(ge=1, description="Depthwise causal conv kernel length.")
 
 
-class SparseAttnFile(BaseModel):
+class SparseAttnFile(_File):
     """DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): a lightning indexer picks the keys
     each query of the MLA attention sees."""
 
@@ -107,7 +120,7 @@ class SparseAttnFile(BaseModel):
                                 "token, cached in FP8).")
 
 
-class ModelFile(BaseModel):
+class ModelFile(_File):
     """A decoder-only transformer as written in a model YAML (fields as in ModelSpec)."""
 
     model_config = _STRICT
