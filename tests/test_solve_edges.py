@@ -104,3 +104,13 @@ def test_schedules_no_configuration_can_use_are_named():
 def test_min_gpus_needs_a_target():
     result = runner.invoke(app, ["solve", "--objective", "min-gpus"], env=ENV)
     assert result.exit_code == 2 and "--target-tokens-per-s" in result.output
+
+
+def test_a_target_without_min_gpus_is_refused_not_ignored():
+    result = runner.invoke(app, ["solve", "--target-tokens-per-s", "20000"], env=ENV)
+    assert result.exit_code == 2
+    assert "--target-tokens-per-s" in result.output and "only with --objective min-gpus" in (
+        result.output)
+    nan = runner.invoke(app, ["solve", "--objective", "min-gpus", "--target-tokens-per-s",
+                              "nan"], env=ENV)
+    assert nan.exit_code == 2 and "--target-tokens-per-s" in nan.output

@@ -16,6 +16,7 @@ it through with its traceback instead.
 from __future__ import annotations
 
 import json
+import math
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -427,9 +428,15 @@ def solve(
     from planner.training.solve import solve as run_solve
     from planner.report.solve import render_solve
 
-    if objective.value == "min-gpus" and not target_tokens_per_s:
+    if objective.value == "min-gpus" and not (
+            target_tokens_per_s is not None and math.isfinite(target_tokens_per_s)
+            and target_tokens_per_s > 0):
         raise SpecError(OPTIONS_SOURCE, "--target-tokens-per-s", "a positive number with "
                         "--objective min-gpus", target_tokens_per_s)
+    if objective.value != "min-gpus" and target_tokens_per_s is not None:
+        raise SpecError(OPTIONS_SOURCE, "--target-tokens-per-s", "only with --objective "
+                        "min-gpus (the other objectives rank plans, they take no target)",
+                        target_tokens_per_s)
     spec = load_model(model)
     hardware = resolve_cluster(ClusterChoice(cluster, gpu, nodes, gpus_per_node), DEFAULT_GPU)
     workload = make_workload(seq_len, global_batch, precision.value, optimizer.value, hardware)
