@@ -285,6 +285,15 @@ def test_per_dollar_objective_trades_gpus_for_cheaper_ones(tmp_path):
         "output_tokens_per_s_per_gpu"] + 1e-6
     assert best["cost_per_hour"] == pytest.approx(sum(
         p["gpus"] * (3.0 if p["gpu"].startswith("H100") else 0.5) for p in best["pools"]))
+    # the report shows the figure it ranks by, and "Why" compares it
+    text = runner.invoke(app, ["serve", "--model", "llama-3.1-70b", "--cluster", str(priced),
+                               "--objective", "per-dollar"], env={"COLUMNS": "80"})
+    assert text.exit_code == 0, text.output
+    assert "ktok" in text.output and f"{best['output_tokens_per_dollar'] / 1e3:.0f}" in (
+        text.output)
+    why = json.loads(_run("serve", "--model", "llama-3.1-70b", "--cluster", str(priced),
+                          "--objective", "per-dollar", "--format", "json").output)["why"]
+    assert "tokens per dollar" in why and "tokens/s/GPU" not in why.split(";")[0]
 
 
 def test_per_dollar_needs_prices():

@@ -244,7 +244,11 @@ def serve(
     best = ranked[0]
     if not best.meets_slo:
         _unmet_targets(best, wl, result.pareto, ttft_percentile, ttft_ms, tpot_ms)
-    reason = why(best_co, best_dis, wl, fewest_gpus=fewest, mode=mode)
+    dollars = None
+    if objective is Objective.per_dollar and best_co is not None and best_dis is not None:
+        dollars = tuple(_plan_summary(c, wl, hw).get("output_tokens_per_dollar", 0.0)
+                        for c in (best_co, best_dis))
+    reason = why(best_co, best_dis, wl, fewest_gpus=fewest, mode=mode, per_dollar=dollars)
     data = {"model": spec.name, "gpu": " + ".join(types), "gpus": hw.num_gpus, "isl": wl.isl,
             "osl": wl.osl,
             "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "search_s": elapsed,

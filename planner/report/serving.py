@@ -26,14 +26,20 @@ def layout_text(plan: dict) -> str:
 
 
 def plans_table(plans: list[dict], title: str) -> Table:
+    """One row per plan; where the cluster prices its GPUs, output kilotokens per dollar too
+    (what ``--objective per-dollar`` ranks by)."""
+    priced = bool(plans) and all("output_tokens_per_dollar" in p for p in plans)
     t = Table(title=title, title_justify="left")
     for name, just in (("#", "right"), ("mode", "left"), ("layout", "left"),
                        ("GPUs", "right"), ("tok/s\n/GPU", "right"), ("tok/s\n/user", "right"),
                        ("TTFT\nms", "right"), ("TPOT\nms", "right"), ("SLO", "left")):
         t.add_column(name, justify=just, overflow="fold", no_wrap=name != "layout")
+        if priced and name == "tok/s\n/GPU":
+            t.add_column("ktok\n/$", justify="right", no_wrap=True)
     for i, p in enumerate(plans, 1):
+        dollars = [f"{p['output_tokens_per_dollar'] / 1e3:.0f}"] if priced else []
         t.add_row(str(i), p["mode"], layout_text(p), str(p["gpus"]),
-                  f"{p['output_tokens_per_s_per_gpu']:.0f}",
+                  f"{p['output_tokens_per_s_per_gpu']:.0f}", *dollars,
                   f"{p['output_tokens_per_s_per_user']:.1f}",
                   "inf" if p["ttft_s"] is None else f"{p['ttft_s'] * 1e3:.0f}",
                   f"{p['tpot_s'] * 1e3:.1f}", "met" if p["meets_slo"] else "missed")

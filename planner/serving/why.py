@@ -15,10 +15,12 @@ MODE_NAMES = {"colocated": "colocated", "disagg": "prefill/decode disaggregated"
 
 
 def why(co: Candidate | None, dis: Candidate | None, wl: ServingWorkload,
-        fewest_gpus: bool = False, mode: str | None = None) -> str:
+        fewest_gpus: bool = False, mode: str | None = None,
+        per_dollar: tuple[float, float] | None = None) -> str:
     """Why the best colocated or disaggregated deployment wins; with ``mode`` (``--mode``)
     only that mode was searched, and the line says so rather than compare with the modes
-    that were not."""
+    that were not. ``per_dollar``: (colocated, disaggregated) output tokens per dollar, the
+    figures the per-dollar objective ranks by, compared instead of tokens/s/GPU."""
     if mode is not None:
         return (f"only {MODE_NAMES[mode]} plans were searched (--mode {mode}); run without "
                 "--mode to compare the modes")
@@ -39,18 +41,19 @@ def why(co: Candidate | None, dis: Candidate | None, wl: ServingWorkload,
         return ("disaggregated: no colocated layout meets the targets (prefills stall the "
                 "decode batch past the TPOT target)")
     a, b = co.estimate, dis.estimate
-    ratio = b.output_tokens_per_s_per_gpu / max(a.output_tokens_per_s_per_gpu, 1e-12)
+    va, vb, unit = ((a.output_tokens_per_s_per_gpu, b.output_tokens_per_s_per_gpu,
+                     "tokens/s/GPU") if per_dollar is None else
+                    (per_dollar[0], per_dollar[1], "tokens per dollar"))
+    ratio = vb / max(va, 1e-12)
     share = prefill_share(co)
     dec = dis.deployment.pool("decode").layout
     if co.meets_slo and (not dis.meets_slo or ratio <= 1.0):
-        return (f"stay colocated: {a.output_tokens_per_s_per_gpu:.0f} vs "
-                f"{b.output_tokens_per_s_per_gpu:.0f} tokens/s/GPU; prefills take only "
+        return (f"stay colocated: {va:.0f} vs {vb:.0f} {unit}; prefills take only "
                 f"{share:.0%} of a colocated instance's time, while splitting leaves the "
                 f"{b.bound == 'prefill' and 'decode' or 'prefill'} pool partly idle "
                 f"({b.pools[0].layout.gpus} prefill + {b.pools[1].layout.gpus} decode GPUs) and "
                 f"adds a {b.kv_transfer_s * 1e3:.1f} ms KV transfer")
-    return (f"disaggregate: {b.output_tokens_per_s_per_gpu:.0f} vs "
-            f"{a.output_tokens_per_s_per_gpu:.0f} tokens/s/GPU ({ratio:.2f}x); colocated, "
+    return (f"disaggregate: {vb:.0f} vs {va:.0f} {unit} ({ratio:.2f}x); colocated, "
             f"prefills take {share:.0%} of each instance's time and stall its decode steps "
             f"(TPOT {a.tpot_s * 1e3:.1f} ms at batch {co.deployment.pools[0].layout.batch}), "
             f"a separate decode pool runs batch {dec.batch} at TPOT {b.tpot_s * 1e3:.1f} ms")
