@@ -834,3 +834,29 @@ def test_per_op_recompute_is_torchtitans_and_megatron_says_it_has_no_flag():
              if not ln.lstrip().startswith("#")]
     assert not any("--recompute-granularity" in ln for ln in lines)
     assert any("per-op selective checkpointing" in n for n in mega.notes)
+
+
+def test_emit_warns_when_the_hosts_are_the_default_names(tmp_path):
+    """A cluster without hosts gives its nodes the names <group>-<index>; launch files that
+    find a node's rank by its host name would not find a real machine there, so emit says so
+    (and says nothing when the cluster file lists the hosts)."""
+    from typer.testing import CliRunner
+
+    from planner.cli.app import app
+    runner = CliRunner()
+    spec = {"name": "two", "node_groups": [{
+        "name": "gpu", "count": 2, "gpu": "H100", "gpus_per_node": 8, "fabric": "nvswitch",
+        "nics": [{"count": 8, "gbps": 400, "transport": "ib"}]}],
+        "network": {"tiers": [{"name": "leaf", "nodes_per_switch": 2}]}}
+    for hosts, warned in ((None, True), (["alpha", "beta"], False)):
+        if hosts:
+            spec["node_groups"][0]["hosts"] = hosts
+        cluster = tmp_path / f"c{warned}.yaml"
+        cluster.write_text(yaml.safe_dump(spec))
+        plan = tmp_path / f"p{warned}.json"
+        solved = runner.invoke(app, ["solve", "--cluster", str(cluster), "--model",
+                                     "llama-3.1-8b", "--global-batch", "32", "--out", str(plan)])
+        assert solved.exit_code == 0, solved.output
+        out = runner.invoke(app, ["emit", "slurm", str(plan), "--out-dir", str(tmp_path / "l")])
+        assert out.exit_code == 0, out.output
+        assert ("warning: the plan's host names (gpu-0 .. gpu-1)" in out.output) == warned

@@ -165,6 +165,26 @@ def emit(
     write_all_atomic(targets, executable={p for p in targets if p.name.endswith((".sh", ".sbatch"))})
     for path in targets:
         typer.echo(f"wrote {path}")
+    placeholders = default_host_names(loaded)
+    if placeholders and fmt not in ("megatron", "deepspeed", "torchtitan"):
+        typer.echo(f"warning: the plan's host names ({placeholders[0]} .. {placeholders[-1]}) "
+                   "are the defaults of a cluster without hosts; the launch files find each "
+                   "node's rank by its host name, so list the real names in the cluster file "
+                   "(node_groups[].hosts) and solve again" + (
+                       ", or start each node with its rank (launch_torchrun.sh NODE_RANK)"
+                       if fmt == "torchrun" else ""), err=True)
+
+
+def default_host_names(plan) -> list[str]:
+    """The plan's host names when every one is its node group's default ``<group>-<index>``
+    (the cluster file listed no hosts), in node order; [] otherwise."""
+    import re
+    nodes = [n for pool in plan.pools for n in pool.nodes]
+    hosts = [n.get("host", "") for n in nodes]
+    if nodes and all(re.fullmatch(re.escape(str(n.get("node_group", ""))) + r"-\d+",
+                                  str(n.get("host", ""))) for n in nodes):
+        return list(dict.fromkeys(hosts))
+    return []
 
 
 def launch(
