@@ -30,11 +30,11 @@ class InfeasibleError(PlannerError):
 class InvalidPlanError(PlannerError):
     """A plan that breaks an invariant; lists every broken one."""
 
-    def __init__(self, source: str, problems: list[str]) -> None:
+    def __init__(self, source: str, problems: list[str], what: str = "plan") -> None:
         self.problems = problems
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more"
                                            if len(problems) > 5 else "")
-        super().__init__(f"{source}: invalid plan: {shown}")
+        super().__init__(f"{source}: invalid {what}: {shown}")
 
 
 MAX_GOT_CHARS = 200  # a value quoted in an error is cut to this many characters

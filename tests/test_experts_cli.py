@@ -602,7 +602,7 @@ VALIDATOR_CASES = {
     "logical_to_physical": "logical_to_physical disagrees",
     "ragged": "unreadable",
     "layer count": f"expected 3 layers x {GPUS}*{SLOTS} slots",
-    "missing key": "unreadable",
+    "missing key": "the field 'split' is missing",
 }
 
 
@@ -613,7 +613,7 @@ def test_validator_catches(how, planned):
     assert any(VALIDATOR_CASES[how] in p for p in problems), problems
     with pytest.raises(InvalidPlanError) as err:
         validate_expert_placement(doc, "mine.json")
-    assert str(err.value).startswith("mine.json: invalid plan:")
+    assert str(err.value).startswith("mine.json: invalid expert placement file:")
     assert err.value.exit_code == 2
 
 
@@ -629,3 +629,18 @@ def test_validator_names_the_layer(planned):
 def test_plan_without_loads_runs_the_demo():
     result = ok("experts", "plan")
     assert "EPLB-style" in result.stdout and "64 experts" in result.stdout
+
+
+def test_eval_of_sglangs_map_says_which_command_reads_it(tmp_path):
+    """SGLang's physical_to_logical_map is a current placement (experts plan --current), not
+    a plan to evaluate: the message says so, not a raw key name."""
+    from typer.testing import CliRunner
+
+    from planner.cli.app import app
+    sg = tmp_path / "sg.json"
+    sg.write_text(json.dumps({"physical_to_logical_map": [[0, 1], [1, 0]]}))
+    loads = tmp_path / "loads.json"
+    loads.write_text(json.dumps({"logical_count": [[3, 1], [2, 2]]}))
+    out = CliRunner().invoke(app, ["experts", "eval", str(sg), str(loads)])
+    assert out.exit_code == 2
+    assert "the field 'num_experts' is missing" in out.output and "--current" in out.output

@@ -37,7 +37,8 @@ def load_cluster(ref: str) -> Cluster:
     if path.is_file():
         return _load_file(path)
     if path.exists():
-        raise SpecError(ref, "", "a cluster YAML or JSON file, not a directory")
+        kind = "a directory" if path.is_dir() else "a special file (device, pipe or socket)"
+        raise SpecError(ref, "", f"a cluster YAML or JSON file, not {kind}")
     if path.suffix.lower() in FILE_SUFFIXES or "/" in ref or "\\" in ref:
         raise SpecError(ref, "", "an existing cluster YAML or JSON file (no such file)")
     return _load_preset(ref)

@@ -45,7 +45,12 @@ def expert_placement_problems(doc: dict[str, Any]) -> list[str]:
         phy = np.array(doc["physical_to_logical"], dtype=np.int64)
         split = np.array(doc["split"], dtype=np.float64)
         layers = list(doc["moe_layers"])
-    except (KeyError, TypeError, ValueError) as err:
+    except KeyError as err:
+        hint = (" (this is SGLang's map: evaluate a placement written by 'planner experts "
+                "plan --out'; 'planner experts plan --current' reads SGLang's)"
+                if isinstance(doc, dict) and "physical_to_logical_map" in doc else "")
+        return [f"expert placement: the field {err.args[0]!r} is missing{hint}"]
+    except (TypeError, ValueError) as err:
         return [f"expert placement unreadable ({err})"]
     if phy.ndim != 2 or phy.shape != (len(layers), G * S) or split.shape != phy.shape:
         return [f"expert placement: expected {len(layers)} layers x {G}*{S} slots, got "
@@ -84,5 +89,5 @@ def validate_expert_placement(doc: dict[str, Any], source: str = "expert placeme
     """Return ``doc`` if valid, else raise :class:`InvalidPlanError` listing why."""
     problems = expert_placement_problems(doc)
     if problems:
-        raise InvalidPlanError(source, problems)
+        raise InvalidPlanError(source, problems, "expert placement file")
     return doc
