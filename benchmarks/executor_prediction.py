@@ -288,7 +288,8 @@ LIMITS = [
     "those repetitions and 2% slower in the first. A near tie the model puts within 1% is a "
     "coin toss for the "
     "ranking on this box; here it was also a model error of about 9 points.",
-    "* 2026-11-29 13:18 UTC (the table above; the same code): 8, 9 and 9 of 9 within 15% "
+    "* 2026-11-29 13:18 UTC (the same code; its table gave way to 17:43's): 8, 9 and 9 of 9 "
+    "within 15% "
     "(worst 17.8%, 11.6%, 5.0%), Kendall tau +0.78, +0.89, +0.94, the same ranking in none. "
     "The steadiest calibration tries kept were 1.16x, 1.31x and 1.19x apart at start and "
     "end; a plan's runs a median 18% apart, worst 67%. TP2 at micro-batch 4 / DP2 wide was "
@@ -299,6 +300,15 @@ LIMITS = [
     "which no calibration here resolves. The third repetition had every plan within 5% and "
     "only that pair out of order; the first repetition's other three misranked pairs were "
     "measured 9-15% against the order the other two repetitions measured.",
+    "* 2026-11-29 17:43 UTC (`benchmarks/results/executor_prediction_1743utc.json`, the "
+    "table above; the same executor and cost model as 13:18): the quietest run yet, a plan's "
+    "runs a median 4% apart (worst 14%) and the calibrations 1.03-1.20x apart at start and "
+    "end (one, three and two tries). 9, 9 and 9 of 9 within 15% (worst 10.1%, 10.0%, 12.3%), "
+    "Kendall tau +1.00, +0.94, +0.94: the same ranking in the first repetition; in the second "
+    "TP2 at micro-batch 4 / DP2 wide, measured 0.6% apart (predicted 5.0%), and in the third "
+    "DP2 at micro-batch 1 / TP2 at micro-batch 4, measured 7.8% apart against a prediction "
+    "2.4% the other way. Pooled over the repetitions the nine plans are in the measured "
+    "order (tau +1.00). EP2 is the plan furthest off (-10%, +5%, -12%).",
     "* The ranking: on the Xeon (02:25 UTC) the plans in the wrong order measured 1-4% apart, "
     "within the box's run-to-run spread; on the EPYC at 03:31 UTC also two pairs 21-22% "
     "apart, both with PP2 at micro-batch 1, whose median run measured 15% over its "

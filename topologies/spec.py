@@ -18,7 +18,9 @@ This module raises ``pydantic.ValidationError`` (a ``ValueError``) and never imp
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, Sequence, get_args
+from types import UnionType
+from typing import (Annotated, Any, Literal, Mapping, Sequence, Union, get_args,
+                    get_origin)
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -62,15 +64,13 @@ def pcie_generation(gpu: GpuSpec) -> int:
 
 def _scalar_types(annotation: Any) -> set:
     """The plain types an annotation admits (``int | None`` -> {int, NoneType}; a Literal
-    admits its values' types; Annotated and containers contribute their own origin)."""
-    args = get_args(annotation)
-    origin = getattr(annotation, "__origin__", None)
+    admits its values' types; containers contribute their own origin, e.g. list)."""
+    origin, args = get_origin(annotation), get_args(annotation)
     if origin is Literal:
         return {type(a) for a in args}
-    if args and (origin is None or str(origin) in ("typing.Union", "<class 'types.UnionType'>")
-                 or type(annotation).__name__ == "UnionType"):
+    if origin in (Union, UnionType):
         return set().union(*(_scalar_types(a) for a in args))
-    if type(annotation).__name__ == "_AnnotatedAlias":
+    if origin is Annotated:
         return _scalar_types(args[0])
     return {origin or annotation}
 
