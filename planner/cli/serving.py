@@ -244,18 +244,19 @@ def serve(
     best = ranked[0]
     if not best.meets_slo:
         _unmet_targets(best, wl, result.pareto, ttft_percentile, ttft_ms, tpot_ms)
+    co_summary = _plan_summary(best_co, wl, hw) if best_co else None
+    dis_summary = _plan_summary(best_dis, wl, hw) if best_dis else None
     dollars = None
-    if objective is Objective.per_dollar and best_co is not None and best_dis is not None:
-        dollars = tuple(_plan_summary(c, wl, hw).get("output_tokens_per_dollar", 0.0)
-                        for c in (best_co, best_dis))
+    if objective is Objective.per_dollar and co_summary and dis_summary:
+        dollars = (co_summary["output_tokens_per_dollar"],
+                   dis_summary["output_tokens_per_dollar"])
     reason = why(best_co, best_dis, wl, fewest_gpus=fewest, mode=mode, per_dollar=dollars)
     data = {"model": spec.name, "gpu": " + ".join(types), "gpus": hw.num_gpus, "isl": wl.isl,
             "osl": wl.osl,
             "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "search_s": elapsed,
             "layouts": result.layouts_evaluated, "why": reason,
             "plans": [_plan_summary(c, wl, hw) for c in ranked[:top_k]],
-            "best_colocated": _plan_summary(best_co, wl, hw) if best_co else None,
-            "best_disagg": _plan_summary(best_dis, wl, hw) if best_dis else None,
+            "best_colocated": co_summary, "best_disagg": dis_summary,
             "pareto": list(result.pareto)}
     if "afd" in modes:
         data["best_afd"] = _plan_summary(best_afd, wl, hw) if best_afd else None
