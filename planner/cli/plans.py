@@ -263,7 +263,7 @@ def _check_launch_paths(script: str | None, record: Path | None) -> None:
     if script is not None and not Path(script).is_file():
         fail(f"--script: expected a script file, got {script!r}: no such file", 2)
     if record is not None:
-        folder = record.parent if str(record.parent) else Path(".")
+        folder = record.parent  # Path('run.json').parent is Path('.')
         if not folder.is_dir() or not os.access(folder, os.W_OK):
             fail(f"--record: expected a path in a writable folder, got {str(record)!r}: "
                  f"{str(folder)!r} is not a writable folder", 2)

@@ -232,7 +232,7 @@ def ffn_counts(model: ModelSpec, site: Site) -> list[int]:
 
 @dataclass(frozen=True)
 class AfdSearch:
-    best: tuple[AfdEstimate, ...]  # best first, at most ``top_k``
+    best: tuple[AfdEstimate, ...]  # best first, at most ``top_k`` (all with top_k None)
     evaluated: int  # layouts priced
     grid: int  # (GPU types, attention TP, instances, FFN GPUs) combinations that fit
     pruned: int  # (degrees) whose upper bound could not beat the top_k found before them
