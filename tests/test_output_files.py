@@ -157,3 +157,15 @@ def test_emit_writes_no_file_when_one_target_is_a_directory(tmp_path, plan_file)
     one_error_line(result)
     assert [p.name for p in (tmp_path / "launch").iterdir()] == ["torchrun_commands.txt"]
     assert not list((tmp_path / "launch").glob(".*.tmp"))
+
+
+def test_solve_out_dir_removes_plan_files_an_earlier_run_left_beyond_its_plans(tmp_path):
+    out = tmp_path / "plans"
+    assert invoke(*SMALL_SOLVE, "--top-k", "3", "--out-dir", out).exit_code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["plan-01.json", "plan-02.json",
+                                                      "plan-03.json"]
+    (out / "notes.txt").write_text("mine")
+    (out / "plan-1.json").write_text("not of the plan-NN pattern")
+    assert invoke(*SMALL_SOLVE, "--top-k", "1", "--out-dir", out).exit_code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "plan-01.json", "plan-1.json"]
+    assert (out / "notes.txt").read_text() == "mine"

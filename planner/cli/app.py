@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -408,7 +409,8 @@ def solve(
         help="JSON overriding calibration parameters (see docs/calibration.md).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Write the best plan to this JSON file.")] = None,
     out_dir: Annotated[Optional[Path], typer.Option(
-        help="Write every shown plan as plan-01.json, plan-02.json, ... in this folder.")] = None,
+        help="Write every shown plan as plan-01.json, plan-02.json, ... in this folder "
+             "(plan-NN.json files an earlier run left beyond them are removed).")] = None,
     output_format: Annotated[OutputFormat, typer.Option(
         "--format", help="table for people, json for tools (the plans).")] = OutputFormat.table,
     expert_loads: Annotated[Optional[Path], typer.Option(
@@ -462,10 +464,28 @@ def solve(
             progress("writing plans", i, len(named))
             files[path] = plan_to_json(plan)
     write_all_atomic(files)  # every file or none
+    if out_dir is not None:
+        _remove_stale_plans(out_dir, len(result.plans))
     if output_format is OutputFormat.json:
         typer.echo("[" + ",\n".join(plan_to_json(p).rstrip() for p in result.plans) + "]")
     else:
         print_report(render_solve(result.plans, result.stats))
+
+
+_PLAN_FILE = re.compile(r"plan-(\d{2,})\.json")
+
+
+def _remove_stale_plans(out_dir: Path, kept: int) -> list[Path]:
+    """Remove the ``plan-NN.json`` files in ``out_dir`` numbered beyond ``kept`` (an earlier
+    run's, which showed more plans), so the folder holds this run's plans only; other files
+    are left alone. Returns the removed paths."""
+    removed = []
+    for path in sorted(out_dir.iterdir()):
+        match = _PLAN_FILE.fullmatch(path.name)
+        if match and int(match.group(1)) > kept and path.is_file():
+            path.unlink()
+            removed.append(path)
+    return removed
 
 
 class _PhaseBars:
