@@ -644,3 +644,15 @@ def test_eval_of_sglangs_map_says_which_command_reads_it(tmp_path):
     out = CliRunner().invoke(app, ["experts", "eval", str(sg), str(loads)])
     assert out.exit_code == 2
     assert "the field 'num_experts' is missing" in out.output and "--current" in out.output
+
+
+@pytest.mark.parametrize("gpus, per_node, fits", [(16, 3, False), (10, 8, False), (4, 8, True),
+                                                  (32, 8, True), (8, 8, True)])
+def test_experts_plan_refuses_an_ep_group_that_leaves_a_node_partly_used(gpus, per_node, fits):
+    args = ("experts", "plan", "--gpus", str(gpus), "--gpus-per-node", str(per_node),
+            "--format", "json")
+    if fits:
+        assert json.loads(ok(*args).stdout)["gpus_per_node"] == min(per_node, gpus)
+    else:
+        line = one_error_line(invoke(*args), 2)
+        assert "--gpus" in line and f"{gpus % per_node} of its {per_node}" in line

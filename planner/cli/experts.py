@@ -181,6 +181,10 @@ def plan(
     from planner.plan.validate import validate_expert_placement
 
     _check_heatmap(heatmap)
+    if gpus > gpus_per_node and gpus % gpus_per_node:
+        raise SpecError("--gpus", "", f"at most --gpus-per-node ({gpus_per_node}) or a multiple "
+                        f"of it: {gpus} GPUs leave a node with {gpus % gpus_per_node} of its "
+                        f"{gpus_per_node}", gpus)
     rule = resolve_dispatch(dispatch, sglang is not None, vllm is not None)
     if locality_slack is not None and rule in ("even", "sglang"):
         raise SpecError("--locality-slack", "", "--dispatch static or realtime (the even and "
