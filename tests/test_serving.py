@@ -146,7 +146,6 @@ def test_serve_writes_a_valid_plan_that_emits(tmp_path):
     (("serve", "estimate", "--colocated", "tp=8,workers=4"), "GPUs"),
     (("serve", "estimate", "--colocated", "tp=3"), "tp"),
     (("serve", "estimate"), "--colocated"),
-    (("serve", "--ttft-ms", "1", "--tpot-ms", "1"), "TTFT"),
     (("serve", "--rate", "1", "--concurrency", "2"), "--rate"),
     # not-a-number and infinite values fail every range check as written "x <= 0"
     (("serve", "--rate", "nan"), "--rate: expected a finite number > 0"),
@@ -235,7 +234,9 @@ def test_min_gpus_needs_a_rate_and_says_when_the_cluster_is_too_small():
     assert result.exit_code == 2 and "--rate" in result.output
     result = _run("serve", "--model", "llama-3.1-70b", "--nodes", "1", "--objective",
                   "min-gpus", "--rate", "300")
-    assert result.exit_code == 2 and "8 GPUs" in result.output
+    # a well-formed problem without a solution: exit 3, as solve's (InfeasibleError)
+    assert result.exit_code == 3 and "8 GPUs" in result.output and "--rate 300" in result.output
+    assert "Traceback" not in result.output
 
 
 MIXED = __import__("pathlib").Path(__file__).parent.parent / "examples" / "mixed-gpu.yaml"
@@ -383,3 +384,18 @@ def test_mode_runs_say_what_was_searched_and_why_a_mode_cannot_run():
     assert one.exit_code == 2
     assert "--mode" in one.output and "the cluster has 1" in one.output
     assert "Traceback" not in one.output and "--model" not in one.output
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--model", "deepseek-v3", "--gpu", "L40S", "--nodes", "1"),
+     "deepseek-v3 does not fit on 8 x L40S"),
+    (("--model", "llama-3.1-8b", "--tpot-ms", "1"), "no plan meets --ttft-ms 2000 / --tpot-ms 1"),
+    (("--model", "llama-3.1-8b", "--ttft-ms", "1", "--tpot-ms", "1"), "TTFT and TPOT bind"),
+])
+def test_serve_without_a_plan_exits_3_and_names_what_binds(args, needle, tmp_path):
+    """Infeasible, not bad input: exit 3 as for ``solve``, one line, nothing written."""
+    result = runner.invoke(app, ["serve", *args, "--out", str(tmp_path / "p.json")])
+    assert result.exit_code == 3, result.output
+    assert needle in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "p.json").exists()

@@ -13,7 +13,7 @@ import typer
 from cost_models.parallel import ConfigError
 from planner.cli.common import (ClusterOpt, GpuOpt, GpusPerNodeOpt, OutputFormat, nodes_option,
                                  print_report, up_to, within)
-from planner.errors import SpecError
+from planner.errors import InfeasibleError, SpecError
 from planner.files import write_atomic
 from planner.inputs.clusters import OPTIONS_SOURCE
 from planner.inputs.limits import SEQUENCE_TOKENS
@@ -319,15 +319,14 @@ def _no_plan(fewest: bool, rate, hw, spec, model: str, precision: str, types,
                         f"(--mode {mode} puts {pools} on separate whole nodes; the cluster "
                         f"has {nodes})", mode)
     if fewest:
-        raise SpecError(OPTIONS_SOURCE, "--rate", f"a rate the cluster's {hw.num_gpus} GPUs can "
-                        f"serve within the targets (no layout reaches it; try --objective "
-                        f"goodput to see the most it serves)", rate)
+        raise InfeasibleError(f"no layout on the cluster's {hw.num_gpus} GPUs serves --rate "
+                              f"{rate:g} requests/s within the targets (--objective goodput "
+                              "shows the most it serves)")
     need = _weights_bytes(spec, precision) / 1e9
     have = sum(g.num_gpus * g.gpu.hbm_bytes for g in hw.node_groups) / 1e9
-    raise SpecError(OPTIONS_SOURCE, "--model", f"a model whose weights and KV fit: "
-                    f"{model} needs {need:.0f} GB of {precision} weights plus KV, the "
-                    f"cluster has {have:.0f} GB in {hw.num_gpus} x {' + '.join(types)} and "
-                    f"no layout fits", model)
+    raise InfeasibleError(f"{model} does not fit on {hw.num_gpus} x {' + '.join(types)}: it "
+                          f"needs {need:.0f} GB of {precision} weights plus KV, the cluster "
+                          f"has {have:.0f} GB, and no layout fits")
 
 
 def _unmet_targets(best, wl: ServingWorkload, pareto, ttft_percentile: float, ttft_ms,
@@ -342,12 +341,15 @@ def _unmet_targets(best, wl: ServingWorkload, pareto, ttft_percentile: float, tt
     fastest = max((p["tokens_per_s_per_user"] for p in pareto), default=0.0)
     floor = (f"; no layout decodes faster than {1e3 / fastest:.1f} ms per token"
              if "TPOT" in missed and fastest > 0 else "")
-    raise SpecError(OPTIONS_SOURCE, "--ttft-ms/--tpot-ms",
-                    f"targets some plan meets; the best plan ({best.deployment.mode}) "
-                    f"reaches p{ttft_percentile:g} TTFT {ttft * 1e3:.0f} ms and TPOT "
-                    f"{e.tpot_s * 1e3:.1f} ms ({binding} "
-                    f"{'bind' if len(missed) > 1 else 'binds'}){floor}",
-                    f"{ttft_ms} ms / {tpot_ms} ms")
+    raise InfeasibleError(f"no plan meets --ttft-ms {_ms(ttft_ms)} / --tpot-ms {_ms(tpot_ms)}: "
+                          f"the best plan ({best.deployment.mode}) reaches p{ttft_percentile:g} "
+                          f"TTFT {ttft * 1e3:.0f} ms and TPOT {e.tpot_s * 1e3:.1f} ms ({binding} "
+                          f"{'bind' if len(missed) > 1 else 'binds'}){floor}")
+
+
+def _ms(value) -> str:
+    """A target as the user gave it (``none`` when not set)."""
+    return "none" if value is None else f"{value:g}"
 
 
 def _pool(text: str | None, option: str, role: str, gpu: str):
