@@ -28,6 +28,7 @@ from planner.training.build import build_plan
 from planner.training.search import SearchSpace
 from planner.training.solve import solve
 from planner.plan.validate import InvalidPlanError, plan_problems, validate_plan
+from topologies.cluster import first_nodes
 from topologies.spec import cluster_from_dict
 from topologies.standard import homogeneous_cluster
 
@@ -327,6 +328,28 @@ def test_min_gpus_objective_picks_smallest_subcluster():
                   target_tokens_per_s=target)
     assert small.cluster.num_gpus == 8
     assert small.estimates[0].tokens_per_s_per_gpu * 8 >= target
+
+
+def test_min_gpus_equals_trying_every_node_count():
+    """On 12 nodes (not a power of two: the halving ladder tries 1, 3, 6 and 12 only) the
+    answer for each target equals the first node count, from 1 up, whose best plan reaches it."""
+    model = load_model("llama-3.1-8b")
+    cluster, prof, work = homogeneous_cluster("H100", 12), default_profile("H100-SXM5-80GB"), \
+        Workload(4096, 96)
+    totals = {}
+    for n in range(1, 13):
+        sub = first_nodes(cluster, n)
+        totals[n] = solve(model, sub, work, prof, top_k=1).estimates[0].tokens_per_s_per_gpu \
+            * sub.num_gpus
+    checked = 0
+    for n in (2, 4, 5, 7, 9, 11):  # targets just above n - 1 nodes' best
+        target = totals[n - 1] * 1.0001
+        expected = next(k for k in range(1, 13) if totals[k] >= target)
+        got = solve(model, cluster, work, prof, top_k=1, objective="min-gpus",
+                    target_tokens_per_s=target)
+        assert got.cluster.num_nodes == expected, (n, target, totals)
+        checked += expected not in (1, 3, 6, 12)
+    assert checked >= 4  # most answers lie off the ladder
 
 
 def test_solve_on_mixed_cluster_reconsiders_interleaving_for_the_partition():

@@ -19,8 +19,9 @@ too small for the cluster (``planner.training.batch``, judged on the best plan a
 every plan). ``progress(phase, done, total)`` is told of each phase: ``searching``,
 ``placing`` and ``building plans`` (with ``min-gpus``, prefixed by the sub-cluster's nodes).
 
-Objective ``min-gpus`` searches sub-clusters (the first n nodes) from small to large and
-returns the plans of the smallest one whose best plan reaches the target tokens/s.
+Objective ``min-gpus`` searches sub-clusters (the first n nodes), halving sizes from small
+to large and then bisecting between the last that falls short and the first that reaches the
+target tokens/s, and returns the plans of the smallest that reaches it (``_min_gpus``).
 """
 from __future__ import annotations
 
@@ -164,22 +165,45 @@ def _best_plans(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Pr
 def _min_gpus(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
               space: SearchSpace, top_k: int, target: float | None,
               progress: PhaseProgress | None, contain: bool = True) -> SolveResult:
+    """The plans of the smallest sub-cluster (the first n nodes) whose best plan reaches
+    ``target`` tokens/s: sizes N // 2^i from small to large bracket the answer (the last that
+    falls short, the first that reaches it), then a bisection over the node counts between
+    finds the smallest that reaches it. Both take a sub-cluster's best throughput as not
+    falling when nodes are added (more nodes can run any degrees the fewer could, with more
+    data parallelism), so the answer equals trying every count from 1 up (test) in
+    O(log N) searches instead of N."""
     if not target or target <= 0:
         raise InfeasibleError("objective min-gpus needs --target-tokens-per-s > 0")
-    sizes = sorted({max(1, cluster.num_nodes // 2**i) for i in range(12)} | {cluster.num_nodes})
     best_seen = 0.0
-    for nodes in sizes:
-        sub = first_nodes(cluster, nodes)
-        try:
-            result = _best_plans(model, sub, workload, prof, space, top_k, "min-gpus",
-                                 _prefixed(progress, f"{nodes} node{'s' * (nodes != 1)}: "),
-                                 contain)
-        except InfeasibleError:
-            continue
-        total = result.estimates[0].tokens_per_s_per_gpu * sub.num_gpus
-        best_seen = max(best_seen, total)
-        if total >= target:
-            return result
+    tried: dict[int, SolveResult | None] = {}
+
+    def reaches(nodes: int) -> bool:
+        nonlocal best_seen
+        if nodes not in tried:
+            sub = first_nodes(cluster, nodes)
+            try:
+                result = _best_plans(model, sub, workload, prof, space, top_k, "min-gpus",
+                                     _prefixed(progress, f"{nodes} node{'s' * (nodes != 1)}: "),
+                                     contain)
+            except InfeasibleError:
+                result = None
+            if result is not None:
+                total = result.estimates[0].tokens_per_s_per_gpu * sub.num_gpus
+                best_seen = max(best_seen, total)
+                result = result if total >= target else None
+            tried[nodes] = result
+        return tried[nodes] is not None
+
+    ladder = sorted({max(1, cluster.num_nodes // 2**i) for i in range(12)} | {cluster.num_nodes})
+    low = 0  # the largest count known to fall short (0: none tried)
+    for nodes in ladder:
+        if reaches(nodes):
+            high = nodes
+            while high - low > 1:  # low falls short, high reaches the target
+                mid = (low + high) // 2
+                low, high = (low, mid) if reaches(mid) else (mid, high)
+            return tried[high]
+        low = nodes
     raise InfeasibleError(f"no sub-cluster reaches {target:,.0f} tokens/s: the whole cluster's "
                           f"best plan gives {best_seen:,.0f} tokens/s")
 
