@@ -425,6 +425,19 @@ def test_milp_hint_keeps_heuristic_value():
     assert res.max_load <= plan.ratio * w.sum() / layout.num_gpus + 1e-6
 
 
+def test_time_limited_milp_is_the_same_every_run():
+    """A solve cut short by its budget (deterministic time, not wall time) returns the same
+    placement, value and bound on every run, whatever the machine's load, with its gap."""
+    rng = np.random.default_rng(3)
+    layout = ExpertLayout(24, 6, 5, 3)
+    w = np.maximum(np.round(rng.lognormal(4, 1.2, size=24)), 1)
+    runs = [solve_layer_milp(w, layout, time_limit_s=0.05) for _ in range(3)]
+    assert not runs[0].optimal and not runs[0].wall_clock_stopped and runs[0].gap > 0
+    for r in runs[1:]:
+        assert np.array_equal(r.phy2log, runs[0].phy2log)
+        assert (r.max_load, r.bound) == (runs[0].max_load, runs[0].bound)
+
+
 @pytest.mark.parametrize("case", range(60))
 def test_heuristic_within_two_percent_of_brute_force(case):
     w, layout = tiny_layouts(60, seed=31)[case]

@@ -8,13 +8,18 @@ directly with it.
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from solvers.experts.layout import ExpertLayout, layout_quotas
 
-__all__ = ["MilpResult", "brute_force_layer", "solve_layer_milp"]
+__all__ = ["MilpResult", "WALL_CLOCK_FACTOR", "brute_force_layer", "solve_layer_milp"]
+
+# Wall seconds allowed per deterministic second of the budget (at least 1 s) before the solve is
+# stopped anyway, as for the mapping solver (``solvers.mapping.cpsat.WALL_CLOCK_FACTOR``).
+WALL_CLOCK_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,9 @@ class MilpResult:
     max_load: float
     bound: float
     optimal: bool
+    # the wall-clock backstop, not the deterministic budget, stopped the solve: only then may
+    # two runs of the same instance differ
+    wall_clock_stopped: bool = False
 
     @property
     def gap(self) -> float:
@@ -38,7 +46,9 @@ def solve_layer_milp(w: np.ndarray, layout: ExpertLayout, time_limit_s: float = 
     Loads must be integers (token counts); the optimum is then the integer min-max, equal to
     the flow optimum of the best placement. ``hint`` (a ``phy2log``, e.g. the heuristic's)
     seeds the search, so a time-limited solve returns at least that placement, with the
-    solver's bound and gap (medium sizes). ``time_limit_s`` defaults to 30 s: the tiny test
+    solver's bound and gap (medium sizes). ``time_limit_s`` is a budget of CP-SAT's
+    deterministic time (its unit meant to be close to a second), so equal inputs give equal
+    results whatever the machine's load; it defaults to 30: the tiny test
     instances (E <= 5, G <= 3) prove optimality far inside it (the whole test file runs in
     about a minute); larger ones return the hint or better.
     """
@@ -71,14 +81,24 @@ def solve_layer_milp(w: np.ndarray, layout: ExpertLayout, time_limit_s: float = 
     if hint is not None:
         _add_hint(model, n, x, w_int, hint, layout)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit_s
-    solver.parameters.num_workers = 1  # one worker and a fixed seed: the same result every run
+    # one worker, a fixed seed and a budget of deterministic time (CP-SAT's count of work,
+    # independent of the machine's load): the same result every run, even when cut short;
+    # the wall-clock backstop fires only on a machine far slower than CP-SAT's unit
+    backstop_s = max(1.0, WALL_CLOCK_FACTOR * time_limit_s)
+    solver.parameters.max_deterministic_time = time_limit_s
+    solver.parameters.max_time_in_seconds = backstop_s
+    solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
+    started = time.monotonic()
     status = solver.solve(model)
+    wall_s = time.monotonic() - started
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise RuntimeError(f"CP-SAT found no placement in {time_limit_s} s (status {solver.status_name(status)})")
     phy2log = np.concatenate([np.repeat(np.arange(E), [solver.value(n[e, g]) for e in range(E)]) for g in range(G)])
-    return MilpResult(phy2log.astype(np.int64), float(solver.objective_value), float(solver.best_objective_bound), status == cp_model.OPTIMAL)
+    optimal = status == cp_model.OPTIMAL
+    return MilpResult(phy2log.astype(np.int64), float(solver.objective_value),
+                      float(solver.best_objective_bound), optimal,
+                      wall_clock_stopped=not optimal and wall_s >= 0.99 * backstop_s)
 
 
 def _add_hint(model, n, x, w_int, hint: np.ndarray, layout: ExpertLayout) -> None:
