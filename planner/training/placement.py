@@ -21,6 +21,7 @@ every run unless the wall-clock backstop fired, which the note then says too.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 
 from cost_models.model_spec import ModelSpec
@@ -182,20 +183,72 @@ def placement(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estim
 
 
 def stage_orders(cluster: Cluster, stage_units) -> list[tuple[tuple[int, ...], ...]]:
-    """Orders of the mapping's stages to price: as CP-SAT lists them and reversed, and, on a
-    cluster of several RDMA networks, with each network's stages next to each other (and
-    reversed): the pipeline then crosses from one network to the next once instead of at
-    every stage (each crossing's send/recv runs on sockets, ``stage.pp_link_s``)."""
+    """Orders of the mapping's stages to price: as CP-SAT lists them and reversed, and with
+    like stages next to each other: stages on the same RDMA networks (and reversed), and
+    stages of the same kind of nodes (GPU, fabric, NICs), their blocks in every order when
+    there are at most :data:`KIND_BLOCK_ORDERS_UP_TO` kinds (else first seen first, and
+    reversed). The mapping decides which nodes form each stage, not the stages' order, which
+    sets the links between neighbouring stages (a send/recv between two stages runs at the
+    slower side's NICs, and across networks on sockets, ``stage.pp_link_s``) and which stages
+    hold the embedding and the LM head: grouped, the pipeline crosses from one kind to the
+    next once instead of at every stage."""
     stages = tuple(tuple(units) for units in stage_units)
     orders = [stages, stages[::-1]]
-    network = [cluster.node_groups[cluster.group_of_node(units[0])].rdma_network
-               for units in stages]
-    if len(set(network)) > 1:
-        first = {net: network.index(net) for net in network}
-        grouped = tuple(stages[s] for s in sorted(range(len(stages)),
-                                                  key=lambda s: (first[network[s]], s)))
-        orders += [o for o in (grouped, grouped[::-1]) if o not in orders]
+
+    def add(order) -> None:
+        if order not in orders:
+            orders.append(order)
+
+    def blocks(key) -> list[tuple]:
+        keys = [key(units) for units in stages]
+        kinds = list(dict.fromkeys(keys))  # first seen first
+        return [tuple(u for u, k in zip(stages, keys) if k == kind) for kind in kinds]
+    by_network = blocks(lambda units: cluster.node_groups[
+        cluster.group_of_node(units[0])].rdma_network)
+    if len(by_network) > 1:
+        order = tuple(u for block in by_network for u in block)
+        add(order)
+        add(order[::-1])
+    by_kind = blocks(lambda units: tuple(sorted(_node_kind(cluster, n) for n in units)))
+    if len(by_kind) > 1:
+        block_orders = (itertools.permutations(by_kind)
+                        if len(by_kind) <= KIND_BLOCK_ORDERS_UP_TO else (by_kind, by_kind[::-1]))
+        for arranged in block_orders:
+            add(tuple(u for block in arranged for u in block))
     return orders
+
+
+# Kinds of stages up to which every order of their blocks is priced (3: 6 orders)
+KIND_BLOCK_ORDERS_UP_TO = 3
+
+
+def kind_sorted_stages(cluster: Cluster, pp: int) -> tuple[tuple[int, ...], ...] | None:
+    """Stages of like nodes: the nodes sorted by kind (first seen first, then listing order)
+    and cut into ``pp`` stages of equal node counts; None when nodes differ in GPU count or
+    do not divide into ``pp`` stages. A candidate beside the mapping's: CP-SAT minimises the
+    slowest stage, so among mappings whose slowest stage is equal it may mix kinds that the
+    layer partition could have balanced, had like nodes shared a stage."""
+    n = cluster.num_nodes
+    if n % pp or len({g.gpus_per_node for g in cluster.node_groups}) > 1:
+        return None
+    kinds = [_node_kind(cluster, node) for node in range(n)]
+    rank = {k: i for i, k in enumerate(dict.fromkeys(kinds))}
+    nodes = sorted(range(n), key=lambda node: (rank[kinds[node]], node))
+    size = n // pp
+    return tuple(tuple(nodes[s * size:(s + 1) * size]) for s in range(pp))
+
+
+def _spans_networks(cluster: Cluster, stages) -> bool:
+    """Some stage has nodes on two RDMA networks."""
+    return any(len({cluster.node_groups[cluster.group_of_node(n)].rdma_network
+                    for n in units}) > 1 for units in stages)
+
+
+def _node_kind(cluster: Cluster, node: int) -> tuple:
+    """What makes nodes alike for a placement (:func:`_uniform`'s fields), as a sortable key."""
+    g = cluster.node_groups[cluster.group_of_node(node)]
+    return (g.gpu.name, g.gpus_per_node, g.fabric, g.intra_bw_bytes_per_s, repr(g.nics),
+            g.nvlink_domain_nodes, repr(g.rdma_network))
 
 
 def _refine(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate,
@@ -222,7 +275,14 @@ def _place(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate
         return Placement(megatron, (mapping_note(problem, err, listing_used=True),))
     candidates = [megatron]
     base = replace(est.config, stage_layer_counts=None)
-    for stages in stage_orders(cluster, mapping.stage_units):
+    groupings = [mapping.stage_units]
+    like = kind_sorted_stages(cluster, est.config.degrees.pp)
+    if like is not None and not (contain and _spans_networks(cluster, like)):
+        groupings.append(like)
+    orders: list = []
+    for grouping in groupings:
+        orders += [o for o in stage_orders(cluster, grouping) if o not in orders]
+    for stages in orders:
         node_order = tuple(n for stage in stages for n in stage)
         placed = estimate(model, cluster, workload, base, prof, node_order)
         if placed.memory.fits:
