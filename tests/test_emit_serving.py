@@ -563,3 +563,44 @@ def test_emit_is_deterministic(engine, name):
     assert emit(engine, plan(engine, name)) == first
     assert emit(engine, plan_from_json(plan_to_json(p))) == first
     assert list(first) == list(emission(engine, p).as_dict())
+
+
+@pytest.mark.parametrize("engine", SERVING_FORMATS)
+def test_a_failing_process_stops_the_others_at_once(engine, tmp_path):
+    """A host's script waits for whichever process ends first (``wait -n``): when one exits
+    with an error the script exits with its status and stops the rest, though those never end
+    by themselves (servers); it does not wait on them in turn."""
+    files = emit(engine, plan(engine, "one_per_gpu"))  # 8 processes on one host
+    name, text = max(((n, t) for n, t in files.items() if n.endswith(".sh")),
+                     key=lambda item: item[1].count('planner_pids+=("$!")'))
+    assert text.count('planner_pids+=("$!")') >= 2, name
+    fake, pids = tmp_path / "fakebin", tmp_path / "pids"
+    fake.mkdir()
+    pids.mkdir()
+    # the last process started fails after 0.5 s; the others run until killed
+    last = [ln for ln in text.splitlines() if ln.endswith(" &")][-1]
+    token = shlex.split(last.removesuffix(" &"))[-1]
+    _exe(fake / "python", f"#!{sys.executable}\n"
+         "import os, sys, time\n"
+         f"if sys.argv[-1] == {token!r}:\n"
+         "    time.sleep(0.5); sys.exit(3)\n"
+         f"open(os.path.join({str(pids)!r}, str(os.getpid())), 'w').close()\n"
+         "time.sleep(60)\n")
+    (fake / "vllm").symlink_to(fake / "python")
+    script = tmp_path / name
+    script.write_text(text)
+    import time
+    started = time.monotonic()
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=50,
+                          env={"PATH": f"{fake}:{os.environ['PATH']}", "HOME": str(tmp_path)})
+    assert proc.returncode == 3, proc.stderr
+    assert time.monotonic() - started < 20
+    alive = [int(p.name) for p in pids.iterdir()]
+    assert alive  # some processes were still running when the last one failed
+    time.sleep(0.2)
+    for pid in alive:  # gone, or a zombie not yet reaped by whoever adopted it
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            continue
+        assert state == "Z", (pid, state)

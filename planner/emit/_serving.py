@@ -345,7 +345,8 @@ def script_names(hosts: tuple[str, ...]) -> dict[str, str]:
 def render_files(fmt: str, f: ServingFacts, commands: tuple[Command, ...],
                  notes: tuple[str, ...]) -> Emission:
     """One ``launch_<host>.sh`` per host that runs a command (it starts that host's processes in
-    the background and waits; when one fails it stops the others) and ``serving_commands.txt``."""
+    the background and waits for whichever ends first, ``wait -n``: when one fails, or the
+    script is interrupted, it stops the others) and ``serving_commands.txt``."""
     header = _comment(header_lines(f, fmt))
     hosts = tuple(dict.fromkeys(c.host for c in commands))  # plan order
     names = script_names(hosts)
@@ -358,11 +359,16 @@ def render_files(fmt: str, f: ServingFacts, commands: tuple[Command, ...],
         text = ["#!/usr/bin/env bash", *header, f"# host: {comment_safe(host)}", "#",
                 *_comment(notes), "#",
                 f"# Run on that host: starts its {len(mine)} process(es) in the background and "
-                "waits; if one exits with an error, the others are stopped.",
+                "waits; when any one exits with an error, or this script gets Ctrl-C or "
+                "SIGTERM, the others are stopped (bash 4.3 or later: wait -n).",
                 "set -euo pipefail", "", *body, "",
                 "trap 'kill \"${planner_pids[@]}\" 2>/dev/null || true' EXIT",
-                'for planner_pid in "${planner_pids[@]}"; do',
-                '  wait "$planner_pid"',
+                "trap 'exit 130' INT",
+                "trap 'exit 143' TERM",
+                "# wait -n returns as soon as any process ends, with its status: an error ends "
+                "the script (set -e), and the EXIT trap stops the rest",
+                'for _ in "${planner_pids[@]}"; do',
+                "  wait -n",
                 "done"]
         files.append((names[host], "\n".join(text) + "\n"))
     listing = [*header, "#", *_comment(notes), "#",
