@@ -495,3 +495,47 @@ def test_model_file_numbers_and_flags_only_as_written(field, value, says) -> Non
     data = dict(num_layers=2, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=100)
     message = _raises(model_from_yaml_dict, data | {field: value}, "m.yaml")
     assert message.startswith(f"m.yaml: {field}:") and says in message
+
+
+def test_an_hf_checkpoint_folder_names_the_model_and_is_what_engines_load(tmp_path,
+                                                                         monkeypatch) -> None:
+    """A checkpoint folder's ``config.json`` (no ``_name_or_path``) is named after the folder,
+    the folder itself is accepted as ``--model``, and a serving plan's engines load that folder;
+    a preset's engines load its Hugging Face id; a model in our schema gets a note (and emit a
+    warning) that the engines would load a bare name."""
+    from planner.inputs.models import engine_model_path
+
+    folder = tmp_path / "Llama-Custom-8B"
+    folder.mkdir()
+    data = json.loads((FIXTURES / "llama-3.1-8b.json").read_text())
+    data.pop("_name_or_path", None)
+    (folder / "config.json").write_text(json.dumps(data))
+    by_file, by_folder = load_model(str(folder / "config.json")), load_model(str(folder))
+    assert by_file.name == by_folder.name == "Llama-Custom-8B"
+    assert engine_model_path(str(folder / "config.json"), by_file) == (str(folder), True)
+    assert engine_model_path(str(folder), by_folder) == (str(folder), True)
+    monkeypatch.chdir(folder)  # a bare config.json is named after the folder it sits in
+    assert load_model("config.json").name == "Llama-Custom-8B"
+    preset = load_model("llama-3.1-8b")
+    assert engine_model_path("Llama-3.1-8B", preset) == ("meta-llama/Meta-Llama-3.1-8B", True)
+    assert engine_model_path("gpt3-175b", load_model("gpt3-175b")) == ("gpt3-175b", False)
+
+
+def test_serve_and_emit_say_when_the_engines_would_load_a_bare_model_name(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from planner.cli.app import app
+    runner = CliRunner()
+    for model, path, warned in (("gpt3-175b", "gpt3-175b", True),
+                                ("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", False)):
+        out = tmp_path / f"{model}.json"
+        result = runner.invoke(app, ["serve", "--model", model, "--gpu", "H100", "--nodes", "2",
+                                     "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        plan = json.loads(out.read_text())
+        assert plan["serving"]["model_path"] == path
+        emitted = runner.invoke(app, ["emit", "sglang", str(out), "--out-dir",
+                                      str(tmp_path / model)])
+        assert emitted.exit_code == 0, emitted.output
+        assert ("give serve --model-path" in emitted.stderr) is warned
+        assert f"--model-path {path}" in (tmp_path / model / "serving_commands.txt").read_text()

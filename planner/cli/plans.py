@@ -165,12 +165,16 @@ def emit(
     write_all_atomic(targets, executable={p for p in targets if p.name.endswith((".sh", ".sbatch"))})
     for path in targets:
         typer.echo(f"wrote {path}")
+    for note in loaded.notes if loaded.kind == "serving" else ():
+        if note.startswith("model_path:"):  # the engines would load a bare model name
+            typer.echo(f"warning: {note}", err=True)
     placeholders = default_host_names(loaded)
     if placeholders and fmt not in ("megatron", "deepspeed", "torchtitan"):
         typer.echo(f"warning: the plan's host names ({placeholders[0]} .. {placeholders[-1]}) "
                    "are the defaults of a cluster without hosts; the launch files find each "
                    "node's rank by its host name, so list the real names in the cluster file "
-                   "(node_groups[].hosts) and solve again" + (
+                   f"(node_groups[].hosts) and {'serve' if loaded.kind == 'serving' else 'solve'}"
+                   " again" + (
                        ", or start each node with its rank (launch_torchrun.sh NODE_RANK)"
                        if fmt == "torchrun" else ""), err=True)
 

@@ -199,7 +199,8 @@ def serve(
         "(price_per_gpu_hour on every node group of the cluster file)."))] = Objective.goodput,
     calibration: CalOpt = None, lengths: LengthsOpt = None,
     model_path: Annotated[Optional[str], typer.Option(
-        help="What the engine loads (HF id or path; default: the model name).")] = None,
+        help="What the engines load (HF id or checkpoint folder; default: a preset's HF id, "
+             "an HF config.json's folder, else the model's name).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Write the best plan here.")] = None,
     output_format: FormatOpt = OutputFormat.table,
 ) -> None:
@@ -267,8 +268,16 @@ def serve(
     if out is not None:
         from planner.plan.document import plan_to_json
         from planner.plan.validate import validate_plan
+        from planner.inputs.models import engine_model_path
+        notes = []
+        if model_path is None:
+            model_path, known = engine_model_path(model, spec)
+            if not known:
+                notes.append(f"model_path: the engines load {model_path!r}, the model's name; "
+                             "give serve --model-path (an HF id or a checkpoint folder)")
         plan = build_serving_plan(spec, hw, best.deployment, wl, best.estimate, cal,
-                                  why=reason, model_path=model_path, lengths=sample)
+                                  why=reason, model_path=model_path, lengths=sample,
+                                  notes=notes)
         write_atomic(out, plan_to_json(validate_plan(plan, str(out))))
     if output_format is OutputFormat.json:
         data.pop("search_s")  # same inputs, same bytes

@@ -137,7 +137,7 @@ class _Config:
 def _common(c: _Config, ffn_default: Any = _MISSING) -> dict[str, Any]:
     """Fields named alike by every Llama-descended config."""
     kw = dict(
-        name=str(c.data.get("_name_or_path") or Path(c.source).stem),
+        name=_model_name(c),
         num_layers=c.int("num_hidden_layers"),
         hidden_size=c.int("hidden_size"),
         ffn_hidden_size=c.int("intermediate_size", default=ffn_default),
@@ -364,7 +364,7 @@ def _gpt2(c: _Config) -> dict[str, Any]:
     if hidden % heads:
         raise c.error("n_head", f"a divisor of n_embd={hidden}", heads)
     return dict(
-        name=str(c.data.get("_name_or_path") or Path(c.source).stem), source=c.source,
+        name=_model_name(c), source=c.source,
         num_layers=c.int("n_layer"), hidden_size=hidden, num_heads=heads, num_kv_heads=heads,
         head_dim=hidden // heads, ffn_hidden_size=c.int("n_inner", default=4 * hidden),
         vocab_size=c.int("vocab_size"), position_embeddings=c.int("n_positions"),
@@ -556,3 +556,14 @@ def read_json(path: str | Path) -> Any:
 def load_hf_config(path: str | Path) -> ModelSpec:
     """Read a Hugging Face ``config.json`` file into a ModelSpec."""
     return model_from_hf_config(read_json(path), str(path))
+
+
+def _model_name(c) -> str:
+    """The config's ``_name_or_path``, else its file's name, or its folder's for a file named
+    ``config.json`` (an HF checkpoint's folder is the model: ``Llama-3.1-8B/config.json``)."""
+    if c.data.get("_name_or_path"):
+        return str(c.data["_name_or_path"])
+    path = Path(c.source)
+    if path.name == "config.json":
+        return path.resolve().parent.name or "config"
+    return path.stem

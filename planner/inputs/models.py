@@ -119,14 +119,37 @@ def _unknown_preset(ref: str) -> SpecError:
 
 
 def load_model(ref: str) -> ModelSpec:
-    """A preset name (any case), a model YAML/JSON in our schema, or an HF config.json."""
+    """A preset name (any case), a model YAML/JSON in our schema, an HF config.json, or a
+    folder holding a config.json (an HF checkpoint's folder)."""
     key = ref.strip().lower()
     if key in _registry():
         return _load_preset(key)
-    try:
-        path = Path(ref).expanduser()
-    except RuntimeError:  # ``~nouser/x.yaml``: no such user, or no home directory
-        raise SpecError("--model", "", "a path whose ~user has a home directory", ref) from None
+    path = _model_path(ref)
+    if path.is_dir() and (path / "config.json").is_file():
+        return load_model_file(path / "config.json")
     if path.is_file() or path.suffix.lower() in _FILE_SUFFIXES or len(path.parts) > 1:
         return load_model_file(path)
     raise _unknown_preset(ref)
+
+
+def _model_path(ref: str) -> Path:
+    try:
+        return Path(ref).expanduser()
+    except RuntimeError:  # ``~nouser/x.yaml``: no such user, or no home directory
+        raise SpecError("--model", "", "a path whose ~user has a home directory", ref) from None
+
+
+def engine_model_path(ref: str, spec: ModelSpec) -> tuple[str, bool]:
+    """What a serving engine loads for ``--model ref`` (``serve --model-path``'s default), and
+    whether that is known to be loadable: a preset's Hugging Face id (``hf_id`` in the
+    registry), the folder of an HF ``config.json`` (or the folder given), else the model's
+    name (a model file in our schema says nothing of its weights: False)."""
+    entry = _registry().get(ref.strip().lower())
+    if entry is not None:
+        return (entry["hf_id"], True) if entry.get("hf_id") else (spec.name, False)
+    path = _model_path(ref)
+    if path.is_dir():
+        return str(path), True
+    if path.name == "config.json":
+        return str(path.parent), True
+    return spec.name, False
