@@ -308,6 +308,23 @@ def test_plans_of_clusters_without_fabric_fields_have_no_section():
         assert p.fabric is None and "fabric" not in json.loads(plan_to_json(p))
 
 
+def test_a_cluster_with_roce_or_tcp_nodes_gets_a_section_without_named_fabric():
+    """The mixed-nic-h100 preset names no devices, interfaces or islands, but its RoCE nodes
+    need their GID index and its TCP-only nodes NCCL's socket network: its plans carry the
+    section, one entry per node with the transport its spec gives."""
+    spec = load_cluster_preset("mixed-nic-h100")
+    p = _plan(spec, tp=8, dp=spec.num_nodes, gb=8 * spec.num_nodes)
+    assert p.fabric is not None
+    by_group = {g.name: g.nics for g in spec.node_groups}
+    for entry in p.fabric["nodes"]:
+        nics = by_group[entry["node_group"]]
+        fastest = max(nics, key=lambda n: n.gbps).transport
+        assert entry["transport"] == fastest
+        assert (entry["gid_index"] is not None) == (fastest == "roce")
+    transports = {e["transport"] for e in p.fabric["nodes"]}
+    assert transports == {"ib", "roce", "tcp"}
+
+
 def test_fabric_section_lists_each_nodes_nics_in_rail_order():
     p = example_plan()
     entries = p.fabric["nodes"]

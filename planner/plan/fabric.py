@@ -1,7 +1,8 @@
 """The Plan's ``fabric`` section: what each node's NCCL must be told, and the settings it implies.
 
 A training or serving plan carries the section when its cluster spec names any of its fabric (NIC
-``devices``, ``ifname`` or ``gid_index``, or a node group's ``rdma_island``); plans of clusters
+``devices``, ``ifname`` or ``gid_index``, or a node group's ``rdma_island``) or has nodes that
+are not on InfiniBand (RoCE or TCP-only: NCCL's defaults assume IB); plans of all-IB clusters
 without them have no section and keep their bytes. The section is::
 
     {"nodes": [one entry per torchrun node rank, in node-rank order],
@@ -60,10 +61,13 @@ TRANSPORTS = ("ib", "roce", "tcp", "none")
 
 
 def describes_fabric(cluster: Cluster) -> bool:
-    """Whether the cluster spec names any of its fabric (then plans carry the section)."""
-    return any(g.rdma_island is not None or g.nccl_topo_file is not None or any(
-        n.devices or n.ifname is not None or n.gid_index is not None for n in g.nics)
-        for g in cluster.node_groups)
+    """Whether plans on the cluster carry the section: its spec names any of its fabric, or
+    some node is not on InfiniBand (RoCE needs its GID index, TCP-only nodes NCCL's socket
+    network; NCCL's defaults assume IB). All-IB clusters with nothing named keep their bytes."""
+    return any(g.rdma_island is not None or g.nccl_topo_file is not None
+               or g.transport in ("roce", "tcp") or any(
+                   n.devices or n.ifname is not None or n.gid_index is not None for n in g.nics)
+               for g in cluster.node_groups)
 
 
 def rails_of_gpu(local: int, num_ports: int, gpus: int) -> list[int]:
