@@ -1,4 +1,6 @@
 """Host names address nodes in launch files: a cluster file may not give two nodes one name."""
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -38,7 +40,10 @@ def test_distinct_host_names_load(tmp_path):
 
 @pytest.mark.parametrize("field, value, says", [
     ("count", True, "a number, not true"), ("gpus_per_node", "8", "a number, not a string"),
-    ("count", "2", "a number, not a string")])
+    ("count", "2", "a number, not a string"),
+    # YAML's .inf passed gt=0: an infinitely fast link priced every transfer at zero
+    ("intra_bw_GBps", float("inf"), "a finite number, not inf"),
+    ("price_per_gpu_hour", float("inf"), "a finite number, not inf")])
 def test_numbers_are_taken_only_as_written(field, value, says, tmp_path):
     """Pydantic's lax mode read true as 1 node and "8" as 8 GPUs; a typo passed as a setting."""
     group = _group("a", 2) | {field: value}
@@ -48,3 +53,23 @@ def test_numbers_are_taken_only_as_written(field, value, says, tmp_path):
     with pytest.raises(SpecError) as err:
         load_cluster(str(path))
     assert f"node_groups.0.{field}" in str(err.value) and says in str(err.value)
+
+
+def test_an_infinite_nic_rate_is_refused_in_a_file_and_by_topo_import(tmp_path):
+    group = _group("a", 2)
+    group["nics"] = [{"count": 8, "gbps": float("inf"), "transport": "ib"}]
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"name": "c", "node_groups": [group], "network": {
+        "tiers": [{"name": "leaf", "nodes_per_switch": 4}]}}))
+    assert ".inf" in path.read_text()
+    with pytest.raises(SpecError) as err:
+        load_cluster(str(path))
+    assert "node_groups.0.nics.0.gbps" in str(err.value) and "finite" in str(err.value)
+    from typer.testing import CliRunner
+
+    from planner.cli.app import app
+    fixture = Path(__file__).parent / "fixtures" / "topology" / "nvidia-smi-topo-h100.txt"
+    result = CliRunner().invoke(app, ["topo", "import", str(fixture), "--nic-gbps=inf",
+                                      "--out", str(tmp_path / "inf.yaml")])
+    assert result.exit_code == 2 and "finite" in result.output
+    assert not (tmp_path / "inf.yaml").exists()

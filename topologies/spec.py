@@ -18,6 +18,8 @@ This module raises ``pydantic.ValidationError`` (a ``ValueError``) and never imp
 """
 from __future__ import annotations
 
+import math
+
 from types import UnionType
 from typing import (Annotated, Any, Literal, Mapping, Sequence, Union, get_args,
                     get_origin)
@@ -78,11 +80,14 @@ def _scalar_types(annotation: Any) -> set:
 def exact_scalar(annotation: Any, value: Any) -> Any:
     """``value`` unchanged if it is what YAML writes for a field of ``annotation``: a number
     for a number, true/false for a flag. Pydantic's lax mode would read ``true`` as 1, ``"2"``
-    as 2 and ``0`` as false, so a typo would pass as a setting; raise instead."""
+    as 2 and ``0`` as false, so a typo would pass as a setting; raise instead. Numbers are
+    finite: YAML's ``.inf`` would pass ``gt=0`` as an infinitely fast link."""
     types = _scalar_types(annotation)
     number = bool(types & {int, float})
     if isinstance(value, bool) and number and bool not in types:
         raise ValueError(f"a number, not {str(value).lower()}")
+    if number and isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"a finite number, not {value}")  # YAML's .inf and .nan
     if isinstance(value, str) and (number or bool in types) and str not in types:
         raise ValueError("a number, not a string" if number else "true or false, not a string")
     if bool in types and not isinstance(value, bool) and isinstance(value, (int, float)) and (
