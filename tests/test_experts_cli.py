@@ -656,3 +656,21 @@ def test_experts_plan_refuses_an_ep_group_that_leaves_a_node_partly_used(gpus, p
     else:
         line = one_error_line(invoke(*args), 2)
         assert "--gpus" in line and f"{gpus % per_node} of its {per_node}" in line
+
+
+@pytest.mark.parametrize("args, flag", [
+    (("experts", "plan", "--drift", "0.5"), "--drift"),
+    (("experts", "plan", "--scenarios", "4"), "--scenarios"),
+    (("experts", "plan", "--robust", "--quotas", "static", "--dispatch", "even"), "--quotas"),
+    (("experts", "plan", "--migration-weight", "2"), "--migration-weight"),
+    (("experts", "plan", "--expert-mb", "40"), "--expert-mb"),
+    (("solve", "--redundant-experts-per-gpu", "3"), "--redundant-experts-per-gpu")])
+def test_an_option_the_run_would_ignore_is_refused(args, flag):
+    line = one_error_line(invoke(*args), 2)
+    assert f"{flag}: expected {flag} only with" in line
+
+
+def test_options_that_apply_or_sit_at_their_defaults_pass():
+    ok("experts", "plan", "--robust", "--drift", "0.3", "--scenarios", "4", "--format", "json")
+    ok("experts", "plan", "--robust", "--quotas", "static", "--dispatch", "static",
+       "--format", "json")

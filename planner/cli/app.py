@@ -28,7 +28,7 @@ from typer.core import TyperGroup
 from planner.cli.common import (ClusterOpt, GlobalBatchOpt, GpuOpt, GpusPerNodeOpt, OutputFormat,
                                 SeqLenOpt, fail, help_markup_mode, nodes_option,
                                 plain_help_width, print_report, progress_bar, set_debug,
-                                set_help_markup_mode, up_to, within)
+                                refuse_unused, set_help_markup_mode, up_to, within)
 from planner.errors import PlannerError, SpecError
 from planner.training.estimate_json import estimate_to_dict
 from planner.files import write_all_atomic, write_atomic
@@ -380,6 +380,7 @@ class Schedule(str, Enum):
 
 @app.command()
 def solve(
+    ctx: typer.Context,
     model: Annotated[str, typer.Option(
         help="Model preset (see 'planner presets models'), model YAML/JSON or HF config.json."
     )] = "llama-3.1-70b",
@@ -430,6 +431,8 @@ def solve(
     from planner.training.solve import solve as run_solve
     from planner.report.solve import render_solve
 
+    refuse_unused(ctx, {"redundant_experts_per_gpu": (expert_loads is not None,
+                                                      "--expert-loads")})
     if objective.value == "min-gpus" and not (
             target_tokens_per_s is not None and math.isfinite(target_tokens_per_s)
             and target_tokens_per_s > 0):

@@ -50,6 +50,20 @@ def within(limit: Limit) -> Callable[[Any], Any]:
     return check
 
 
+def refuse_unused(ctx: typer.Context, needs: dict[str, tuple[bool, str]]) -> None:
+    """Refuse an option given on the command line that this run would ignore: ``needs`` maps
+    a parameter name to (whether it applies, what it needs, e.g. "--robust"). An option left
+    at its default is not checked."""
+    from planner.inputs.clusters import OPTIONS_SOURCE
+    for name, (applies, what) in needs.items():
+        source = ctx.get_parameter_source(name)  # click's ParameterSource (typer vendors click)
+        if not applies and source is not None and source.name == "COMMANDLINE":
+            flag = "--" + name.replace("_", "-")
+            got = ctx.params.get(name)
+            raise SpecError(OPTIONS_SOURCE, flag, f"{flag} only with {what} (without it the "
+                            "option is ignored)", got.value if isinstance(got, Enum) else got)
+
+
 def up_to(help_text: str, limit: Limit) -> str:
     """``help_text`` with the option's maximum appended."""
     return f"{help_text} At most {limit.maximum:,}."

@@ -11,7 +11,8 @@ import numpy as np
 import typer
 from rich.console import Console
 
-from planner.cli.common import OutputFormat, progress_bar, up_to, using_document, within
+from planner.cli.common import (OutputFormat, progress_bar, refuse_unused, up_to, using_document,
+                               within)
 from planner.errors import SpecError
 from planner.inputs.limits import (EP_GPUS, EXPERT_SLOTS, EXPERTS, GPUS_PER_NODE,
                                    INPUT_FILE_BYTES, LOAD_VALUES, LOCALITY_SLACK, MODEL_LAYERS,
@@ -116,6 +117,7 @@ def _read_current(path: Path):
 
 @experts_app.command("plan")
 def plan(
+    ctx: typer.Context,
     loads: LoadsArg = None,
     gpus: Annotated[int, typer.Option(
         min=1, callback=within(EP_GPUS),
@@ -181,11 +183,17 @@ def plan(
     from planner.plan.validate import validate_expert_placement
 
     _check_heatmap(heatmap)
+    rule = resolve_dispatch(dispatch, sglang is not None, vllm is not None)
+    refuse_unused(ctx, {
+        "drift": (robust, "--robust"), "scenarios": (robust, "--robust"),
+        "quotas": (robust and rule in ("static", "realtime"),
+                   "--robust and --dispatch static or realtime"),
+        "migration_weight": (current is not None, "--current"),
+        "expert_mb": (current is not None, "--current")})
     if gpus > gpus_per_node and gpus % gpus_per_node:
         raise SpecError("--gpus", "", f"at most --gpus-per-node ({gpus_per_node}) or a multiple "
                         f"of it: {gpus} GPUs leave a node with {gpus % gpus_per_node} of its "
                         f"{gpus_per_node}", gpus)
-    rule = resolve_dispatch(dispatch, sglang is not None, vllm is not None)
     if locality_slack is not None and rule in ("even", "sglang"):
         raise SpecError("--locality-slack", "", "--dispatch static or realtime (the even and "
                         "SGLang rules fix the split, so there is no balance to trade)", rule)
