@@ -247,5 +247,5 @@ def compute_floor_s(model: ModelSpec, cluster: Cluster, workload: Workload, cfg:
 def bottleneck_tiers(views: tuple[GroupViews, ...]) -> dict[str, str]:
     """Group kind -> name of the link tier that limits its slowest group, over all stages."""
     worst = {k: worst_of([getattr(v, k) for v in views]) for k in KINDS}
-    return {k: worst[k].bottleneck.name for k in ("tp", "cp", "dp_cp", "pp", "ep")
+    return {k: worst[k].bottleneck.name for k in ("tp", "cp", "dp", "dp_cp", "pp", "ep", "edp")
             if worst[k].size > 1}

@@ -39,7 +39,8 @@ MEMORY_ROWS = (
     ("logits_bytes", "Logits"),
     ("other_bytes", "Other (workspaces, fragmentation)"),
 )
-GROUP_NAMES = {"tp": "TP", "cp": "CP", "dp_cp": "DP x CP", "pp": "PP", "ep": "EP"}
+GROUP_NAMES = {"tp": "TP", "cp": "CP", "dp": "DP", "dp_cp": "DP x CP", "pp": "PP", "ep": "EP",
+               "edp": "EDP"}
 _CHOSEN_NAMES = {"recompute": "recompute", "micro_batch": "micro-batch", "etp": "etp"}
 
 
