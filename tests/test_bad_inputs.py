@@ -212,7 +212,8 @@ def test_plan_malformed_beyond_its_validator(tmp_path, plan_doc, path, value):
         target = target[part]
     target[path[-1]] = value
     plan = write(tmp_path / "p.json", doc)
-    for args in (["explain", plan], ["compare", plan, plan]):
+    good = write(tmp_path / "good.json", plan_doc)
+    for args in (["explain", plan], ["compare", plan, good]):
         result = invoke(*args)
         assert "p.json: expected a plan written by" in one_error_line(result)
         assert result.stdout == ""  # no half report before the error
@@ -301,3 +302,12 @@ def test_a_format_that_cannot_express_the_plan_says_so_not_malformed(tmp_path):
     assert line.startswith("error: torchtitan: fp16 is not offered")
     assert "megatron" in line and "malformed" not in line and "report" not in line
     assert not (tmp_path / "launch").exists()
+
+
+def test_compare_needs_two_distinct_plan_files(tmp_path, plan_doc):
+    plan = write(tmp_path / "p.json", plan_doc)
+    other = write(tmp_path / "q.json", plan_doc)  # the same plan in another file: fine
+    assert "two or more plan files" in one_error_line(invoke("compare", plan))
+    line = one_error_line(invoke("compare", plan, tmp_path / "." / "p.json"))
+    assert "distinct plan files" in line and "the same file" in line
+    assert invoke("compare", plan, other).exit_code == 0

@@ -71,6 +71,16 @@ def compare(plans: Annotated[list[Path], typer.Argument(help="Two or more plan f
     from planner.report.compare import render_compare
     from planner.plan.file import load_plan
 
+    if len(plans) < 2:
+        raise SpecError("PLANS", "", "two or more plan files to compare ('planner explain "
+                        "PLAN' shows one)", [str(p) for p in plans])
+    seen: dict[Path, Path] = {}
+    for p in plans:
+        key = p.resolve()
+        if key in seen:
+            raise SpecError("PLANS", "", "distinct plan files", f"{seen[key]} and {p} are the "
+                            "same file")
+        seen[key] = p
     loaded = [load_plan(p) for p in plans]
     names = [p.stem for p in plans]
     if len(set(names)) < len(names):
@@ -79,6 +89,8 @@ def compare(plans: Annotated[list[Path], typer.Argument(help="Two or more plan f
     if len(kinds) > 1:
         got = ", ".join(f"{name}: {p.kind}" for name, p in zip(names, loaded))
         raise SpecError("PLANS", "kind", "plans of one kind (training or serving)", got)
+    for path, p in zip(plans, loaded):  # a plan malformed beyond its validator: name it alone
+        _rendered(_one_plan_report(p), str(path))
     sources = ", ".join(str(p) for p in plans)
     if kinds == ["serving"]:
         from planner.report.serving_explain import render_serving_compare
@@ -91,6 +103,15 @@ def compare(plans: Annotated[list[Path], typer.Argument(help="Two or more plan f
         _print_plan_report(serving_report, sources)
         return
     _print_plan_report(lambda: render_compare(loaded, names), sources)
+
+
+def _one_plan_report(plan: Plan) -> Callable[[], RenderableType]:
+    """What ``explain`` shows of ``plan`` (without the timeline), to render."""
+    if plan.kind == "serving":
+        from planner.report.serving_explain import render_serving_explain
+        return lambda: render_serving_explain(plan, serving_targets_met(plan))
+    from planner.report.explain import render_explain
+    return lambda: render_explain(plan)
 
 
 def _rendered(render: Callable[[], RenderableType], source: str) -> str:
