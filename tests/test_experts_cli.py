@@ -212,6 +212,11 @@ BAD_PLAN_INPUTS = {
     "non-numeric CSV cell after a header": (
         lambda d: [write_csv(d / "cell.csv", [[1, 2, 3], [4, "x", 6]], True)],
         2, ["cell.csv", "row 2", "numbers only"]),
+    "true/false among JSON loads": (lambda d: [write_text(d / "flag.json",
+                                                          "[[true, 1, 1, 1], [1, 2, 3, 4]]")],
+                                    2, ["flag.json", "(top level)", "not true or false"]),
+    "a text file named .npy": (lambda d: [write_text(d / "text.npy", "hello\n")],
+                               2, ["text.npy", "a NumPy .npy file"]),
     "string NPY": (
         lambda d: [write_npy(d / "str.npy", np.array([["a", "b"], ["c", "d"]]))],
         2, ["str.npy", "array", "integer or float"]),
@@ -225,7 +230,7 @@ BAD_PLAN_INPUTS = {
                                         2, ["--gpus", "divisor", "16 experts", "--slots-per-gpu"]),
     "too few slots (infeasible)": (
         lambda d: [_good_npy(d), "--gpus", "4", "--slots-per-gpu", "3"],
-        3, ["4 GPUs x 3 slots", "12 slots < 16 experts"]),
+        3, ["4 GPUs x 3 slots", "12 slots < 16 experts", "--slots-per-gpu"]),
     "--current missing": (lambda d: [_good_npy(d), *PLAN_SHAPE, "--current", d / "gone.json"],
                           2, ["gone.json", "readable JSON placement"]),
     "--current not a placement": (

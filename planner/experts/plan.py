@@ -71,7 +71,8 @@ class ExpertOptions:
             return ExpertLayout(num_experts, self.num_gpus, self.slots_per_gpu,
                                 min(self.gpus_per_node, self.num_gpus))
         except ValueError as err:
-            raise InfeasibleError(f"expert placement: {err}") from None
+            raise InfeasibleError(f"expert placement: {err} (raise --slots-per-gpu or "
+                                  "--gpus)") from None
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,9 @@ def _check_current(current: np.ndarray, layout: ExpertLayout, layers, num_layers
                    source: str) -> None:
     if current.shape != (num_layers, layout.num_slots):
         raise SpecError(source, "physical_to_logical_map",
-                        f"{num_layers} layers x {layout.num_slots} slots", f"shape {list(current.shape)}")
+                        f"{num_layers} layers x {layout.num_slots} slots, this run's shape (the "
+                        f"loads' layers; --gpus {layout.num_gpus} x {layout.slots_per_gpu} slots "
+                        "per GPU)", f"shape {list(current.shape)}")
     if current.max() >= layout.num_experts:
         raise SpecError(source, "physical_to_logical_map",
                         f"expert ids 0..{layout.num_experts - 1}", int(current.max()))

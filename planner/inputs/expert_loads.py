@@ -75,6 +75,14 @@ def load_expert_loads(path: Path) -> ExpertLoads:
 
 
 def _read_npy(path: Path) -> np.ndarray:
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(6)
+    except OSError as err:
+        raise SpecError(str(path), "", f"a readable file ({err.strerror})") from None
+    if magic != b"\x93NUMPY":  # else numpy takes any other file for a pickle
+        raise SpecError(str(path), "", "a NumPy .npy file (it starts with \\x93NUMPY; this "
+                        "one does not)")
     try:  # memory-mapped: the header's shape is checked before any data is read
         with warnings.catch_warnings():  # e.g. "created on Python 2": the header still parses
             warnings.simplefilter("ignore")
@@ -134,8 +142,9 @@ def _numeric(text: str) -> bool:
 
 
 def _read_json(path: Path) -> tuple[np.ndarray, str]:
+    text = _read_text(path)
     try:
-        data = parse_json(_read_text(path), str(path))
+        data = parse_json(text, str(path))
     except json.JSONDecodeError as err:
         raise SpecError(str(path), "", f"valid JSON ({err})") from None
     field = "logical_count"
@@ -146,11 +155,27 @@ def _read_json(path: Path) -> tuple[np.ndarray, str]:
         data = data["logical_count"]
     else:
         field = "(top level)"
+    if ("true" in text or "false" in text) and _has_flag(data):
+        raise SpecError(str(path), field, "numbers, not true or false (a flag read as a "
+                        "number would be a load of 1 or 0)")
     try:
         return np.array(data, dtype=np.float64), field
     except (ValueError, TypeError, OverflowError, RecursionError):
         raise SpecError(str(path), field, "a rectangular [layers][experts] or "
                         "[steps][layers][experts] array of numbers") from None
+
+
+def _has_flag(data) -> bool:
+    """Whether nested lists ``data`` hold a JSON true/false anywhere (only looked for when
+    the text has one: the walk is over every value)."""
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, bool):
+            return True
+        if isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _check_shape(shape: tuple[int, ...], source: str, field: str) -> None:
