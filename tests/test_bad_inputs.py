@@ -311,3 +311,37 @@ def test_compare_needs_two_distinct_plan_files(tmp_path, plan_doc):
     line = one_error_line(invoke("compare", plan, tmp_path / "." / "p.json"))
     assert "distinct plan files" in line and "the same file" in line
     assert invoke("compare", plan, other).exit_code == 0
+
+
+@pytest.mark.parametrize("key, value", [("step_time_s", "fast"), ("mfu", True),
+                                        ("tokens_per_s_per_gpu", None)])
+def test_a_training_prediction_of_the_wrong_type_is_an_invalid_plan(tmp_path, plan_doc, key,
+                                                                    value):
+    """explain, compare and emit refuse it naming the key (explain and compare had failed
+    inside their reports, emit had written launch files for it)."""
+    doc = copy.deepcopy(plan_doc)
+    doc["prediction"][key] = value
+    plan = write(tmp_path / "p.json", doc)
+    good = write(tmp_path / "good.json", plan_doc)
+    for args in (["explain", plan], ["compare", plan, good],
+                 ["emit", "torchrun", plan, "--out-dir", tmp_path / "launch"]):
+        line = one_error_line(invoke(*args))
+        assert "p.json: invalid plan" in line and key in line
+    assert not (tmp_path / "launch").exists()
+
+
+def test_a_serving_prediction_of_the_wrong_type_is_an_invalid_plan(tmp_path):
+    out = tmp_path / "s.json"
+    assert invoke("serve", "--model", "llama-3.1-8b", "--gpu", "H100", "--nodes", "1",
+                  "--out", out).exit_code == 0
+    doc = json.loads(out.read_text())
+    for key, value in (("tpot_s", "fast"), ("output_tokens_per_s_per_gpu", True),
+                       ("meets_slo", 1)):
+        bad = copy.deepcopy(doc)
+        bad["prediction"][key] = value
+        plan = write(tmp_path / "p.json", bad)
+        for args in (["explain", plan], ["compare", plan, out],
+                     ["emit", "sglang", plan, "--out-dir", tmp_path / "launch"]):
+            line = one_error_line(invoke(*args))
+            assert "p.json: invalid plan" in line and key in line
+        assert not (tmp_path / "launch").exists()

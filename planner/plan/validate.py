@@ -17,6 +17,9 @@ section's own transports and islands and the pool's groups.
 """
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import numpy as np
 
 from cost_models.parallel import ConfigError, Degrees, check_degrees
@@ -55,6 +58,8 @@ def plan_problems(plan: Plan) -> list[str]:
         problems.append(f"pools use {plan.num_gpus} GPUs, the cluster has {cluster.num_gpus}")
     if plan.kind == "training" and plan.training is None:
         problems.append("a training plan needs a training section")
+    if plan.kind == "serving":
+        problems += serving_prediction_problems(plan.prediction)
     if plan.training is not None and not problems:
         problems += training_problems(plan, model, cluster)
     if plan.experts is not None:
@@ -70,6 +75,30 @@ def plan_problems(plan: Plan) -> list[str]:
             problems += fabric_problems(plan.fabric, cluster, plan.pool())
             problems += socket_group_problems(plan.fabric, plan.pool())
     return problems
+
+
+# What the serving reports and the ranking read from a serving plan's prediction
+SERVING_NUMBERS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu",
+                   "output_tokens_per_s_per_user", "request_rate_per_s", "tpot_s", "ttft_s")
+SERVING_OPTIONAL_NUMBERS = ("ttft_at_quantile_s", "ttft_p90_s", "ttft_p99_s", "kv_transfer_s")
+SERVING_FLAGS = ("fits", "meets_slo")
+
+
+def serving_prediction_problems(prediction: Any) -> list[str]:
+    """A serving prediction holds finite numbers and true/false where the reports read them."""
+    if not isinstance(prediction, dict):
+        return ["prediction is not an object"]
+    wrong = [k for k in SERVING_NUMBERS if not _finite(prediction.get(k))]
+    wrong += [k for k in SERVING_OPTIONAL_NUMBERS
+              if prediction.get(k) is not None and not _finite(prediction[k])]
+    flags = [k for k in SERVING_FLAGS if not isinstance(prediction.get(k), bool)]
+    return ([f"prediction needs finite numbers for {wrong}"] if wrong else []) + (
+        [f"prediction needs true or false for {flags}"] if flags else [])
+
+
+def _finite(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
 
 
 def _node_problems(pools: list[Pool], num_nodes: int, whole_cluster: bool = True) -> list[str]:

@@ -5,6 +5,8 @@ options run, and the prediction holds what the reports read with every stage's m
 """
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 from cost_models.parallel import ConfigError
@@ -76,10 +78,21 @@ def _prediction_problems(prediction: Any) -> list[str]:
     if missing:
         return [f"prediction lacks {missing}"]
     time = prediction["time"]
-    if not isinstance(time, dict) or any(not isinstance(time.get(k), (int, float))
-                                         for k in TIME_KEYS):
+    if not isinstance(time, dict) or any(not _number(time.get(k)) for k in TIME_KEYS):
         return [f"prediction.time needs numbers for {list(TIME_KEYS)}"]
+    wrong = [k for k in PREDICTION_NUMBERS if not _number(prediction[k])]
+    if wrong:
+        return [f"prediction needs finite numbers for {wrong}"]
     return []
+
+
+PREDICTION_NUMBERS = ("mfu", "step_time_s", "tokens_per_s_per_gpu")
+
+
+def _number(value: Any) -> bool:
+    """A finite int or float (JSON's true/false are not numbers here)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
 
 
 def _memory_problems(prediction: dict[str, Any]) -> list[str]:
