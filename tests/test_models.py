@@ -539,3 +539,13 @@ def test_serve_and_emit_say_when_the_engines_would_load_a_bare_model_name(tmp_pa
         assert emitted.exit_code == 0, emitted.output
         assert ("give serve --model-path" in emitted.stderr) is warned
         assert f"--model-path {path}" in (tmp_path / model / "serving_commands.txt").read_text()
+
+
+def test_an_hf_config_without_model_type_says_so(tmp_path) -> None:
+    data = json.loads((FIXTURES / "llama-3.1-8b.json").read_text())
+    data.pop("model_type")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    message = _raises(load_model, str(path))
+    assert "model_type" in message and "num_layers" in message.split("model_type", 1)[1]
+    assert "required field" not in message

@@ -76,6 +76,11 @@ def model_from_data(data: Any, source: str) -> ModelSpec:
     """A parsed file: HF ``config.json`` when it has ``model_type``, else our schema."""
     if isinstance(data, dict) and "model_type" in data:
         return model_from_hf_config(data, source)
+    if isinstance(data, dict) and "num_layers" not in data and (
+            {"architectures", "num_hidden_layers"} & set(data)):
+        raise SpecError(source, "model_type", "a Hugging Face config.json's model_type (e.g. "
+                        "'llama', which names the architecture to import), or a model file in "
+                        "planner's schema (num_layers, hidden_size, ...)")
     check_schema_limits(data, source)
     return model_from_yaml_dict(data, source)
 
