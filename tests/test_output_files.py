@@ -169,3 +169,12 @@ def test_solve_out_dir_removes_plan_files_an_earlier_run_left_beyond_its_plans(t
     assert invoke(*SMALL_SOLVE, "--top-k", "1", "--out-dir", out).exit_code == 0
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "plan-01.json", "plan-1.json"]
     assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_emitted_scripts_name_the_plan_by_its_absolute_path(tmp_path, plan_file, monkeypatch):
+    """A launch script may start from another folder (Slurm: the submit folder), so
+    PLANNER_PLAN is absolute even when the plan was given relative to the current one."""
+    monkeypatch.chdir(plan_file.parent)
+    assert invoke("emit", "torchrun", plan_file.name, "--out-dir", tmp_path / "l").exit_code == 0
+    text = (tmp_path / "l" / "launch_torchrun.sh").read_text()
+    assert f"PLANNER_PLAN={plan_file.resolve()}" in text

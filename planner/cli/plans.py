@@ -179,7 +179,10 @@ def emit(
     loaded = load_plan(plan)
     options = EmitOptions(script=script, script_args=tuple(script_arg or ()),
                           master_port=master_port, job_name=job_name, image=image,
-                          plan_path=str(plan))
+                          # scripts may start from any folder (Slurm: the submit folder), so
+                          # they name the plan by its absolute path; a container's is the
+                          # image's business, left as given
+                          plan_path=str(plan if fmt == "kubeflow" else plan.resolve()))
     with using_document(str(plan), PLAN_EXPECTED):
         files = run_emit(fmt, loaded, options)  # everything is rendered before anything is written
     targets = {out_dir / name: text for name, text in sorted(files.items())}
