@@ -199,6 +199,12 @@ class ModelSpec:
     # ``rope_scaling``; Peng et al. 2023, YaRN, eq. 22). Megatron-Core's fused RoPE does not
     # take it: any other value runs the unfused rotary (cost_models.compute).
     rope_attention_factor: float = 1.0
+    # RoPE's base frequency (HF ``rope_theta``) and Llama 3's frequency scaling factor (HF
+    # ``rope_scaling`` of type ``llama3``): no cost term reads them; launch files pass them
+    # (Megatron-LM ``--rotary-base``, ``--use-rope-scaling --rope-scaling-factor``). None:
+    # the file does not say.
+    rope_theta: float | None = None
+    rope_llama3_factor: float | None = None
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:

@@ -860,3 +860,25 @@ def test_emit_warns_when_the_hosts_are_the_default_names(tmp_path):
         out = runner.invoke(app, ["emit", "slurm", str(plan), "--out-dir", str(tmp_path / "l")])
         assert out.exit_code == 0, out.output
         assert ("warning: the plan's host names (gpu-0 .. gpu-1)" in out.output) == warned
+
+
+@pytest.mark.parametrize("model, base, scaling", [("llama-3.1-8b", "500000", "8"),
+                                                  ("qwen3-30b-a3b", "1000000", None),
+                                                  ("gpt3-175b", None, None)])
+def test_megatron_passes_the_models_rope_base_and_llama3_scaling(model, base, scaling, tmp_path):
+    """Megatron's RoPE base defaults to 10,000 and Llama 3.1 needs 500,000 and its frequency
+    scaling (HF rope_theta and rope_scaling; megatron/training/arguments.py); learned
+    positions (GPT-3) take neither."""
+    from typer.testing import CliRunner
+
+    from planner.cli.app import app
+    out = tmp_path / "p.json"
+    solved = CliRunner().invoke(app, ["solve", "--model", model, "--gpu", "H100", "--nodes",
+                                      "8" if model == "gpt3-175b" else "1", "--top-k", "1",
+                                      "--global-batch", "64", "--out", str(out)])
+    assert solved.exit_code == 0, solved.output
+    args = megatron_dict(json.loads(emit("megatron", plan_from_json(out.read_text()))[
+        "megatron_args.json"]))
+    assert args.get("--rotary-base") == ([base] if base else None)
+    assert ("--use-rope-scaling" in args) is (scaling is not None)
+    assert args.get("--rope-scaling-factor") == ([scaling] if scaling else None)

@@ -130,8 +130,13 @@ def test_schema_2_plans_load_to_the_same_pools_and_todays_bytes(name):
         assert totals[0] == totals[1]
         assert {k: v for k, v in upgraded.items() if k not in moving} == \
             {k: v for k, v in today.items() if k not in moving}
-        assert {k: v for k, v in upgraded["inputs"].items() if k != "profile"} == \
-            {k: v for k, v in today["inputs"].items() if k != "profile"}
+        assert {k: v for k, v in upgraded["inputs"].items() if k not in ("profile", "model")} \
+            == {k: v for k, v in today["inputs"].items() if k not in ("profile", "model")}
+        # today's model may carry optional fields added since (RoPE's base and Llama 3
+        # scaling, 2026-11-29, which only launch files read): the rest is the same
+        old_model, new_model = upgraded["inputs"]["model"], today["inputs"]["model"]
+        assert {k: new_model[k] for k in old_model} == old_model
+        assert set(new_model) - set(old_model) <= {"rope_theta", "rope_llama3_factor"}
         # today's profile may carry fields added since (attention_half_keys, ...): a file
         # written before lacks them and is priced as it was (Profile's 0 defaults)
         assert set(upgraded["inputs"]["profile"]) <= set(today["inputs"]["profile"])

@@ -15,7 +15,9 @@ Flag names and constraints follow ``megatron/training/arguments.py`` (NVIDIA/Meg
 * model: ``--num-layers``, ``--hidden-size``, ``--ffn-hidden-size``,
   ``--num-attention-heads``, ``--group-query-attention`` + ``--num-query-groups``,
   ``--kv-channels``, ``--seq-length``, ``--max-position-embeddings``,
-  ``--position-embedding-type``, ``--normalization``, ``--swiglu``,
+  ``--position-embedding-type``, ``--rotary-base`` (the model's ``rope_theta``; Megatron's
+  default is 10,000), ``--use-rope-scaling`` + ``--rope-scaling-factor`` (Llama 3's RoPE
+  scaling; ``megatron/training/arguments.py``), ``--normalization``, ``--swiglu``,
   ``--untie-embeddings-and-output-weights``, ``--disable-bias-linear``, ``--add-qkv-bias``,
   ``--attention-dropout`` / ``--hidden-dropout``, MLA (``--multi-latent-attention``,
   ``--q-lora-rank``, ``--kv-lora-rank``, ``--qk-head-dim``, ``--qk-pos-emb-head-dim``,
@@ -140,6 +142,10 @@ def _model_args(f: Facts) -> tuple[list[str], list[str]]:
     else:
         args += ["--position-embedding-type", "rope", "--max-position-embeddings",
                  str(w.seq_len)]
+        if m.rope_theta is not None:  # Megatron's default base is 10,000
+            args += ["--rotary-base", str(round(m.rope_theta))]
+        if m.rope_llama3_factor is not None:
+            args += ["--use-rope-scaling", "--rope-scaling-factor", f"{m.rope_llama3_factor:g}"]
     args += ["--seq-length", str(w.seq_len)]
     if m.norm == "rmsnorm":
         args += ["--normalization", "RMSNorm"]

@@ -147,7 +147,20 @@ def _common(c: _Config, ffn_default: Any = _MISSING) -> dict[str, Any]:
         source=c.source,
     )
     factor = _yarn_attention_factor(c)
-    return kw | (dict(rope_attention_factor=factor) if factor != 1.0 else {})
+    return kw | (dict(rope_attention_factor=factor) if factor != 1.0 else {}) | _rope_base(c)
+
+
+def _rope_base(c: _Config) -> dict[str, float]:
+    """``rope_theta`` and Llama 3's ``rope_scaling`` factor, where the config gives them
+    (``transformers`` ``_compute_llama3_parameters``); launch files pass them on."""
+    out = {}
+    if c.has("rope_theta"):
+        out["rope_theta"] = c.positive("rope_theta")
+    rope = c.data.get("rope_scaling")
+    if isinstance(rope, dict) and (rope.get("rope_type") or rope.get("type")) == "llama3":
+        out["rope_llama3_factor"] = _Config(rope, c.source, c.key("rope_scaling.")).positive(
+            "factor")
+    return out
 
 
 def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:

@@ -160,6 +160,11 @@ class ModelFile(_File):
     rope_attention_factor: float = Field(1.0, gt=0, description="YaRN's attention factor "
                                          "scaling RoPE's cos and sin (GPT-OSS: 1.347; 1 "
                                          "without YaRN).")
+    rope_theta: float | None = Field(None, gt=0, description="RoPE's base frequency (HF "
+                                     "rope_theta; Llama 3.1: 500000), for launch files.")
+    rope_llama3_factor: float | None = Field(None, gt=0, description="Llama 3's RoPE "
+                                             "frequency scaling factor (HF rope_scaling type "
+                                             "llama3: 8), for launch files.")
     mtp_layers: int = Field(0, ge=0, description="DeepSeek multi-token-prediction modules.")
     attn_gate: bool = Field(False, description="Output-gated attention (q_proj twice as wide: "
                             "Qwen3-Next, Qwen3.5).")

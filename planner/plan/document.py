@@ -231,14 +231,16 @@ class Plan:
 
 def model_to_plain(model: ModelSpec) -> dict[str, Any]:
     """The model as plain data. The fields added after plan files existed (gated, linear,
-    chunked and sparse attention, the GLU clamp, YaRN's attention factor) are written only
+    chunked and sparse attention, the GLU clamp, YaRN's attention factor, RoPE's base and
+    Llama 3 scaling) are written only
     when they differ from their defaults, so a plan of a model without them keeps its bytes
     (and its hash)."""
     d = asdict(model)
     d.pop("source", None)
     defaults = {f.name: f.default for f in fields(ModelSpec)}
     for key in ("attn_gate", "linear_attn", "linear_layers", "attention_chunk", "chunk_layers",
-                "sparse_attn", "indexer_layers", "glu_clamp", "rope_attention_factor"):
+                "sparse_attn", "indexer_layers", "glu_clamp", "rope_attention_factor",
+                "rope_theta", "rope_llama3_factor"):
         if d[key] == defaults[key] or d[key] == []:
             del d[key]
     return d
