@@ -40,10 +40,11 @@ LAYER_WIDTH = Limit("widths inside a layer", 1_048_576, "channels",
 ATTENTION_HEADS = Limit("attention heads of a layer", 4_096, "heads",
                         "32 times the most heads in the presets, 128")
 EXPERTS = Limit("experts of an MoE layer", 4_096, "experts",
-                "eight times the most routed experts in the presets, Qwen3.5-397B-A17B's "
-                "512")
+                "eight times the most routed experts of the models in the test configs, "
+                "Qwen3.5-397B-A17B's 512")
 VOCABULARY = Limit("the vocabulary", 4_194_304, "tokens",
-                   "sixteen times the largest vocabulary in the presets, Qwen3.5's 248,320")
+                   "sixteen times the largest vocabulary of the models in the test configs, "
+                   "Qwen3.5's 248,320")
 SEQUENCE_TOKENS = Limit("tokens in a sequence", 16_777_216, "tokens",
                         "longer than the longest context of a published model, Llama 4 Scout's "
                         "10M tokens")
