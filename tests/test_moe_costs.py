@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from cost_models.compute import (ACT_BYTES, GpuRates, Gemm, Shard, gemm_time_s, layer_work,
-                                 lm_head_forward_time, moe_gemms, router_bytes_per_token,
-                                 tokens_per_expert)
+from cost_models.compute import (ACT_BYTES, GpuRates, Gemm, Shard, gemm_time_s,
+                                 layer_forward_time, layer_work, lm_head_forward_time,
+                                 moe_gemms, tokens_per_expert)
 from cost_models.model_spec import ModelSpec, MoESpec, count_params
 from cost_models.parallel import ConfigError, Degrees
 from cost_models.profile import Profile
@@ -56,16 +56,16 @@ def test_permutation_traffic_is_routed_copies_times_hidden(tokens, top_k, hidden
     # together (top_k * 512) moves the same activation bytes, and no permutation or router ones
     dense = replace(model, moe=None, moe_layers=(), ffn_hidden_size=top_k * 512)
     sh = _shard(tokens)
-    extra = layer_work(model, 0, sh).elementwise_bytes - layer_work(dense, 0, sh).elementwise_bytes
+    moe_work, dense_work = layer_work(model, 0, sh), layer_work(dense, 0, sh)
+    extra = moe_work.elementwise_bytes - dense_work.elementwise_bytes
     permute = tokens * top_k * 4 * hidden * ACT_BYTES
-    assert extra == pytest.approx(permute + tokens * router_bytes_per_token(16), rel=1e-12)
-    permute_s = permute / (RATES.hbm_bytes_per_s * PROF.hbm_efficiency)
-    assert permute_s == pytest.approx(tokens * top_k * hidden * 8 / (3.35e12 * 0.8))
-
-
-def test_router_traffic_is_four_fp32_passes_over_the_experts():
-    assert router_bytes_per_token(256) == 4 * 4 * 256
-    assert router_bytes_per_token(128) == pytest.approx(router_bytes_per_token(256) / 2)
+    router = tokens * 4 * 4 * 16  # the router's four fp32 passes over the 16 experts' scores
+    assert extra == pytest.approx(permute + router, rel=1e-12)
+    # and the model's time for them: that traffic at the HBM bandwidth it reaches
+    extra_s = (layer_forward_time(moe_work, RATES, PROF).elementwise_s
+               - layer_forward_time(dense_work, RATES, PROF).elementwise_s)
+    assert extra_s == pytest.approx((permute + router) / (3.35e12 * PROF.hbm_efficiency),
+                                    rel=1e-12)
 
 
 @pytest.mark.parametrize("ep,tp,imbalance,expected", [
