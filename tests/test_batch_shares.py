@@ -34,6 +34,30 @@ def test_solver_equals_brute_force(seed: int) -> None:
     assert got.bottleneck_s == pytest.approx(expected.bottleneck_s, rel=1e-12)
 
 
+def _smallest_increments(problem: ShareProblem) -> tuple[int, ...]:
+    """The split the module docstring defines, built another way: every replica's first
+    micro-batch, then the ``total - R`` smallest increments ``k * micro_batch_s[r]`` (k >= 2,
+    within the replica's limit), ties to the lowest replica index."""
+    times, caps = problem.micro_batch_s, problem.max_shares or (None,) * len(problem.micro_batch_s)
+    increments = sorted((k * t, r) for r, (t, cap) in enumerate(zip(times, caps))
+                        for k in range(2, (cap if cap is not None else problem.total) + 1))
+    shares = [1] * len(times)
+    for _, r in increments[:problem.total - len(times)]:
+        shares[r] += 1
+    return tuple(shares)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_solver_picks_the_documented_split_among_equal_bottlenecks(seed: int) -> None:
+    """The shares themselves (they decide the plan's bytes), not only the bottleneck."""
+    problem = _random_problem(random.Random(seed))
+    try:
+        got = solve_shares(problem)
+    except InfeasibleShares:
+        return
+    assert got.shares == _smallest_increments(problem)
+
+
 def test_large_batch_matches_the_slow_greedy() -> None:
     """The fill below the continuous bound changes nothing: it equals adding one at a time."""
     times, total = (1.0, 3.17 / 1.0, 1.3, 0.77), 1000

@@ -18,8 +18,18 @@ def test_split_matches_brute_force(total, gp, gd, unit):
             continue
         value = lambda s: min(s[0] * rp, s[1] * rd) / (s[0] * gp + s[1] * gd)  # noqa: E731
         assert value(got) == pytest.approx(value(ref), rel=1e-12)
+        # the documented tie-break: at equal rate per GPU the higher rate, then fewer GPUs
+        assert got[2] == ref[2] == min(got[0] * rp, got[1] * rd)
+        assert got[0] * gp + got[1] * gd == ref[0] * gp + ref[1] * gd
         assert (got[0] * gp) % unit == 0 and (got[1] * gd) % unit == 0
         assert got[0] * gp + got[1] * gd <= total
+
+
+def test_ties_go_to_the_higher_rate_then_fewer_gpus():
+    """Equal speeds and sizes: 1+1, 2+2, 3+3 and 4+4 instances all give the same rate per GPU;
+    the split takes the highest rate (4+4), as the module docstring says."""
+    assert best_split(16, 2, 1.0, 2, 1.0) == (4, 4, 4.0)
+    assert best_split_brute(16, 2, 1.0, 2, 1.0) == (4, 4, 4.0)
 
 
 def test_no_room_for_both_pools():
