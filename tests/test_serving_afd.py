@@ -85,20 +85,26 @@ def test_search_equals_brute_force(tpot_ms, isl):
         assert got.best[0].tpot_s * 1e3 <= tpot_ms
 
 
-def test_search_equals_brute_force_on_two_gpu_types():
-    """Attention and FFN pools may take different GPU types; the search tries every pairing."""
-    import yaml
-    spec = {"name": "tiny-mixed", "node_groups": [
-        {"name": "a", "count": 1, "gpu": "H20", "gpus_per_node": 2, "fabric": "nvswitch",
-         "nics": [{"count": 2, "gbps": 400, "transport": "ib"}]},
-        {"name": "b", "count": 1, "gpu": "L40S", "gpus_per_node": 2, "fabric": "pcie",
-         "nics": [{"count": 2, "gbps": 200, "transport": "roce"}]}],
-        "network": {"tiers": [{"name": "leaf", "nodes_per_switch": 2}]}}
+def _two_type_cluster(nodes: int = 1):
+    """``nodes`` nodes of 2 H20 and as many of 2 L40S under one leaf switch."""
     import pathlib
     import tempfile
+
+    import yaml
+    spec = {"name": "tiny-mixed", "node_groups": [
+        {"name": "a", "count": nodes, "gpu": "H20", "gpus_per_node": 2, "fabric": "nvswitch",
+         "nics": [{"count": 2, "gbps": 400, "transport": "ib"}]},
+        {"name": "b", "count": nodes, "gpu": "L40S", "gpus_per_node": 2, "fabric": "pcie",
+         "nics": [{"count": 2, "gbps": 200, "transport": "roce"}]}],
+        "network": {"tiers": [{"name": "leaf", "nodes_per_switch": 2 * nodes}]}}
     path = pathlib.Path(tempfile.mkdtemp()) / "c.yaml"
     path.write_text(yaml.safe_dump(spec))
-    cluster = load_cluster(str(path))
+    return load_cluster(str(path))
+
+
+def test_search_equals_brute_force_on_two_gpu_types():
+    """Attention and FFN pools may take different GPU types; the search tries every pairing."""
+    cluster = _two_type_cluster()
     cal = _cal(cluster)
     wl = ServingWorkload(isl=1024, osl=128, tpot_ms=60.0, precision="fp8")
     got = afd.search(MIXTRAL, wl, cluster, cal, top_k=1, max_batch=32)
@@ -106,6 +112,24 @@ def test_search_equals_brute_force_on_two_gpu_types():
     assert ref is not None and got.best
     assert got.best[0].layout == ref.layout
     assert (got.best[0].attention_gpu, got.best[0].ffn_gpu) == (ref.attention_gpu, ref.ffn_gpu)
+
+
+def test_priced_search_equals_priced_brute_force():
+    """With prices per GPU type the search ranks (and prunes) by the rate per unit of cost:
+    on two nodes of each type the best unit is all H20 unpriced or with cheap H20s, all L40S
+    with cheap L40Ss; the search finds each brute force's."""
+    cluster = _two_type_cluster(nodes=2)
+    cal = _cal(cluster)
+    wl = ServingWorkload(isl=1024, osl=128, tpot_ms=60.0, precision="fp8")
+    found = set()
+    for price in (None, {"H20-96GB": 1.0, "L40S": 0.05}, {"H20-96GB": 0.05, "L40S": 1.0}):
+        got = afd.search(MIXTRAL, wl, cluster, cal, top_k=1, max_batch=64, price=price)
+        ref = afd.brute_force(MIXTRAL, wl, cluster, cal, max_batch=64, price=price)
+        assert ref is not None and got.best
+        assert (got.best[0].layout, got.best[0].attention_gpu, got.best[0].ffn_gpu) == (
+            ref.layout, ref.attention_gpu, ref.ffn_gpu)
+        found.add((ref.attention_gpu, ref.ffn_gpu))
+    assert found == {("H20-96GB", "H20-96GB"), ("L40S", "L40S")}  # the prices decide
 
 
 def test_throughput_never_falls_with_batch():

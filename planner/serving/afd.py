@@ -367,9 +367,10 @@ def rank_key(e: AfdEstimate, price: dict[str, float] | None = None) -> tuple:
 
 
 def brute_force(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibration,
-                max_batch: int, engine: str | None = None) -> AfdEstimate | None:
+                max_batch: int, engine: str | None = None,
+                price: dict[str, float] | None = None) -> AfdEstimate | None:
     """Every layout and every batch up to ``max_batch``: the reference :func:`search` is
-    tested against on small clusters."""
+    tested against on small clusters (``price``: per unit of cost, as there)."""
     best = None
     tpot = wl.tpot_ms / 1e3 if wl.tpot_ms is not None else None
     for att in sites(cluster):
@@ -386,7 +387,7 @@ def brute_force(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Ca
                                 e = evaluate(model, wl, cluster, cal, att, ffn, lay)
                                 if not e.fits or (tpot is not None and e.tpot_s > tpot):
                                     continue
-                                if best is None or rank_key(e) < rank_key(best):
+                                if best is None or rank_key(e, price) < rank_key(best, price):
                                     best = e
     return best
 
