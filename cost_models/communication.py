@@ -30,7 +30,14 @@ def arrival_skew_s(segment_s: float, prof: Profile) -> float:
     """What a blocking collective after ``segment_s`` of compute waits beyond its table time
     for the slower rank (``Profile.collective_skew_sqrt_s``: the gap of two ranks' random-walk
     delays grows as the square root of the segment; the tables already hold the skew of their
-    ``collective_burst_s`` burst). 0 where the profile measured none."""
+    ``collective_burst_s`` burst). 0 where the profile measured none.
+
+    Source: OS noise as independent delays accumulated per interval, which a collective
+    synchronises (Hoefler, Schneider and Lumsdaine, "Characterizing the Influence of System
+    Noise on Large-Scale Applications by Simulation", SC'10); the sum of independent
+    jitters over a segment has a spread growing as its square root. The coefficient is
+    measured by ``planner calibrate``'s interleaved compute/collective rounds
+    (``cost_models.fitting``), not assumed."""
     if prof.collective_skew_sqrt_s <= 0 or segment_s <= 0:
         return 0.0
     return prof.collective_skew_sqrt_s * max(
@@ -49,7 +56,12 @@ def bus_bandwidth(view: GroupView, prof: Profile) -> float:
 
 
 def _ring_latency_s(view: GroupView, steps_per_member: float) -> float:
-    """Latency of a ring: one hop per member, each paid on its tier."""
+    """Latency of a ring: one hop per member, each paid on its tier. A ring pass over p
+    members takes p - 1 steps, each paying the link's latency (Thakur, Rabenseifner and
+    Gropp, "Optimization of Collective Communication Operations in MPICH", IJHPCA 19(1),
+    2005: ring all-gather (p - 1) alpha; reduce-scatter then all-gather for the
+    all-reduce, ``steps_per_member`` 2); across domains k - 1 hops inside each of the
+    domains and one hop out of each on the scale-out tier."""
     intra = view.intra.latency_s if view.intra else 0.0
     inter = view.inter.latency_s if view.inter else 0.0
     k, n_dom = view.members_per_domain, view.num_domains
@@ -82,7 +94,14 @@ def measured_s(view: GroupView, op: str, size_bytes: float, prof: Profile) -> fl
 
 
 def all_reduce_s(view: GroupView, size_bytes: float, prof: Profile) -> float:
-    """Ring all-reduce; latency is the smaller of ring and tree (NCCL picks per size)."""
+    """Ring all-reduce; latency is the smaller of ring and tree (NCCL picks per size).
+
+    The tree's latency is its depth twice (reduce up, broadcast down): NCCL's double binary
+    tree spans the nodes at logarithmic depth ("Massively Scale Your Deep Learning Training
+    with NCCL 2.4", NVIDIA technical blog, 2019). Inside a domain the formula takes
+    log2(k) hops too, where NCCL chains a node's GPUs (k - 1 hops): at NVLink's ~1 us
+    latency a few microseconds per all-reduce, only where the tree beats the ring (small
+    messages; an estimate, not fitted)."""
     n = view.size
     if n <= 1 or size_bytes <= 0:
         return 0.0
@@ -125,7 +144,11 @@ def all_to_all_s(view: GroupView, send_bytes: float, prof: Profile) -> float:
     """All-to-all where each rank sends ``send_bytes`` spread evenly over the group.
 
     Traffic to peers in the same domain uses the fast tier, the rest one GPU's NIC share; the
-    two run in parallel, so the slower part decides.
+    two run in parallel, so the slower part decides. NCCL runs an all-to-all as one group of
+    point-to-point sends and receives, one per peer (NCCL User Guide, "Point-to-point
+    communication", all-to-all example), spread over its p2p channels, so transfers to NVLink
+    peers and to network peers proceed at the same time; bytes per rank (n - 1)/n of its
+    send buffer (nccl-tests ``doc/PERFORMANCE.md``, alltoall).
     """
     n = view.size
     if n <= 1 or send_bytes <= 0:

@@ -134,8 +134,16 @@ class Profile:
     # ``fit_layer_overheads``) on CPU; 0 on GPUs, whose GEMMs stream their weights from HBM
     # as they compute (the roofline of ``compute.gemm_time_s``).
     cold_weight_s_per_byte: float = 0.0
-    reserved_bytes: float = 2.5 * 2**30  # CUDA context, NCCL and cuBLAS workspaces
-    fragmentation_fraction: float = 0.05  # allocator fragmentation, fraction of the rest
+    # Memory outside states, activations and logits (``training.stage_memory.other_bytes``).
+    # Both are assumptions, neither fitted nor measured here: the CUDA context, NCCL's
+    # communicator buffers (NCCL_BUFFSIZE, 4 MiB per channel and peer by default: NCCL docs,
+    # "Environment Variables") and cuBLAS workspaces; and the caching allocator's
+    # fragmentation (PyTorch docs, "CUDA semantics: memory management"; ZeRO, Rajbhandari et
+    # al. SC'20, names fragmentation as what runs large models out of memory with free memory
+    # left). Checked only in aggregate: every published run in the calibration set is
+    # predicted to fit (docs/calibration.md).
+    reserved_bytes: float = 2.5 * 2**30
+    fragmentation_fraction: float = 0.05  # of the states, activations and logits
 
     def __post_init__(self) -> None:
         for f in fields(self):

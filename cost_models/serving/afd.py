@@ -144,6 +144,9 @@ def attention_side_s(att: Costing, micro: float, context: float, tokens_per_requ
     model, tp = att.model, att.layout.tp
     q = micro * tokens_per_request
     attn_p = attention_params(model) / tp
+    # activation traffic of the projections, an estimate: read the hidden state, write
+    # q/k/v (about one hidden state's worth with GQA), read the attention output, write the
+    # hidden state: 4 hidden states of bf16 per token
     act = q * model.hidden_size * BF16 * 4
     proj = gemm_s(att, 2.0 * q * attn_p, attn_p, q, act)
     # the attention core of every layer (the decode step's own term), shared evenly: AFD

@@ -53,7 +53,12 @@ from cost_models.serving.memory import (
 from cost_models.serving.profile import ServingProfile
 from topologies.cluster import GroupView
 
-KERNELS_PER_LAYER = 14  # launches of one decoder layer (norms, projections, attention, MLP)
+# Launches of one decoder layer without CUDA graphs, an estimate: vLLM's LlamaDecoderLayer
+# runs the fused add + RMSNorm, the QKV GEMM, rotary, the KV-cache write and attention, the
+# output GEMM, the second fused add + RMSNorm, the gate/up GEMM, SiluAndMul and the down GEMM
+# (10; vllm/model_executor/models/llama.py), plus the two TP all-reduces and an fp8 model's
+# input quantisations (up to 4): 10 to 16, taken as 14. It only prices eager mode.
+KERNELS_PER_LAYER = 14
 
 
 @dataclass(frozen=True)

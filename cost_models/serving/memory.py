@@ -144,7 +144,10 @@ def kv_bytes_per_token(model: ModelSpec, kv_dtype: str) -> float:
 def activation_bytes(model: ModelSpec, layout: PoolLayout) -> float:
     """Peak activations of one prefill chunk: the hidden state in and out, q/k/v, the MLP's
     intermediate (GLU: two of them) on this GPU, and fp32 logits of the chunk's last tokens;
-    bf16 throughout (a working-set estimate, not a profile)."""
+    bf16 throughout. A working-set estimate, not a profile: engines compute logits only for
+    each sequence's last token (vLLM ``logits_processor`` on the sampled positions), and 256
+    such sequences in one chunk is an assumption; the engines' own memory profiling
+    (vLLM's ``profile_run``, SGLang's ``mem_fraction_static``) is what the deployment uses."""
     h = model.hidden_size
     ffn = model.moe.expert_ffn_hidden * model.moe.top_k if model.is_moe else model.ffn_hidden_size
     per_token = BF16 * (4 * h + 3 * model.num_heads * model.head_dim / layout.tp

@@ -122,7 +122,12 @@ class Workload:
 
         Fused Adam, mixed precision: read fp32 p, m, v, g (16), write p, m, v (12), write the
         2-byte copy (2) = 30. SGD: read p and g, write p (12), plus the 2-byte copy when mixed.
-        fp16 adds :attr:`loss_scaling_bytes_per_param`.
+        fp16 adds :attr:`loss_scaling_bytes_per_param`. Source: the fused Adam kernel reads
+        the parameter, its gradient and both moments and writes back the parameter and the
+        moments in one pass (``torch.optim.Adam(fused=True)``, ``_fused_adam``; Apex
+        ``FusedAdam``, whose ``multi_tensor_adam`` takes the same four lists), and mixed
+        precision then copies the fp32 main parameters to the 2-byte model parameters
+        (Megatron-Core ``DistributedOptimizer``, "copy main params to model params")."""
         """
         mixed = 2 if self.precision != "fp32" else 0
         base = 28 if self.optimizer == "adam" else 12
