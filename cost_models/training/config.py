@@ -127,7 +127,7 @@ class Workload:
         moments in one pass (``torch.optim.Adam(fused=True)``, ``_fused_adam``; Apex
         ``FusedAdam``, whose ``multi_tensor_adam`` takes the same four lists), and mixed
         precision then copies the fp32 main parameters to the 2-byte model parameters
-        (Megatron-Core ``DistributedOptimizer``, "copy main params to model params")."""
+        (Megatron-Core ``DistributedOptimizer``, "copy main params to model params").
         """
         mixed = 2 if self.precision != "fp32" else 0
         base = 28 if self.optimizer == "adam" else 12
