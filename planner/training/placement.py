@@ -145,8 +145,12 @@ def mapping_note(problem: MappingProblem, outcome: Mapping | Exception,
         return f"placement: CP-SAT found no mapping within its {limit}; listing order used"
     wall = "stopped by its wall-clock backstop, so a rerun may place differently"
     if outcome.optimal:  # the tie-break among optima may still have been cut short
-        return (f"placement: CP-SAT's tie-break among optimal placements was {wall}"
-                if outcome.wall_clock_stopped else None)
+        if outcome.wall_clock_stopped:
+            return f"placement: CP-SAT's tie-break among optimal placements was {wall}"
+        if not outcome.tie_break_complete:
+            return (f"placement: optimal, but CP-SAT's tie-break among optimal placements "
+                    f"stopped at its {limit}, so not the one its rule picks")
+        return None
     kept = "; listing order kept (predicted faster)" if listing_used else ""
     return (f"placement: CP-SAT hit its {limit}; best placement found, gap "
             f"{outcome.gap:.1%}{kept}" + (f"; {wall}" if outcome.wall_clock_stopped else ""))

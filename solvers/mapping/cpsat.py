@@ -263,16 +263,20 @@ def _lex_segments(built: _Model) -> list[list[tuple[cp_model.IntVar, int]]]:
 
 
 def _lex_max(built: _Model, rows: list[list[int]], optimum: int,
-             budget: _Budget) -> list[list[int]]:
-    """Among mappings of integer objective ``optimum``, the lexicographically greatest rows."""
+             budget: _Budget) -> tuple[list[list[int]], bool]:
+    """Among mappings of integer objective ``optimum``, the lexicographically greatest rows,
+    and whether every segment was settled (False: the budget ran out first; the rows are
+    still optimal, and the same on every run)."""
     m = built.model
     m.add(built.objective == optimum)
     flat = [n for row in built.counts for n in row]
     values = {n.index: v for n, v in zip(flat, (v for row in rows for v in row))}
+    complete = True
     for segment in _lex_segments(built):
         if all(size == 1 for _, size in segment):
             continue
         if budget.spent:
+            complete = False
             break
         weights, w = [], 1
         for _, size in reversed(segment):
@@ -288,11 +292,13 @@ def _lex_max(built: _Model, rows: list[list[int]], optimum: int,
         status = solver.solve(m)
         budget.spend(solver, status)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            complete = False
             break
+        complete = complete and status == cp_model.OPTIMAL  # else this segment's is unproven
         values = {n.index: solver.value(n) for n in flat}
         for n, _ in segment:
             m.add(n == values[n.index])
-    return [[values[n.index] for n in row] for row in built.counts]
+    return [[values[n.index] for n in row] for row in built.counts], complete
 
 
 def solve_mapping(problem: MappingProblem) -> Mapping:
@@ -342,9 +348,11 @@ def _extract_optimal(problem: MappingProblem, classes: Sequence[UnitClass], buil
     if megatron is not None and scaled_objective(problem, megatron) >= found:
         return make_mapping(problem, megatron, None, optimal=True)  # tie-break rule 2
     rows = _solution_rows(solver, built)
+    complete = True
     if len(_lex_segments(built)) <= LEX_MAX_SOLVES:
-        rows = _lex_max(built, rows, found, budget)  # tie-break rule 3
-    return make_mapping(problem, expand_rows(classes, rows), None, optimal=True)
+        rows, complete = _lex_max(built, rows, found, budget)  # tie-break rule 3
+    return replace(make_mapping(problem, expand_rows(classes, rows), None, optimal=True),
+                   tie_break_complete=complete)
 
 
 def _extract_feasible(problem: MappingProblem, classes: Sequence[UnitClass], built: _Model,

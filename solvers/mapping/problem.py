@@ -138,6 +138,9 @@ class Mapping:
     # a solve was stopped by the wall-clock backstop, not the deterministic budget: another
     # run may answer differently (``solvers.mapping.cpsat``)
     wall_clock_stopped: bool = False
+    # the lexicographic tie-break among optimal mappings ran to its end (False: the budget
+    # ran out first, so the mapping is optimal but not the tie-break's pick)
+    tie_break_complete: bool = True
 
     @property
     def gap(self) -> float:
