@@ -399,3 +399,65 @@ def test_serve_without_a_plan_exits_3_and_names_what_binds(args, needle, tmp_pat
     assert needle in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "p.json").exists()
+
+
+def _price_all(model, wl, cluster, cal, engine, ranked, top_k, key=None):
+    """Every candidate priced by the full estimate, then ranked: what the search's early stop
+    must equal."""
+    from dataclasses import replace as dc_replace
+
+    from planner.serving.search import Candidate, _rank_key
+    gpus = {g.gpu.name: g.gpu for g in cluster.node_groups}
+    out = []
+    for _, dep, rate in ranked:
+        dep = dc_replace(dep, engine=engine)
+        est = estimate(model, dep, dc_replace(wl, rate_per_s=rate, concurrency=None), cluster,
+                       gpus, cal)
+        out.append(Candidate(dep, est, est.meets(wl)))
+    out.sort(key=key or _rank_key, reverse=True)
+    return tuple(out[:top_k])
+
+
+@pytest.mark.parametrize("model, wl", [
+    ("llama-3.1-8b", dict(isl=4096, osl=512, ttft_ms=2000, tpot_ms=50)),
+    ("llama-3.1-8b", dict(isl=8192, osl=256, ttft_ms=500, tpot_ms=20)),
+    ("llama-3.1-70b", dict(isl=2048, osl=256, ttft_ms=1000, tpot_ms=30)),
+    ("qwen3-30b-a3b", dict(isl=4096, osl=1024, ttft_ms=2000, tpot_ms=40))])
+def test_search_equals_pricing_every_deployment(model, wl, monkeypatch):
+    """The search prices deployments in the order of their closed-form value and stops when
+    none left can enter the top k; pricing every one gives the same plans. (It had priced
+    the best 4k by the closed form's TPOT check first, which takes the decode step at the
+    full batch: a layout at its memory's batch, 6-10% better, was never priced.)"""
+    import planner.serving.search as search_module
+    m, g = load_model(model), get_gpu(H100)
+    cl, cal = homogeneous_cluster(g.name, 2), Calibration.defaults((g.name,))
+    w = ServingWorkload(**wl)
+    modes = ("colocated", "disagg", "afd") if m.is_moe else ("colocated", "disagg")
+    got = search_module.search(m, w, cl, cal, top_k=2, modes=modes)
+    monkeypatch.setattr(search_module, "_finalise_ranked", _price_all)
+    ref = search_module.search(m, w, cl, cal, top_k=2, modes=modes)
+    for mode in modes:
+        mine, theirs = getattr(got, mode), getattr(ref, mode)
+        assert [c.deployment for c in mine] == [c.deployment for c in theirs], mode
+        assert [c.estimate.output_tokens_per_s_per_gpu for c in mine] == [
+            c.estimate.output_tokens_per_s_per_gpu for c in theirs]
+
+
+def test_per_dollar_search_equals_pricing_every_deployment(monkeypatch):
+    import planner.serving.search as search_module
+    from topologies.spec import cluster_from_dict
+    group = {"count": 2, "gpus_per_node": 8, "fabric": "nvswitch",
+             "nics": [{"count": 8, "gbps": 400, "transport": "ib"}]}
+    cl = cluster_from_dict({"name": "priced", "node_groups": [
+        {**group, "name": "h100", "gpu": "H100", "price_per_gpu_hour": 2.5},
+        {**group, "name": "h200", "gpu": "H200", "price_per_gpu_hour": 3.5}],
+        "network": {"tiers": [{"name": "leaf", "nodes_per_switch": 4}]}})
+    m = load_model("llama-3.1-8b")
+    cal = Calibration.defaults(tuple(g.gpu.name for g in cl.node_groups))
+    w = ServingWorkload(isl=4096, osl=512, ttft_ms=2000, tpot_ms=40)
+    got = search_module.search(m, w, cl, cal, top_k=2, objective="per-dollar")
+    monkeypatch.setattr(search_module, "_finalise_ranked", _price_all)
+    ref = search_module.search(m, w, cl, cal, top_k=2, objective="per-dollar")
+    for mode in ("colocated", "disagg"):
+        assert [c.deployment for c in getattr(got, mode)] == [
+            c.deployment for c in getattr(ref, mode)], mode

@@ -244,15 +244,21 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
                         _fewest_key)
         return SearchResult(co, dis, tuple(_pareto_front(pareto)), layouts_seen,
                             cluster.num_gpus)
-    colocated.sort(key=lambda x: (not x[0], -x[1] / price[x[2]], x[3].gpus_per_instance,
-                                  x[3].tp, x[3].dp, x[3].batch))
+    # Ranked by the closed form's value, which is the final rank's (the estimate prices each
+    # deployment at the closed form's rate), not by its TPOT check: that takes a decode step
+    # at the full batch, where the estimate takes the batch the rate keeps running, and a
+    # layout at its memory's batch could fail the one and meet the other
+    colocated.sort(key=lambda x: (-x[1] / price[x[2]], x[3].gpus_per_instance, x[3].tp,
+                                  x[3].dp, x[3].batch))
     key = _dollar_key(cluster) if objective == "per-dollar" else None
-    co = _finalise(model, wl, cluster, cal, engine,
-                   [(Deployment("colocated", (PoolSpec("colocated", site.gpu.name, lay,
-                                                       site.first_rank),), engine), rate)
-                    for _, _, site, lay, rate in colocated[:top_k * 4]], top_k, key)
-    dis = _finalise(model, wl, cluster, cal, engine,
-                    [(dep, rate) for _, dep, rate in disagg[:top_k * 4]], top_k, key)
+    per_hour = 3600.0 if objective == "per-dollar" else 1.0  # the keys' units
+    co = _finalise_ranked(model, wl, cluster, cal, engine,
+                          [(per_hour * value / price[site],
+                            Deployment("colocated", (PoolSpec("colocated", site.gpu.name, lay,
+                                                              site.first_rank),), engine), rate)
+                           for _, value, site, lay, rate in colocated], top_k, key)
+    dis = _finalise_ranked(model, wl, cluster, cal, engine,
+                           [(per_hour * v, dep, rate) for v, dep, rate in disagg], top_k, key)
     units: tuple[afd.AfdEstimate, ...] = ()
     af: tuple[Candidate, ...] = ()
     stats = []
@@ -266,8 +272,8 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
                            "tokens_per_s_per_user": 1.0 / e.tpot_s, "layout": e.layout,
                            "batch": e.layout.batch, "gpu": f"{e.attention_gpu}+{e.ffn_gpu}"})
         pairs.sort(key=lambda x: (-x[0], x[1].gpus))
-        af = _finalise(model, wl, cluster, cal, engine, [(d, r) for _, d, r in pairs[:top_k * 4]],
-                       top_k, key)
+        af = _finalise_ranked(model, wl, cluster, cal, engine,
+                              [(per_hour * v, d, r) for v, d, r in pairs], top_k, key)
         # each AFD plan's unit at its full batch, for the verdict and the sensitivity tables
         units = tuple(unit_of[(c.deployment.pool("attention").gpu,
                                c.deployment.pool("ffn").gpu, afd.afd_layout_of(c.deployment))]
@@ -557,6 +563,33 @@ def _finalise(model, wl, cluster, cal, engine, deps, top_k, key=None) -> tuple[C
         out.append(Candidate(dep, est, est.meets(wl)))
     out.sort(key=key or _rank_key, reverse=True)
     return tuple(out[:top_k])
+
+
+def _finalise_ranked(model, wl, cluster, cal, engine, ranked, top_k,
+                     key=None) -> tuple[Candidate, ...]:
+    """The ``top_k`` best of ``ranked`` (value, deployment, request rate), best value first,
+    by the full estimate (``key``, default :func:`_rank_key`), pricing only as many as it
+    takes: ``value`` is the key's value the deployment reaches if it meets the targets (the
+    estimate prices it at that rate; overloaded it reaches less), so once ``top_k`` priced
+    deployments meet the targets and the next value is below the ``top_k``-th of them, no
+    deployment left can enter. Equal to pricing them all (tests)."""
+    key = key or _rank_key
+    gpus = {site.gpu.name: site.gpu for site in sites(cluster)}
+    priced: list[Candidate] = []
+    meeting: list[float] = []  # the key values of the priced ones that meet, best first
+    for value, dep, rate in ranked:
+        if len(meeting) >= top_k and value < meeting[top_k - 1] * (1 - 1e-9):
+            break
+        dep = replace(dep, engine=engine)
+        est = estimate(model, dep, replace(wl, rate_per_s=rate, concurrency=None), cluster,
+                       gpus, cal)
+        cand = Candidate(dep, est, est.meets(wl))
+        priced.append(cand)
+        if cand.meets_slo:
+            meeting.append(key(cand)[1])
+            meeting.sort(reverse=True)
+    priced.sort(key=key, reverse=True)
+    return tuple(priced[:top_k])
 
 
 def _pareto_front(points: list[dict]) -> list[dict]:
