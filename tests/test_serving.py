@@ -461,3 +461,23 @@ def test_per_dollar_search_equals_pricing_every_deployment(monkeypatch):
     for mode in ("colocated", "disagg"):
         assert [c.deployment for c in getattr(got, mode)] == [
             c.deployment for c in getattr(ref, mode)], mode
+
+
+def test_a_colocated_tpot_target_is_judged_with_every_slot_busy():
+    """At a rate that keeps fewer slots busy than the batch, the mean TPOT is lower than with
+    every slot busy; the target is judged on the latter (Llama-3.1-8B, 94 slots, TP1: mean
+    about 38 ms, every slot busy over 50 ms), and the search does not pick that layout."""
+    from planner.serving.search import search
+    m, g = load_model("llama-3.1-8b"), get_gpu(H100)
+    cl, cal = homogeneous_cluster(g.name, 2), Calibration.defaults((g.name,))
+    lay = PoolLayout(tp=1, batch=94, workers=16)
+    wl = ServingWorkload(isl=4096, osl=512, ttft_ms=2000, tpot_ms=50, rate_per_s=43.9)
+    e = estimate(m, Deployment("colocated", (PoolSpec("colocated", g.name, lay),)), wl, cl,
+                 {g.name: g}, cal)
+    assert e.tpot_s * 1e3 < 50 < e.tpot_full_s * 1e3 and not e.meets(wl)
+    loose = ServingWorkload(isl=4096, osl=512, ttft_ms=2000, tpot_ms=e.tpot_full_s * 1e3 + 1,
+                            rate_per_s=43.9)
+    assert e.meets(loose)
+    best = search(m, ServingWorkload(isl=4096, osl=512, ttft_ms=2000, tpot_ms=50), cl, cal,
+                  modes=("colocated",)).colocated[0]
+    assert best.estimate.tpot_full_s * 1e3 <= 50 and best.deployment.pools[0].layout != lay

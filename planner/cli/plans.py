@@ -133,7 +133,7 @@ def serving_targets_met(plan: Plan) -> dict[str, bool | None]:
     the same test as the estimate's ``meets_slo`` (``planner/serving/estimate.py``)."""
     workload, prediction = plan.serving["workload"], plan.prediction
     got = {"ttft": prediction.get("ttft_at_quantile_s", prediction["ttft_s"]),
-           "tpot": prediction["tpot_s"]}
+           "tpot": prediction.get("tpot_full_s", prediction["tpot_s"])}
     return {name: None if workload.get(f"{name}_ms") is None
             else got[name] is not None and got[name] * 1e3 <= workload[f"{name}_ms"] + 1e-9
             for name in ("ttft", "tpot")}

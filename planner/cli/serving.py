@@ -344,7 +344,7 @@ def _unmet_targets(best, wl: ServingWorkload, pareto, ttft_percentile: float, tt
     e = best.estimate
     ttft = e.ttft.quantile_s(wl.ttft_quantile)
     missed = [name for name, got, target in (("TTFT", ttft, wl.ttft_ms),
-                                             ("TPOT", e.tpot_s, wl.tpot_ms))
+                                             ("TPOT", e.tpot_target_s, wl.tpot_ms))
               if target is not None and got * 1e3 > target]
     binding = " and ".join(missed) or "memory"
     fastest = max((p["tokens_per_s_per_user"] for p in pareto), default=0.0)
@@ -352,7 +352,8 @@ def _unmet_targets(best, wl: ServingWorkload, pareto, ttft_percentile: float, tt
              if "TPOT" in missed and fastest > 0 else "")
     raise InfeasibleError(f"no plan meets --ttft-ms {_ms(ttft_ms)} / --tpot-ms {_ms(tpot_ms)}: "
                           f"the best plan ({best.deployment.mode}) reaches p{ttft_percentile:g} "
-                          f"TTFT {ttft * 1e3:.0f} ms and TPOT {e.tpot_s * 1e3:.1f} ms ({binding} "
+                          f"TTFT {ttft * 1e3:.0f} ms and TPOT {e.tpot_target_s * 1e3:.1f} ms "
+                          f"({binding} "
                           f"{'bind' if len(missed) > 1 else 'binds'}){floor}")
 
 

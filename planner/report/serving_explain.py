@@ -80,6 +80,9 @@ def _header(plan: Plan, met: Mapping[str, bool | None]) -> Text:
     if w.get("ttft_ms") is not None:
         text.append(f" (target {w['ttft_ms']:g}: {_met(met.get('ttft'))})")
     text.append(f" · TPOT {_ms(p['tpot_s'])} ms", style="bold")
+    full = p.get("tpot_full_s")
+    if full is not None and _ms(full) != _ms(p["tpot_s"]):  # colocated: judged slots full
+        text.append(f" (every slot busy {_ms(full)} ms)")
     if w.get("tpot_ms") is not None:
         text.append(f" (target {w['tpot_ms']:g}: {_met(met.get('tpot'))})")
     text.append(f" · {p['output_tokens_per_s_per_gpu']:,.0f} tok/s/GPU · "
