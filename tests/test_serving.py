@@ -481,3 +481,17 @@ def test_a_colocated_tpot_target_is_judged_with_every_slot_busy():
     best = search(m, ServingWorkload(isl=4096, osl=512, ttft_ms=2000, tpot_ms=50), cl, cal,
                   modes=("colocated",)).colocated[0]
     assert best.estimate.tpot_full_s * 1e3 <= 50 and best.deployment.pools[0].layout != lay
+
+
+@pytest.mark.parametrize("rate", [10.0, 30.0])
+def test_min_gpus_search_equals_pricing_every_deployment(rate, monkeypatch):
+    import planner.serving.search as search_module
+    m, g = load_model("llama-3.1-8b"), get_gpu(H100)
+    cl, cal = homogeneous_cluster(g.name, 8), Calibration.defaults((g.name,))
+    w = ServingWorkload(isl=4096, osl=512, ttft_ms=2000, tpot_ms=50, rate_per_s=rate)
+    got = search_module.search(m, w, cl, cal, top_k=2, objective="min-gpus")
+    monkeypatch.setattr(search_module, "_finalise_ranked", _price_all)
+    ref = search_module.search(m, w, cl, cal, top_k=2, objective="min-gpus")
+    for mode in ("colocated", "disagg"):
+        assert [c.deployment for c in getattr(got, mode)] == [
+            c.deployment for c in getattr(ref, mode)], mode

@@ -238,10 +238,12 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
         co_deps, dis_deps = _min_gpu_deployments(
             wl.rate_per_s, [c[:1] + c[2:] for c in colocated], rates.get(site, ([], [])), site,
             same_tp)
-        co = _finalise(model, wl, cluster, cal, engine, co_deps[:top_k * 4], top_k,
-                       _fewest_key)
-        dis = _finalise(model, wl, cluster, cal, engine, dis_deps[:top_k * 4], top_k,
-                        _fewest_key)
+        # ranked by GPUs, the key's value (negated), fewest first: priced until no
+        # deployment left can enter the top k
+        co = _finalise_ranked(model, wl, cluster, cal, engine,
+                              [(-d.gpus, d, r) for d, r in co_deps], top_k, _fewest_key)
+        dis = _finalise_ranked(model, wl, cluster, cal, engine,
+                               [(-d.gpus, d, r) for d, r in dis_deps], top_k, _fewest_key)
         return SearchResult(co, dis, tuple(_pareto_front(pareto)), layouts_seen,
                             cluster.num_gpus)
     # Ranked by the closed form's value, which is the final rank's (the estimate prices each
@@ -551,18 +553,6 @@ def _dollar_key(cluster: Cluster):
 
 def _fewest_key(c: Candidate) -> tuple:
     return (c.meets_slo, -c.estimate.gpus, round(c.estimate.output_tokens_per_s_per_gpu, 6))
-
-
-def _finalise(model, wl, cluster, cal, engine, deps, top_k, key=None) -> tuple[Candidate, ...]:
-    gpus = {site.gpu.name: site.gpu for site in sites(cluster)}
-    out = []
-    for dep, rate in deps:
-        dep = replace(dep, engine=engine)
-        est = estimate(model, dep, replace(wl, rate_per_s=rate, concurrency=None), cluster,
-                       gpus, cal)
-        out.append(Candidate(dep, est, est.meets(wl)))
-    out.sort(key=key or _rank_key, reverse=True)
-    return tuple(out[:top_k])
 
 
 def _finalise_ranked(model, wl, cluster, cal, engine, ranked, top_k,
