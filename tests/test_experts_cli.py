@@ -679,3 +679,18 @@ def test_options_that_apply_or_sit_at_their_defaults_pass():
     ok("experts", "plan", "--robust", "--drift", "0.3", "--scenarios", "4", "--format", "json")
     ok("experts", "plan", "--robust", "--quotas", "static", "--dispatch", "static",
        "--format", "json")
+
+
+def test_heatmaps_without_colour_show_levels_by_glyph_and_say_how_rows_are_banded(tmp_path):
+    """Piped (no colour) every cell had been the same block; now a glyph per load level, and
+    the title says when rows or columns are bands of several layers or GPUs (the busiest)."""
+    path = write_npy(tmp_path / "loads.npy", series(seed=3))
+    text = ok("experts", "plan", path, *PLAN_SHAPE).stdout
+    assert "█" not in text
+    before, after = text.split("GPU load / mean, before")[1].split("GPU load / mean, after")
+    grid = lambda part: "".join(line.rsplit("  max", 1)[0] for line in part.splitlines()
+                                if "  max " in line)  # noqa: E731
+    assert len(set(grid(before))) > 2 and set(grid(after)) <= set(" .:-=+#@")
+    assert "scale: ' ' <0.5" in " ".join(text.split())
+    layers = series(seed=3).shape[-2]
+    assert ("one row each" in before) is (layers <= 20)

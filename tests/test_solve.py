@@ -300,6 +300,34 @@ def test_explain_shows_pipeline_timeline_for_pipelined_plan(tmp_path):
     result = runner.invoke(app, ["explain", str(out)], env=ENV)
     assert result.exit_code == 0, result.output
     assert "Pipeline timeline" in result.output and "stage 3" in result.output
+    # piped, without colour, a pass's kind is in its glyph: forward digits, backward a-j,
+    # weight grad A-J (the schedule here has no split weight grad: 1F1B or interleaved)
+    rows = [line for line in result.output.splitlines() if line.startswith("stage ")]
+    assert len(rows) == 4 and all(line[len("stage 3")] == " " for line in rows)
+    cells = "".join(line[len("stage 3 "):] for line in rows)
+    assert set(cells) <= set("0123456789abcdefghijABCDEFGHIJ·")
+    assert any(c.isdigit() for c in cells) and any(c in "abcdefghij" for c in cells)
+    assert "0-9 forward  a-j backward (input grad)  A-J weight grad" in result.output
+
+
+def test_timeline_in_colour_labels_passes_by_colour_and_digit(tmp_path):
+    from rich.console import Console
+
+    from planner.plan.file import load_plan
+    from planner.report.timeline import TimelineView
+    from planner.training.timeline import plan_timeline
+    out = tmp_path / "pp.json"
+    assert runner.invoke(app, ["solve", *SMALL, "--pp", "4", "--out", str(out)],
+                         env=ENV).exit_code == 0
+    console = Console(force_terminal=True, color_system="truecolor", width=120)
+    with console.capture() as cap:
+        console.print(TimelineView(plan_timeline(load_plan(out), 8)))
+    text = cap.get()
+    plain = __import__("re").sub(r"\x1b\[[0-9;]*m", "", text)
+    cells = "".join(line[len("stage 3 "):] for line in plain.splitlines()
+                    if line.startswith("stage "))
+    assert "\x1b[" in text and set(cells) <= set("0123456789·")
+    assert " F forward" in plain and " B backward" in plain
 
 
 def test_compare_marks_differences(small_plans):

@@ -21,13 +21,29 @@ DISPATCH_WORDS = {
 }
 _SHADES = ("grey23", "blue", "cyan", "green", "yellow", "dark_orange", "red", "magenta")
 _EDGES = (0.5, 0.8, 0.95, 1.02, 1.1, 1.3, 2.0)
+# the same eight levels without colour (piped, NO_COLOR): a glyph per level
+_PLAIN = (" ", ".", ":", "-", "=", "+", "#", "@")
 
 
 def render_experts(result: ExpertPlacement, max_rows: int = 12) -> Group:
     """Summary, worst layers, and before/after heatmaps."""
     return Group(_summary(result), _layers(result, max_rows),
-                 _heatmap("GPU load / mean, before", result.before_gpu_load, result),
-                 _heatmap("GPU load / mean, after", result.after_gpu_load, result), _legend())
+                 _Shaded(lambda plain: _heatmap("GPU load / mean, before", result.before_gpu_load,
+                                                result, plain=plain)),
+                 _Shaded(lambda plain: _heatmap("GPU load / mean, after", result.after_gpu_load,
+                                                result, plain=plain)),
+                 _Shaded(_legend))
+
+
+class _Shaded:
+    """A heatmap part drawn in colour, or with a glyph per level where the console has no
+    colour (piped output, NO_COLOR): ``make(plain)`` builds the text."""
+
+    def __init__(self, make) -> None:
+        self.make = make
+
+    def __rich_console__(self, console, options):
+        yield self.make(console.no_color or console.color_system is None)
 
 
 def _mode(result: ExpertPlacement) -> str:
@@ -76,31 +92,43 @@ def _layers(result: ExpertPlacement, max_rows: int) -> Table:
     return table
 
 
-def _shade(x: float) -> str:
-    return _SHADES[int(np.searchsorted(_EDGES, x))]
+def _level(x: float) -> int:
+    return int(np.searchsorted(_EDGES, x))
 
 
 def _heatmap(title: str, loads: np.ndarray, result: ExpertPlacement, width: int = 64,
-             height: int = 20) -> Text:
+             height: int = 20, plain: bool = False) -> Text:
     """Layers down, GPUs across (bucketed to ``width`` columns, ``height`` rows by max)."""
     ratio = loads / np.maximum(loads.mean(1, keepdims=True), 1e-300)
     rows = np.array_split(np.arange(ratio.shape[0]), min(height, ratio.shape[0]))
     cols = np.array_split(np.arange(ratio.shape[1]), min(width, ratio.shape[1]))
-    text = Text(f"{title} (rows: layers {result.moe_layers[0]}..{result.moe_layers[-1]}, "
-                f"columns: GPUs 0..{ratio.shape[1] - 1})\n")
+    layers = result.moe_layers
+    banded = (f"{len(rows)} bands of about {len(layers) / len(rows):.1f} layers, each its "
+              "busiest" if len(rows) < len(layers) else "one row each")
+    gpus = (f"{len(cols)} bands of about {ratio.shape[1] / len(cols):.1f}, each its busiest"
+            if len(cols) < ratio.shape[1] else "one column each")
+    text = Text(f"{title} (rows: MoE layers {layers[0]}..{layers[-1]}, {banded}; columns: "
+                f"GPUs 0..{ratio.shape[1] - 1}, {gpus})\n")
     for r in rows:
         for c in cols:
-            text.append("█", style=_shade(float(ratio[np.ix_(r, c)].max())))
+            level = _level(float(ratio[np.ix_(r, c)].max()))
+            if plain:
+                text.append(_PLAIN[level])
+            else:
+                text.append("█", style=_SHADES[level])
         text.append(f"  max {ratio[r].max():.2f}\n")
     return text
 
 
-def _legend() -> Text:
+def _legend(plain: bool = False) -> Text:
     text = Text("scale: ")
     lows = (0.0,) + _EDGES
     for i, shade in enumerate(_SHADES):
         label = f">={lows[i]:g}" if i else f"<{_EDGES[0]:g}"
-        text.append("█", style=shade)
+        if plain:
+            text.append(f"'{_PLAIN[i]}'")
+        else:
+            text.append("█", style=shade)
         text.append(f" {label}  ")
     return text
 

@@ -30,12 +30,19 @@ MIN_TIMELINE_COLUMNS = 24
 
 
 def _label_width(num_stages: int) -> int:
-    return len(str(num_stages - 1)) + 6
+    return len(str(num_stages - 1)) + 7  # "stage N" and a space
 
 
-def timeline_text(timeline: Timeline, width: int = TIMELINE_COLUMNS) -> Text:
+# Without colour (piped, NO_COLOR) a pass's kind is in its glyph: the micro-batch number mod
+# 10 as a digit (forward), a lower-case letter (backward) or an upper-case one (weight grad)
+PLAIN_GLYPHS = {"F": "0123456789", "B": "abcdefghij", "W": "ABCDEFGHIJ"}
+
+
+def timeline_text(timeline: Timeline, width: int = TIMELINE_COLUMNS,
+                  plain: bool = False) -> Text:
     """One row per stage; each of ``width`` columns shows the pass that occupies most of its
-    time slice (F blue, B green, W yellow, idle ·), labelled with the micro-batch number mod 10."""
+    time slice (F blue, B green, W yellow, idle ·), labelled with the micro-batch number mod 10;
+    ``plain``: told apart by glyph instead of colour (:data:`PLAIN_GLYPHS`)."""
     step, num_stages = timeline.step_s, timeline.num_stages
     cols = [[(0.0, None)] * width for _ in range(num_stages)]
     for e in timeline.events:
@@ -52,14 +59,22 @@ def timeline_text(timeline: Timeline, width: int = TIMELINE_COLUMNS) -> Text:
         for _, e in row:
             if e is None:
                 text.append("·", style="dim")
+            elif plain:
+                text.append(PLAIN_GLYPHS[e.kind][e.microbatch % 10])
             else:
                 text.append(str(e.microbatch % 10), style=PASS_STYLES[e.kind])
         text.append("\n")
     text.append(" " * label_w + f"0 s{'':>{width - 12}}{step:.2f} s\n", style="dim")
     for kind, name in PASS_NAMES.items():
-        text.append(f"  {kind} ", style=PASS_STYLES[kind])
-        text.append(name)
+        if plain:
+            glyphs = PLAIN_GLYPHS[kind]
+            text.append(f"  {glyphs[0]}-{glyphs[-1]} {name}")
+        else:
+            text.append(f"  {kind} ", style=PASS_STYLES[kind])
+            text.append(name)
     text.append("  · idle", style="dim")
+    if plain:
+        text.append(" (micro-batch number mod 10)")
     return text
 
 
@@ -72,8 +87,9 @@ class TimelineView:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         room = options.max_width - _label_width(self.timeline.num_stages)
+        plain = console.no_color or console.color_system is None
         yield timeline_text(self.timeline, max(MIN_TIMELINE_COLUMNS,
-                                               min(TIMELINE_COLUMNS, room)))
+                                               min(TIMELINE_COLUMNS, room)), plain)
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         label = _label_width(self.timeline.num_stages)
