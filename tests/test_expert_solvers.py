@@ -425,6 +425,44 @@ def test_milp_hint_keeps_heuristic_value():
     assert res.max_load <= plan.ratio * w.sum() / layout.num_gpus + 1e-6
 
 
+def _worst_flow(scenarios, phy2log, layout) -> float:
+    """Busiest/mean in the worst scenario, quotas re-planned per scenario (real-time)."""
+    from solvers.experts.layout import layout_quotas
+    return max(layout_quotas(x, phy2log, layout).max_load * layout.num_gpus / x.sum()
+               for x in scenarios if x.sum() > 0)
+
+
+def _brute_force_robust(scenarios, layout) -> float:
+    """Every placement (multisets of S experts per GPU, GPUs unordered) by its worst scenario."""
+    E, G, S = layout.num_experts, layout.num_gpus, layout.slots_per_gpu
+    gpu_sets = list(itertools.combinations_with_replacement(range(E), S))
+    best = math.inf
+    for combo in itertools.combinations_with_replacement(range(len(gpu_sets)), G):
+        phy2log = np.array([e for i in combo for e in gpu_sets[i]], dtype=np.int64)
+        if np.unique(phy2log).shape[0] == E:
+            best = min(best, _worst_flow(scenarios, phy2log, layout))
+    return best
+
+
+def test_robust_placement_against_brute_force_over_scenarios():
+    """Robust mode (four drifted scenarios, quotas re-planned per step) against every
+    placement on 24 tiny layers: the score it reports is its placement's true worst scenario,
+    within 5% of the best placement's (measured: one layer 4.8% off, every other within
+    1.1%; mean under 0.5%)."""
+    rng = np.random.default_rng(5)
+    gaps = []
+    for w, layout in tiny_layouts(24, seed=41):
+        scenarios = np.stack([w * rng.lognormal(0, 0.3, size=w.size) for _ in range(4)])
+        got = plan_layer(scenarios, layout)
+        check_placement(got.phy2log, layout)
+        worst = _worst_flow(scenarios, got.phy2log, layout)
+        assert got.ratio == pytest.approx(worst, rel=1e-9)
+        best = _brute_force_robust(scenarios, layout)
+        assert got.lower_bound_ratio <= best + 1e-9 <= worst + 2e-9
+        gaps.append(worst / best - 1)
+    assert max(gaps) <= 0.05 and float(np.mean(gaps)) <= 0.005
+
+
 def test_time_limited_milp_is_the_same_every_run():
     """A solve cut short by its budget (deterministic time, not wall time) returns the same
     placement, value and bound on every run, whatever the machine's load, with its gap."""
