@@ -399,8 +399,10 @@ def test_min_gpus_objective_picks_smallest_subcluster():
 
 
 def test_min_gpus_equals_trying_every_node_count():
-    """On 12 nodes (not a power of two: the halving ladder tries 1, 3, 6 and 12 only) the
-    answer for each target equals the first node count, from 1 up, whose best plan reaches it."""
+    """On 12 nodes (not a power of two: the halving ladder tries 1, 3, 6 and 12) the answer
+    for each target equals the first node count, from 1 up, whose best plan reaches it. The
+    best throughput falls from 8 to 9 nodes here (the global batch of 96 divides over fewer
+    data-parallel replicas), so a bisection would answer 10 for a target 8 nodes reach."""
     model = load_model("llama-3.1-8b")
     cluster, prof, work = homogeneous_cluster("H100", 12), default_profile("H100-SXM5-80GB"), \
         Workload(4096, 96)
@@ -409,15 +411,34 @@ def test_min_gpus_equals_trying_every_node_count():
         sub = first_nodes(cluster, n)
         totals[n] = solve(model, sub, work, prof, top_k=1).estimates[0].tokens_per_s_per_gpu \
             * sub.num_gpus
-    checked = 0
-    for n in (2, 4, 5, 7, 9, 11):  # targets just above n - 1 nodes' best
-        target = totals[n - 1] * 1.0001
-        expected = next(k for k in range(1, 13) if totals[k] >= target)
+    assert any(totals[n + 1] < totals[n] for n in range(1, 12))  # not monotone
+    targets = sorted({totals[n] for n in range(1, 13)} | {totals[n] * 1.0001 for n in range(1, 12)})
+    off_ladder = 0
+    for target in targets:
+        expected = next((k for k in range(1, 13) if totals[k] >= target), None)
+        if expected is None:
+            continue
         got = solve(model, cluster, work, prof, top_k=1, objective="min-gpus",
                     target_tokens_per_s=target)
-        assert got.cluster.num_nodes == expected, (n, target, totals)
-        checked += expected not in (1, 3, 6, 12)
-    assert checked >= 4  # most answers lie off the ladder
+        assert got.cluster.num_nodes == expected, (target, totals)
+        off_ladder += expected not in (1, 3, 6, 12)
+    assert off_ladder >= 4
+
+
+def test_min_gpus_beyond_the_scan_bisects_and_says_so(monkeypatch):
+    """Past the scan limit (here 2 nodes instead of 64) the count is bisected between ladder
+    sizes, and every plan's notes say what that assumes."""
+    import planner.training.solve as solve_module
+    monkeypatch.setattr(solve_module, "MIN_GPUS_SCAN_NODES", 2)
+    model = load_model("llama-3.1-8b")
+    cluster, prof, work = homogeneous_cluster("H100", 12), default_profile("H100-SXM5-80GB"), \
+        Workload(4096, 96)
+    nine = solve(model, first_nodes(cluster, 9), work, prof, top_k=1).estimates[0]
+    got = solve(model, cluster, work, prof, top_k=2, objective="min-gpus",
+                target_tokens_per_s=nine.tokens_per_s_per_gpu * 72 * 0.999)
+    assert 6 < got.cluster.num_nodes <= 12
+    assert all(any(n.startswith("min-gpus: ") and "bisection" in n for n in p.notes)
+               for p in got.plans)
 
 
 def test_solve_on_mixed_cluster_reconsiders_interleaving_for_the_partition():

@@ -19,9 +19,10 @@ too small for the cluster (``planner.training.batch``, judged on the best plan a
 every plan). ``progress(phase, done, total)`` is told of each phase: ``searching``,
 ``placing`` and ``building plans`` (with ``min-gpus``, prefixed by the sub-cluster's nodes).
 
-Objective ``min-gpus`` searches sub-clusters (the first n nodes), halving sizes from small
-to large and then bisecting between the last that falls short and the first that reaches the
-target tokens/s, and returns the plans of the smallest that reaches it (``_min_gpus``).
+Objective ``min-gpus`` searches sub-clusters (the first n nodes): halving sizes from small to
+large find the first that reaches the target tokens/s, then every smaller count is tried (up
+to 64 nodes; beyond, a bisection, noted on the plans), and it returns the plans of the
+smallest that reaches it (``_min_gpus``).
 """
 from __future__ import annotations
 
@@ -162,16 +163,23 @@ def _best_plans(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Pr
     return SolveResult(tuple(plans), tuple(refined), result.stats, cluster)
 
 
+# Node counts up to which min-gpus tries every count below the first ladder size that
+# reaches the target (exact); beyond, it bisects between ladder sizes and says so in a note.
+MIN_GPUS_SCAN_NODES = 64
+
+
 def _min_gpus(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Profile,
               space: SearchSpace, top_k: int, target: float | None,
               progress: PhaseProgress | None, contain: bool = True) -> SolveResult:
     """The plans of the smallest sub-cluster (the first n nodes) whose best plan reaches
-    ``target`` tokens/s: sizes N // 2^i from small to large bracket the answer (the last that
-    falls short, the first that reaches it), then a bisection over the node counts between
-    finds the smallest that reaches it. Both take a sub-cluster's best throughput as not
-    falling when nodes are added (more nodes can run any degrees the fewer could, with more
-    data parallelism), so the answer equals trying every count from 1 up (test) in
-    O(log N) searches instead of N."""
+    ``target`` tokens/s. Sizes N // 2^i from small to large find the first that reaches it;
+    below it every count is tried, smallest first, when there are at most
+    :data:`MIN_GPUS_SCAN_NODES` (exact: a sub-cluster's best throughput can fall as nodes
+    are added, since a plan uses every GPU and the global batch must divide over the data
+    parallel replicas: Llama-3.1-8B, global batch 96, 8 H100 nodes 539k tokens/s, 9 nodes
+    521k); beyond, a bisection between the last ladder size that falls short and the first
+    that reaches it, which assumes the best throughput does not fall there, and the plans'
+    notes say so."""
     if not target or target <= 0:
         raise InfeasibleError("objective min-gpus needs --target-tokens-per-s > 0")
     best_seen = 0.0
@@ -195,17 +203,31 @@ def _min_gpus(model: ModelSpec, cluster: Cluster, workload: Workload, prof: Prof
         return tried[nodes] is not None
 
     ladder = sorted({max(1, cluster.num_nodes // 2**i) for i in range(12)} | {cluster.num_nodes})
-    low = 0  # the largest count known to fall short (0: none tried)
+    low = 0  # the largest ladder size known to fall short (0: none tried)
     for nodes in ladder:
         if reaches(nodes):
+            if nodes - 1 <= MIN_GPUS_SCAN_NODES:  # every smaller count, smallest first
+                return tried[next(n for n in range(1, nodes + 1) if reaches(n))]
             high = nodes
             while high - low > 1:  # low falls short, high reaches the target
                 mid = (low + high) // 2
                 low, high = (low, mid) if reaches(mid) else (mid, high)
-            return tried[high]
+            return _noted(tried[high], f"min-gpus: {high} nodes found by bisection between "
+                          f"{ladder[ladder.index(nodes) - 1] if nodes != ladder[0] else 0} "
+                          f"and {nodes} nodes, assuming the best throughput does not fall as "
+                          "nodes are added (it can: the global batch must divide over the "
+                          "data-parallel replicas); counts up to "
+                          f"{MIN_GPUS_SCAN_NODES} nodes are all tried")
         low = nodes
     raise InfeasibleError(f"no sub-cluster reaches {target:,.0f} tokens/s: the whole cluster's "
                           f"best plan gives {best_seen:,.0f} tokens/s")
+
+
+def _noted(result: SolveResult, note: str) -> SolveResult:
+    """``result`` with ``note`` added to every plan's notes."""
+    from dataclasses import replace
+    return replace(result, plans=tuple(replace(p, notes=[*p.notes, note])
+                                       for p in result.plans))
 
 
 def _quiet(phase: str, done: int, total: int) -> None:
