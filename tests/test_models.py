@@ -516,6 +516,9 @@ def test_an_hf_checkpoint_folder_names_the_model_and_is_what_engines_load(tmp_pa
     assert engine_model_path(str(folder), by_folder) == (str(folder), True)
     monkeypatch.chdir(folder)  # a bare config.json is named after the folder it sits in
     assert load_model("config.json").name == "Llama-Custom-8B"
+    assert engine_model_path("config.json", by_file) == (str(folder.resolve()), True)
+    monkeypatch.chdir(tmp_path)
+    assert engine_model_path("Llama-Custom-8B", by_folder) == (str(folder.resolve()), True)
     preset = load_model("llama-3.1-8b")
     assert engine_model_path("Llama-3.1-8B", preset) == ("meta-llama/Meta-Llama-3.1-8B", True)
     assert engine_model_path("gpt3-175b", load_model("gpt3-175b")) == ("gpt3-175b", False)

@@ -409,7 +409,7 @@ def _price_all(model, wl, cluster, cal, engine, ranked, top_k, key=None):
     from planner.serving.search import Candidate, _rank_key
     gpus = {g.gpu.name: g.gpu for g in cluster.node_groups}
     out = []
-    for _, dep, rate in ranked:
+    for _, dep, rate, *_ in ranked:
         dep = dc_replace(dep, engine=engine)
         est = estimate(model, dep, dc_replace(wl, rate_per_s=rate, concurrency=None), cluster,
                        gpus, cal)
@@ -495,3 +495,14 @@ def test_min_gpus_search_equals_pricing_every_deployment(rate, monkeypatch):
     for mode in ("colocated", "disagg"):
         assert [c.deployment for c in getattr(got, mode)] == [
             c.deployment for c in getattr(ref, mode)], mode
+
+
+def test_a_plan_with_one_output_token_is_written_and_explained(tmp_path):
+    """OSL 1: no decode step, TPOT 0 and an infinite rate per user, which the plan holds as
+    JSON's Infinity and the validator accepts (review: the new number checks refused it)."""
+    out = tmp_path / "p.json"
+    result = _run("serve", "--model", "llama-3.1-8b", "--osl", "1", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["prediction"]["output_tokens_per_s_per_user"] == math.inf
+    shown = _run("explain", str(out))
+    assert shown.exit_code == 0 and "inf tok/s/user" in shown.output

@@ -147,14 +147,14 @@ def _model_path(ref: str) -> Path:
 def engine_model_path(ref: str, spec: ModelSpec) -> tuple[str, bool]:
     """What a serving engine loads for ``--model ref`` (``serve --model-path``'s default), and
     whether that is known to be loadable: a preset's Hugging Face id (``hf_id`` in the
-    registry), the folder of an HF ``config.json`` (or the folder given), else the model's
-    name (a model file in our schema says nothing of its weights: False)."""
+    registry), the folder of an HF ``config.json`` (or the folder given) as an absolute path,
+    else the model's name (a model file in our schema says nothing of its weights: False)."""
     entry = _registry().get(ref.strip().lower())
     if entry is not None:
         return (entry["hf_id"], True) if entry.get("hf_id") else (spec.name, False)
     path = _model_path(ref)
-    if path.is_dir():
-        return str(path), True
+    if path.is_dir():  # absolute: engines start in other folders (and on other hosts)
+        return str(path.resolve()), True
     if path.name == "config.json":
-        return str(path.parent), True
+        return str(path.resolve().parent), True
     return spec.name, False

@@ -79,8 +79,11 @@ def plan_problems(plan: Plan) -> list[str]:
 
 # What the serving reports and the ranking read from a serving plan's prediction
 SERVING_NUMBERS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu",
-                   "output_tokens_per_s_per_user", "request_rate_per_s", "tpot_s", "ttft_s")
-SERVING_OPTIONAL_NUMBERS = ("ttft_at_quantile_s", "ttft_p90_s", "ttft_p99_s", "kv_transfer_s")
+                   "request_rate_per_s", "tpot_s", "ttft_s")
+SERVING_OPTIONAL_NUMBERS = ("ttft_at_quantile_s", "ttft_p90_s", "ttft_p99_s", "kv_transfer_s",
+                            "tpot_full_s")
+# 1 / TPOT: infinite for one output token (no decode step; written as JSON's Infinity)
+SERVING_RATES_MAYBE_INFINITE = ("output_tokens_per_s_per_user",)
 SERVING_FLAGS = ("fits", "meets_slo")
 
 
@@ -91,6 +94,8 @@ def serving_prediction_problems(prediction: Any) -> list[str]:
     wrong = [k for k in SERVING_NUMBERS if not _finite(prediction.get(k))]
     wrong += [k for k in SERVING_OPTIONAL_NUMBERS
               if prediction.get(k) is not None and not _finite(prediction[k])]
+    wrong += [k for k in SERVING_RATES_MAYBE_INFINITE
+              if not (_finite(prediction.get(k)) or prediction.get(k) == math.inf)]
     flags = [k for k in SERVING_FLAGS if not isinstance(prediction.get(k), bool)]
     return ([f"prediction needs finite numbers for {wrong}"] if wrong else []) + (
         [f"prediction needs true or false for {flags}"] if flags else [])

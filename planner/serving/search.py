@@ -257,8 +257,9 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
     co = _finalise_ranked(model, wl, cluster, cal, engine,
                           [(per_hour * value / price[site],
                             Deployment("colocated", (PoolSpec("colocated", site.gpu.name, lay,
-                                                              site.first_rank),), engine), rate)
-                           for _, value, site, lay, rate in colocated], top_k, key)
+                                                              site.first_rank),), engine), rate,
+                            tpot_ok) for tpot_ok, value, site, lay, rate in colocated],
+                          top_k, key)
     dis = _finalise_ranked(model, wl, cluster, cal, engine,
                            [(per_hour * v, dep, rate) for v, dep, rate in disagg], top_k, key)
     units: tuple[afd.AfdEstimate, ...] = ()
@@ -557,19 +558,29 @@ def _fewest_key(c: Candidate) -> tuple:
 
 def _finalise_ranked(model, wl, cluster, cal, engine, ranked, top_k,
                      key=None) -> tuple[Candidate, ...]:
-    """The ``top_k`` best of ``ranked`` (value, deployment, request rate), best value first,
-    by the full estimate (``key``, default :func:`_rank_key`), pricing only as many as it
-    takes: ``value`` is the key's value the deployment reaches if it meets the targets (the
-    estimate prices it at that rate; overloaded it reaches less), so once ``top_k`` priced
-    deployments meet the targets and the next value is below the ``top_k``-th of them, no
-    deployment left can enter. Equal to pricing them all (tests)."""
+    """The ``top_k`` best of ``ranked`` (value, deployment, request rate[, may meet]), best
+    value first, by the full estimate (``key``, default :func:`_rank_key`), pricing only as
+    many as it takes: ``value`` is the key's value the deployment reaches if it meets the
+    targets (the estimate prices it at that rate; overloaded it reaches less), so once
+    ``top_k`` priced deployments meet the targets and the next value is below the ``top_k``-th
+    of them, no deployment left can enter. ``may meet`` False: the closed form's check (the
+    same the estimate makes, e.g. the colocated TPOT with every slot busy) already fails, so
+    only the first ``top_k`` such are priced, to show when nothing meets the targets. Equal to
+    pricing them all (tests)."""
     key = key or _rank_key
     gpus = {site.gpu.name: site.gpu for site in sites(cluster)}
     priced: list[Candidate] = []
     meeting: list[float] = []  # the key values of the priced ones that meet, best first
-    for value, dep, rate in ranked:
-        if len(meeting) >= top_k and value < meeting[top_k - 1] * (1 - 1e-9):
+    hopeless = 0  # priced ones the closed form already said cannot meet the targets
+    for value, dep, rate, *may_meet in ranked:
+        # strictly below the k-th, beyond the keys' rounding (6 decimals) and float noise
+        if len(meeting) >= top_k and value < meeting[top_k - 1] - max(
+                1e-6, 1e-9 * abs(meeting[top_k - 1])):
             break
+        if may_meet and not may_meet[0]:
+            if hopeless >= top_k:  # enough of them to show should nothing meet the targets
+                continue
+            hopeless += 1
         dep = replace(dep, engine=engine)
         est = estimate(model, dep, replace(wl, rate_per_s=rate, concurrency=None), cluster,
                        gpus, cal)
