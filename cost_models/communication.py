@@ -57,11 +57,11 @@ def bus_bandwidth(view: GroupView, prof: Profile) -> float:
 
 def _ring_latency_s(view: GroupView, steps_per_member: float) -> float:
     """Latency of a ring: one hop per member, each paid on its tier. A ring pass over p
-    members takes p - 1 steps, each paying the link's latency (Thakur, Rabenseifner and
-    Gropp, "Optimization of Collective Communication Operations in MPICH", IJHPCA 19(1),
-    2005: ring all-gather (p - 1) alpha; reduce-scatter then all-gather for the
-    all-reduce, ``steps_per_member`` 2); across domains k - 1 hops inside each of the
-    domains and one hop out of each on the scale-out tier."""
+    members takes p - 1 steps, each paying the link's latency; the ring all-reduce is a
+    reduce-scatter pass and an all-gather pass, 2 (p - 1) steps (Patarasuk and Yuan,
+    "Bandwidth optimal all-reduce algorithms for clusters of workstations", JPDC 69(2),
+    2009; ``steps_per_member`` 2); across domains k - 1 hops inside each of the domains and
+    one hop out of each on the scale-out tier."""
     intra = view.intra.latency_s if view.intra else 0.0
     inter = view.inter.latency_s if view.inter else 0.0
     k, n_dom = view.members_per_domain, view.num_domains
@@ -148,7 +148,7 @@ def all_to_all_s(view: GroupView, send_bytes: float, prof: Profile) -> float:
     point-to-point sends and receives, one per peer (NCCL User Guide, "Point-to-point
     communication", all-to-all example), spread over its p2p channels, so transfers to NVLink
     peers and to network peers proceed at the same time; bytes per rank (n - 1)/n of its
-    send buffer (nccl-tests ``doc/PERFORMANCE.md``, alltoall).
+    send buffer (nccl-tests ``src/alltoall.cu``, its bus-bandwidth factor).
     """
     n = view.size
     if n <= 1 or send_bytes <= 0:

@@ -295,7 +295,7 @@ def rope_bytes_per_elem(model: ModelSpec) -> int:
 
 
 # NVFP4 quantisation (TransformerEngine ``NVFP4BlockScaling``, transformer_engine/common/recipe/
-# __init__.py at d0067d0d; Mishra et al. 2025, "Pretraining Large Language Models with NVFP4",
+# __init__.py at d0067d0d; NVIDIA 2025, "Pretraining Large Language Models with NVFP4",
 # arXiv:2509.25149): two scaling levels, an E4M3 scale per 16 values and an fp32 scale per
 # tensor, so the tensor's amax is read first (with the 16-point random Hadamard transform the
 # recipe applies to wgrad operands: one pass, 2 bytes a value); then one kernel reads the bf16
@@ -312,7 +312,8 @@ def low_precision_bytes(sh: Shard) -> float:
     """Bytes per value of a quantised GEMM operand: fp8 1 and MXFP8's E8M0 scale per 32 values
     (1/32; OCP Microscaling Formats (MX) Specification v1.0: blocks of 32 values share an
     8-bit E8M0 scale; per-tensor-scaled FP8 has none, 3% less, not told apart here),
-    NVFP4 0.5 with an E4M3 scale per 16 (1/16; Mishra et al. 2025, arXiv:2509.25149:
+    NVFP4 0.5 with an E4M3 scale per 16 (1/16; NVIDIA, "Pretraining Large Language Models
+    with NVFP4", 2025, arXiv:2509.25149:
     16-element micro-blocks, E4M3 scale, plus one fp32 scale per tensor, negligible)."""
     return 0.5 + 1 / 16 if sh.nvfp4 else 1 + 1 / 32
 
@@ -710,9 +711,9 @@ def lm_head_forward_time(model: ModelSpec, sh: Shard, rates: GpuRates, prof: Pro
     """Output projection plus fp32 cross-entropy over this GPU's vocabulary shard: 24 B per
     logit (read and write fp32 three times). Megatron-Core's unfused vocab-parallel cross
     entropy (``megatron/core/tensor_parallel/cross_entropy.py``, ``VocabParallelCrossEntropy``)
-    moves about 34 B a logit forward: the fp32 copy of the bf16 logits (read 2, write 4), the
-    max (read), the in-place subtraction and exponential (read and write each), the sum
-    (read) and the softmax's in-place division (read and write); its fused versions
+    moves about 38 B a logit forward: the fp32 copy of the bf16 logits (read 2, write 4), the
+    max (read 4), the in-place subtraction and exponential (read and write, 8 each), the sum
+    (read 4) and the softmax's in-place division (read and write, 8); its fused versions
     (``cross_entropy_loss_fusion``, native or TransformerEngine's) fewer. 24 B sits between
     them (an estimate, not fitted; under 0.5% of a Llama-3-8B micro-batch either way)."""
     g = Gemm(sh.tokens, model.vocab_size / sh.tp, model.hidden_size)

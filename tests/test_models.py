@@ -552,3 +552,14 @@ def test_an_hf_config_without_model_type_says_so(tmp_path) -> None:
     message = _raises(load_model, str(path))
     assert "model_type" in message and "num_layers" in message.split("model_type", 1)[1]
     assert "required field" not in message
+
+
+def test_rope_base_is_read_from_rope_parameters_too() -> None:
+    """Newer configs (transformers' rope_parameters: Qwen3.5, GLM-5) hold rope_theta there."""
+    assert load_model(str(FIXTURES / "qwen3.5-35b-a3b.json")).rope_theta == 1e7
+    assert load_model(str(FIXTURES / "glm-5.json")).rope_theta == 1e6
+    data = json.loads((FIXTURES / "llama-3.1-8b.json").read_text())
+    moved = {k: v for k, v in data.items() if k not in ("rope_theta", "rope_scaling")}
+    moved["rope_parameters"] = {"rope_theta": 500000.0, **data["rope_scaling"]}
+    spec = model_from_hf_config(moved, "moved.json")
+    assert (spec.rope_theta, spec.rope_llama3_factor) == (500000.0, 8.0)

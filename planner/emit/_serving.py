@@ -359,17 +359,25 @@ def render_files(fmt: str, f: ServingFacts, commands: tuple[Command, ...],
         text = ["#!/usr/bin/env bash", *header, f"# host: {comment_safe(host)}", "#",
                 *_comment(notes), "#",
                 f"# Run on that host: starts its {len(mine)} process(es) in the background and "
-                "waits; when any one exits with an error, or this script gets Ctrl-C or "
-                "SIGTERM, the others are stopped (bash 4.3 or later: wait -n).",
+                "waits; when any one exits with an error (bash 4.3 or later: wait -n; older "
+                "bash notices it only once the ones started before it end), or this script "
+                "gets Ctrl-C or SIGTERM, the others are stopped.",
                 "set -euo pipefail", "", *body, "",
                 "trap 'kill \"${planner_pids[@]}\" 2>/dev/null || true' EXIT",
                 "trap 'exit 130' INT",
                 "trap 'exit 143' TERM",
                 "# wait -n returns as soon as any process ends, with its status: an error ends "
                 "the script (set -e), and the EXIT trap stops the rest",
-                'for _ in "${planner_pids[@]}"; do',
-                "  wait -n",
-                "done"]
+                "if (( BASH_VERSINFO[0] > 4 || (BASH_VERSINFO[0] == 4 && "
+                "BASH_VERSINFO[1] >= 3) )); then",
+                '  for _ in "${planner_pids[@]}"; do',
+                "    wait -n",
+                "  done",
+                "else  # bash before 4.3 has no wait -n: each process in turn",
+                '  for planner_pid in "${planner_pids[@]}"; do',
+                '    wait "$planner_pid"',
+                "  done",
+                "fi"]
         files.append((names[host], "\n".join(text) + "\n"))
     listing = [*header, "#", *_comment(notes), "#",
                "# Every command of the plan, each under a comment naming its host; the "

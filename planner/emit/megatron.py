@@ -144,6 +144,9 @@ def _model_args(f: Facts) -> tuple[list[str], list[str]]:
                  str(w.seq_len)]
         if m.rope_theta is not None:  # Megatron's default base is 10,000
             args += ["--rotary-base", str(round(m.rope_theta))]
+        else:
+            notes.append("the plan's model gives no RoPE base (rope_theta): Megatron-LM uses "
+                          "its default, 10,000; add --rotary-base if the model's differs")
         if m.rope_llama3_factor is not None:
             args += ["--use-rope-scaling", "--rope-scaling-factor", f"{m.rope_llama3_factor:g}"]
     args += ["--seq-length", str(w.seq_len)]

@@ -152,14 +152,21 @@ def _common(c: _Config, ffn_default: Any = _MISSING) -> dict[str, Any]:
 
 def _rope_base(c: _Config) -> dict[str, float]:
     """``rope_theta`` and Llama 3's ``rope_scaling`` factor, where the config gives them
-    (``transformers`` ``_compute_llama3_parameters``); launch files pass them on."""
+    (``transformers`` ``_compute_llama3_parameters``), at the top level or in the newer
+    ``rope_parameters`` (Qwen3.5, GLM-5); launch files pass them on."""
     out = {}
+    params = c.data.get("rope_parameters")
+    sub = _Config(params, c.source, c.key("rope_parameters.")) if isinstance(
+        params, dict) else None
     if c.has("rope_theta"):
         out["rope_theta"] = c.positive("rope_theta")
-    rope = c.data.get("rope_scaling")
-    if isinstance(rope, dict) and (rope.get("rope_type") or rope.get("type")) == "llama3":
-        out["rope_llama3_factor"] = _Config(rope, c.source, c.key("rope_scaling.")).positive(
-            "factor")
+    elif sub is not None and sub.has("rope_theta"):
+        out["rope_theta"] = sub.positive("rope_theta")
+    for key, rope in (("rope_scaling.", c.data.get("rope_scaling")),
+                      ("rope_parameters.", params)):
+        if isinstance(rope, dict) and (rope.get("rope_type") or rope.get("type")) == "llama3":
+            out["rope_llama3_factor"] = _Config(rope, c.source, c.key(key)).positive("factor")
+            break
     return out
 
 

@@ -117,7 +117,7 @@ def _node_entry(cluster: Cluster, node: dict[str, Any], locals_: list[int]) -> d
 
 def fabric_section(cluster: Cluster, pool: Any) -> dict[str, Any] | None:
     """The fabric section of a plan whose pool is ``pool`` (a ``planner.plan.document.Pool``),
-    or None when the cluster spec names none of its fabric."""
+    or None when :func:`describes_fabric` says the cluster needs none."""
     if not describes_fabric(cluster):
         return None
     local = pool.slots[1]  # LOCAL_RANK j of a node is global rank first_rank + j
@@ -278,8 +278,9 @@ def fabric_problems(section: Any, cluster: Cluster, pool: Any) -> list[str]:
         return problems
     expected = fabric_section(cluster, pool)
     if expected is None:
-        return ["fabric: the plan's cluster names no NIC devices, interfaces, GID indices, "
-                "RDMA islands or NCCL topology files, so the plan has no fabric section"]
+        return ["fabric: the plan's cluster is all InfiniBand and names no NIC devices, "
+                "interfaces, GID indices, RDMA islands or NCCL topology files, so the plan "
+                "has no fabric section"]
     mismatch = _node_mismatch("fabric.nodes", nodes, expected["nodes"])
     if mismatch:
         return mismatch
@@ -309,8 +310,9 @@ def serving_fabric_problems(section: Any, cluster: Cluster, pools: list[Any],
         return problems
     expected = serving_fabric_section(cluster, pools, instances)
     if expected is None:
-        return ["fabric: the plan's cluster names no NIC devices, interfaces, GID indices, "
-                "RDMA islands or NCCL topology files, so the plan has no fabric section"]
+        return ["fabric: the plan's cluster is all InfiniBand and names no NIC devices, "
+                "interfaces, GID indices, RDMA islands or NCCL topology files, so the plan "
+                "has no fabric section"]
     for k, (got, want) in enumerate(zip(section["pools"], expected["pools"])):
         for key in ("role", "socket_instances"):
             if got[key] != want[key]:

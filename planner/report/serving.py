@@ -43,6 +43,9 @@ def plans_table(plans: list[dict], title: str) -> Table:
                   f"{p['output_tokens_per_s_per_user']:.1f}",
                   "inf" if p["ttft_s"] is None else f"{p['ttft_s'] * 1e3:.0f}",
                   f"{p['tpot_s'] * 1e3:.1f}", "met" if p["meets_slo"] else "missed")
+    if any(p.get("mode") == "colocated" for p in plans):
+        t.caption = ("TPOT: the mean at the plan's rate; a colocated TPOT target is judged "
+                     "with every slot busy ('planner explain' shows both)")
     return t
 
 

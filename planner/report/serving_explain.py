@@ -216,6 +216,10 @@ def render_serving_compare(plans: Sequence[Plan], names: Sequence[str], best: in
                                                        "those meeting their targets first "
                                                        "(TTFT, TPOT in ms)",
                           title_justify="left"))
+    if any(plan.serving["mode"] == "colocated" for plan in plans):
+        parts.append(Text("TPOT: the mean at the plan's rate; a colocated TPOT target is "
+                          "judged with every slot busy ('planner explain' shows both)",
+                          style="dim"))
     if best is not None:
         parts.append(Text(f"{BEST_MARK.strip()} best: {names[best]}, the most output tokens/s "
                           "per GPU among plans that meet their targets", style="bold green"))

@@ -125,7 +125,8 @@ class ServingEstimate:
     # keeps busy): what the TPOT target is judged on. Requests' own TPOTs spread around the
     # mean with the prefills they meet (Llama-3.1-70B on 8 H100, TP8: simulated p90 59 ms at
     # a 44 ms mean); the full-slot TPOT bounds the mean and keeps a margin for that spread.
-    # None: the same as ``tpot_s`` (decode pools run their batch full).
+    # None: the same as ``tpot_s`` (disaggregated and AFD decode steps meet no prefills, so
+    # their TPOT does not spread with them; the mean is judged).
     tpot_full_s: float | None = None
 
     @property

@@ -55,7 +55,8 @@ def why(co: Candidate | None, dis: Candidate | None, wl: ServingWorkload,
                 f"adds a {b.kv_transfer_s * 1e3:.1f} ms KV transfer")
     return (f"disaggregate: {vb:.0f} vs {va:.0f} {unit} ({ratio:.2f}x); colocated, "
             f"prefills take {share:.0%} of each instance's time and stall its decode steps "
-            f"(TPOT {a.tpot_s * 1e3:.1f} ms at batch {co.deployment.pools[0].layout.batch}), "
+            f"(TPOT {a.tpot_target_s * 1e3:.1f} ms at batch "
+            f"{co.deployment.pools[0].layout.batch}, every slot busy), "
             f"a separate decode pool runs batch {dec.batch} at TPOT {b.tpot_s * 1e3:.1f} ms")
 
 

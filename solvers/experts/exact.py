@@ -93,7 +93,8 @@ def solve_layer_milp(w: np.ndarray, layout: ExpertLayout, time_limit_s: float = 
     status = solver.solve(model)
     wall_s = time.monotonic() - started
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise RuntimeError(f"CP-SAT found no placement in {time_limit_s} s (status {solver.status_name(status)})")
+        raise RuntimeError(f"CP-SAT found no placement within its budget of {time_limit_s} "
+                           f"deterministic s (status {solver.status_name(status)})")
     phy2log = np.concatenate([np.repeat(np.arange(E), [solver.value(n[e, g]) for e in range(E)]) for g in range(G)])
     optimal = status == cp_model.OPTIMAL
     return MilpResult(phy2log.astype(np.int64), float(solver.objective_value),

@@ -139,7 +139,9 @@ class Mapping:
     # run may answer differently (``solvers.mapping.cpsat``)
     wall_clock_stopped: bool = False
     # the lexicographic tie-break among optimal mappings ran to its end (False: the budget
-    # ran out first, so the mapping is optimal but not the tie-break's pick)
+    # ran out first, so the mapping is optimal but not the tie-break's pick). True too where
+    # the tie-break is skipped by design: models of more than ``cpsat.LEX_MAX_SOLVES``
+    # segments keep CP-SAT's optimum (``solvers.mapping.cpsat`` module docstring)
     tie_break_complete: bool = True
 
     @property
