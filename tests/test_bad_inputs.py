@@ -319,12 +319,18 @@ def test_a_training_prediction_of_the_wrong_type_is_an_invalid_plan(tmp_path, pl
                                                                     value):
     """explain, compare and emit refuse it naming the key (explain and compare had failed
     inside their reports, emit had written launch files for it)."""
-    doc = copy.deepcopy(plan_doc)
-    doc["prediction"][key] = value
-    plan = write(tmp_path / "p.json", doc)
-    good = write(tmp_path / "good.json", plan_doc)
+    _refused_with_its_key(tmp_path, plan_doc, write(tmp_path / "good.json", plan_doc), key,
+                          value, "torchrun")
+
+
+def _refused_with_its_key(tmp_path, doc, good, key, value, fmt) -> None:
+    """``doc`` with ``prediction[key] = value``: explain, compare (beside ``good``) and emit
+    ``fmt`` each refuse it in one line naming the key, and emit writes nothing."""
+    bad = copy.deepcopy(doc)
+    bad["prediction"][key] = value
+    plan = write(tmp_path / "p.json", bad)
     for args in (["explain", plan], ["compare", plan, good],
-                 ["emit", "torchrun", plan, "--out-dir", tmp_path / "launch"]):
+                 ["emit", fmt, plan, "--out-dir", tmp_path / "launch"]):
         line = one_error_line(invoke(*args))
         assert "p.json: invalid plan" in line and key in line
     assert not (tmp_path / "launch").exists()
@@ -337,11 +343,4 @@ def test_a_serving_prediction_of_the_wrong_type_is_an_invalid_plan(tmp_path):
     doc = json.loads(out.read_text())
     for key, value in (("tpot_s", "fast"), ("output_tokens_per_s_per_gpu", True),
                        ("meets_slo", 1)):
-        bad = copy.deepcopy(doc)
-        bad["prediction"][key] = value
-        plan = write(tmp_path / "p.json", bad)
-        for args in (["explain", plan], ["compare", plan, out],
-                     ["emit", "sglang", plan, "--out-dir", tmp_path / "launch"]):
-            line = one_error_line(invoke(*args))
-            assert "p.json: invalid plan" in line and key in line
-        assert not (tmp_path / "launch").exists()
+        _refused_with_its_key(tmp_path, doc, out, key, value, "sglang")

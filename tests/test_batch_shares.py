@@ -20,20 +20,6 @@ def _random_problem(rng: random.Random) -> ShareProblem:
     return ShareProblem(times, total, caps)
 
 
-@pytest.mark.parametrize("seed", range(300))
-def test_solver_equals_brute_force(seed: int) -> None:
-    problem = _random_problem(random.Random(seed))
-    try:
-        expected = brute_force_shares(problem)
-    except InfeasibleShares:
-        with pytest.raises(InfeasibleShares):
-            solve_shares(problem)
-        return
-    got = solve_shares(problem)
-    assert check_shares(problem, got.shares) == got.bottleneck_s
-    assert got.bottleneck_s == pytest.approx(expected.bottleneck_s, rel=1e-12)
-
-
 def _smallest_increments(problem: ShareProblem) -> tuple[int, ...]:
     """The split the module docstring defines, built another way: every replica's first
     micro-batch, then the ``total - R`` smallest increments ``k * micro_batch_s[r]`` (k >= 2,
@@ -48,13 +34,19 @@ def _smallest_increments(problem: ShareProblem) -> tuple[int, ...]:
 
 
 @pytest.mark.parametrize("seed", range(300))
-def test_solver_picks_the_documented_split_among_equal_bottlenecks(seed: int) -> None:
-    """The shares themselves (they decide the plan's bytes), not only the bottleneck."""
+def test_solver_equals_brute_force(seed: int) -> None:
     problem = _random_problem(random.Random(seed))
     try:
-        got = solve_shares(problem)
+        expected = brute_force_shares(problem)
     except InfeasibleShares:
+        with pytest.raises(InfeasibleShares):
+            solve_shares(problem)
         return
+    got = solve_shares(problem)
+    assert check_shares(problem, got.shares) == got.bottleneck_s
+    assert got.bottleneck_s == pytest.approx(expected.bottleneck_s, rel=1e-12)
+    # the shares themselves (they decide the plan's bytes): the documented split among equal
+    # bottlenecks, built another way
     assert got.shares == _smallest_increments(problem)
 
 

@@ -418,6 +418,20 @@ def _price_all(model, wl, cluster, cal, engine, ranked, top_k, key=None):
     return tuple(out[:top_k])
 
 
+def _assert_search_equals_pricing_all(monkeypatch, m, w, cl, cal, modes, **options):
+    """The search's plans (deployments, in order) equal those of pricing every deployment."""
+    import planner.serving.search as search_module
+    got = search_module.search(m, w, cl, cal, top_k=2, modes=modes, **options)
+    with monkeypatch.context() as patch:
+        patch.setattr(search_module, "_finalise_ranked", _price_all)
+        ref = search_module.search(m, w, cl, cal, top_k=2, modes=modes, **options)
+    for mode in modes:
+        mine, theirs = getattr(got, mode), getattr(ref, mode)
+        assert [c.deployment for c in mine] == [c.deployment for c in theirs], mode
+        assert [c.estimate.output_tokens_per_s_per_gpu for c in mine] == [
+            c.estimate.output_tokens_per_s_per_gpu for c in theirs], mode
+
+
 @pytest.mark.parametrize("model, wl", [
     ("llama-3.1-8b", dict(isl=4096, osl=512, ttft_ms=2000, tpot_ms=50)),
     ("llama-3.1-8b", dict(isl=8192, osl=256, ttft_ms=500, tpot_ms=20)),
@@ -428,23 +442,13 @@ def test_search_equals_pricing_every_deployment(model, wl, monkeypatch):
     none left can enter the top k; pricing every one gives the same plans. (It had priced
     the best 4k by the closed form's TPOT check first, which takes the decode step at the
     full batch: a layout at its memory's batch, 6-10% better, was never priced.)"""
-    import planner.serving.search as search_module
     m, g = load_model(model), get_gpu(H100)
     cl, cal = homogeneous_cluster(g.name, 2), Calibration.defaults((g.name,))
-    w = ServingWorkload(**wl)
     modes = ("colocated", "disagg", "afd") if m.is_moe else ("colocated", "disagg")
-    got = search_module.search(m, w, cl, cal, top_k=2, modes=modes)
-    monkeypatch.setattr(search_module, "_finalise_ranked", _price_all)
-    ref = search_module.search(m, w, cl, cal, top_k=2, modes=modes)
-    for mode in modes:
-        mine, theirs = getattr(got, mode), getattr(ref, mode)
-        assert [c.deployment for c in mine] == [c.deployment for c in theirs], mode
-        assert [c.estimate.output_tokens_per_s_per_gpu for c in mine] == [
-            c.estimate.output_tokens_per_s_per_gpu for c in theirs]
+    _assert_search_equals_pricing_all(monkeypatch, m, ServingWorkload(**wl), cl, cal, modes)
 
 
 def test_per_dollar_search_equals_pricing_every_deployment(monkeypatch):
-    import planner.serving.search as search_module
     from topologies.spec import cluster_from_dict
     group = {"count": 2, "gpus_per_node": 8, "fabric": "nvswitch",
              "nics": [{"count": 8, "gbps": 400, "transport": "ib"}]}
@@ -455,12 +459,8 @@ def test_per_dollar_search_equals_pricing_every_deployment(monkeypatch):
     m = load_model("llama-3.1-8b")
     cal = Calibration.defaults(tuple(g.gpu.name for g in cl.node_groups))
     w = ServingWorkload(isl=4096, osl=512, ttft_ms=2000, tpot_ms=40)
-    got = search_module.search(m, w, cl, cal, top_k=2, objective="per-dollar")
-    monkeypatch.setattr(search_module, "_finalise_ranked", _price_all)
-    ref = search_module.search(m, w, cl, cal, top_k=2, objective="per-dollar")
-    for mode in ("colocated", "disagg"):
-        assert [c.deployment for c in getattr(got, mode)] == [
-            c.deployment for c in getattr(ref, mode)], mode
+    _assert_search_equals_pricing_all(monkeypatch, m, w, cl, cal, ("colocated", "disagg"),
+                                      objective="per-dollar")
 
 
 def test_a_colocated_tpot_target_is_judged_with_every_slot_busy():
@@ -485,16 +485,11 @@ def test_a_colocated_tpot_target_is_judged_with_every_slot_busy():
 
 @pytest.mark.parametrize("rate", [10.0, 30.0])
 def test_min_gpus_search_equals_pricing_every_deployment(rate, monkeypatch):
-    import planner.serving.search as search_module
     m, g = load_model("llama-3.1-8b"), get_gpu(H100)
     cl, cal = homogeneous_cluster(g.name, 8), Calibration.defaults((g.name,))
     w = ServingWorkload(isl=4096, osl=512, ttft_ms=2000, tpot_ms=50, rate_per_s=rate)
-    got = search_module.search(m, w, cl, cal, top_k=2, objective="min-gpus")
-    monkeypatch.setattr(search_module, "_finalise_ranked", _price_all)
-    ref = search_module.search(m, w, cl, cal, top_k=2, objective="min-gpus")
-    for mode in ("colocated", "disagg"):
-        assert [c.deployment for c in getattr(got, mode)] == [
-            c.deployment for c in getattr(ref, mode)], mode
+    _assert_search_equals_pricing_all(monkeypatch, m, w, cl, cal, ("colocated", "disagg"),
+                                      objective="min-gpus")
 
 
 def test_a_plan_with_one_output_token_is_written_and_explained(tmp_path):
