@@ -247,9 +247,9 @@ def search(model: ModelSpec, wl: ServingWorkload, cluster: Cluster, cal: Calibra
         return SearchResult(co, dis, tuple(_pareto_front(pareto)), layouts_seen,
                             cluster.num_gpus)
     # Ranked by the closed form's value, which is the final rank's (the estimate prices each
-    # deployment at the closed form's rate), not by its TPOT check: that takes a decode step
-    # at the full batch, where the estimate takes the batch the rate keeps running, and a
-    # layout at its memory's batch could fail the one and meet the other
+    # deployment at the closed form's rate); those failing the closed form's TPOT check with
+    # every slot busy, which the estimate makes too (``tpot_full_s``), cannot meet the
+    # targets and are priced only top_k deep (``_finalise_ranked``)
     colocated.sort(key=lambda x: (-x[1] / price[x[2]], x[3].gpus_per_instance, x[3].tp,
                                   x[3].dp, x[3].batch))
     key = _dollar_key(cluster) if objective == "per-dollar" else None
