@@ -30,7 +30,7 @@ from planner.plan.validate_fabric import socket_group_problems
 from planner.plan.ranks import RANK_RULE, exception_array, rule_slots
 from planner.plan.validate_experts import (expert_placement_problems, plan_expert_problems,
                                           validate_expert_placement)
-from planner.plan.validate_training import training_problems
+from planner.plan.validate_training import finite_number, training_problems
 
 __all__ = ["InvalidPlanError", "expert_placement_problems", "plan_problems", "pool_problems",
            "validate_expert_placement", "validate_plan"]
@@ -91,19 +91,14 @@ def serving_prediction_problems(prediction: Any) -> list[str]:
     """A serving prediction holds finite numbers and true/false where the reports read them."""
     if not isinstance(prediction, dict):
         return ["prediction is not an object"]
-    wrong = [k for k in SERVING_NUMBERS if not _finite(prediction.get(k))]
+    wrong = [k for k in SERVING_NUMBERS if not finite_number(prediction.get(k))]
     wrong += [k for k in SERVING_OPTIONAL_NUMBERS
-              if prediction.get(k) is not None and not _finite(prediction[k])]
+              if prediction.get(k) is not None and not finite_number(prediction[k])]
     wrong += [k for k in SERVING_RATES_MAYBE_INFINITE
-              if not (_finite(prediction.get(k)) or prediction.get(k) == math.inf)]
+              if not (finite_number(prediction.get(k)) or prediction.get(k) == math.inf)]
     flags = [k for k in SERVING_FLAGS if not isinstance(prediction.get(k), bool)]
     return ([f"prediction needs finite numbers for {wrong}"] if wrong else []) + (
         [f"prediction needs true or false for {flags}"] if flags else [])
-
-
-def _finite(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
 
 
 def _node_problems(pools: list[Pool], num_nodes: int, whole_cluster: bool = True) -> list[str]:

@@ -78,9 +78,9 @@ def _prediction_problems(prediction: Any) -> list[str]:
     if missing:
         return [f"prediction lacks {missing}"]
     time = prediction["time"]
-    if not isinstance(time, dict) or any(not _number(time.get(k)) for k in TIME_KEYS):
+    if not isinstance(time, dict) or any(not finite_number(time.get(k)) for k in TIME_KEYS):
         return [f"prediction.time needs numbers for {list(TIME_KEYS)}"]
-    wrong = [k for k in PREDICTION_NUMBERS if not _number(prediction[k])]
+    wrong = [k for k in PREDICTION_NUMBERS if not finite_number(prediction[k])]
     if wrong:
         return [f"prediction needs finite numbers for {wrong}"]
     return []
@@ -89,7 +89,7 @@ def _prediction_problems(prediction: Any) -> list[str]:
 PREDICTION_NUMBERS = ("mfu", "step_time_s", "tokens_per_s_per_gpu")
 
 
-def _number(value: Any) -> bool:
+def finite_number(value: Any) -> bool:
     """A finite int or float (JSON's true/false are not numbers here)."""
     return (isinstance(value, (int, float)) and not isinstance(value, bool)
             and math.isfinite(value))

@@ -30,7 +30,7 @@ from cost_models.profile import Profile, gemm_efficiency_ratio
 from cost_models.training.partition import partition_inputs
 from cost_models.training.step import Estimate, estimate
 from cost_models.groups import stage_views
-from planner.training.containment import contained
+from planner.training.containment import contained, off_network_stages
 from planner.training.shares import refine_shares
 from planner.training.slicing import refine_partition
 from solvers.mapping import (InfeasibleMapping, Mapping, MappingProblem, MappingTimeout,
@@ -41,13 +41,7 @@ from topologies.spec import cluster_from_dict
 
 def _uniform(cluster: Cluster) -> bool:
     """One kind of node: every placement is a relabelling of the listing order."""
-    first = cluster.node_groups[0]
-    return all((g.gpu.name, g.gpus_per_node, g.fabric, g.intra_bw_bytes_per_s, g.nics,
-                g.nvlink_domain_nodes, g.rdma_network) == (
-                    first.gpu.name, first.gpus_per_node, first.fabric,
-                    first.intra_bw_bytes_per_s, first.nics, first.nvlink_domain_nodes,
-                    first.rdma_network)
-               for g in cluster.node_groups)
+    return len({_group_kind(g) for g in cluster.node_groups}) == 1
 
 
 def _group_speed(model: ModelSpec, cluster: Cluster, group_index: int, workload: Workload,
@@ -242,15 +236,14 @@ def kind_sorted_stages(cluster: Cluster, pp: int) -> tuple[tuple[int, ...], ...]
     return tuple(tuple(nodes[s * size:(s + 1) * size]) for s in range(pp))
 
 
-def _spans_networks(cluster: Cluster, stages) -> bool:
-    """Some stage has nodes on two RDMA networks."""
-    return any(len({cluster.node_groups[cluster.group_of_node(n)].rdma_network
-                    for n in units}) > 1 for units in stages)
-
-
 def _node_kind(cluster: Cluster, node: int) -> tuple:
-    """What makes nodes alike for a placement (:func:`_uniform`'s fields), as a sortable key."""
-    g = cluster.node_groups[cluster.group_of_node(node)]
+    """What makes nodes alike for a placement, as a sortable key (:func:`_group_kind`)."""
+    return _group_kind(cluster.node_groups[cluster.group_of_node(node)])
+
+
+def _group_kind(g) -> tuple:
+    """A node group's GPU, node size, fabric, NICs, NVLink domain and RDMA network: nodes
+    alike in these are interchangeable in a placement (NICs and network as text, to sort)."""
     return (g.gpu.name, g.gpus_per_node, g.fabric, g.intra_bw_bytes_per_s, repr(g.nics),
             g.nvlink_domain_nodes, repr(g.rdma_network))
 
@@ -281,7 +274,8 @@ def _place(model: ModelSpec, cluster: Cluster, workload: Workload, est: Estimate
     base = replace(est.config, stage_layer_counts=None)
     groupings = [mapping.stage_units]
     like = kind_sorted_stages(cluster, est.config.degrees.pp)
-    if like is not None and not (contain and _spans_networks(cluster, like)):
+    if like is not None and not (contain and off_network_stages(
+            cluster, est.config.degrees.pp, [n for stage in like for n in stage])):
         groupings.append(like)
     orders: list = []
     for grouping in groupings:
