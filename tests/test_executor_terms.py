@@ -156,7 +156,10 @@ def test_the_switch_cost_is_paid_per_blocking_collective_of_a_tp_layer():
     model, cluster, workload, cfg = _llama_8b_one_node()
     a, b = (estimate(model, cluster, workload, cfg, p)
             for p in (Profile(), Profile(collective_switch_s=1e-3)))
-    calls = 2 * 2 * model.num_layers * cfg.micro_batches(workload)  # 2 fwd + 2 bwd per layer
+    # 2 fwd + 2 bwd per layer; under sequence parallelism the vocabulary-parallel embedding
+    # and output layer 2 each (gather and scatter), and the loss 3 (stage.vocab_parallel_comm)
+    vocab = 2 + 2 + 3
+    calls = (2 * 2 * model.num_layers + vocab) * cfg.micro_batches(workload)
     assert b.time.tp_comm_s - a.time.tp_comm_s == pytest.approx(calls * 1e-3)
     none = TrainingConfig(degrees=Degrees(tp=1, pp=1, dp=8), micro_batch=1)
     c, d = (estimate(model, cluster, workload, none, p)
@@ -166,8 +169,9 @@ def test_the_switch_cost_is_paid_per_blocking_collective_of_a_tp_layer():
 
 def test_compute_resumes_after_each_blocking_tp_collective_and_only_then():
     """``Profile.resume_s`` is compute after every blocking TP all-reduce (2 forward, 2
-    backward per layer and micro-batch), not communication; nothing without TP, and nothing
-    when the all-reduces are asynchronous (``tp_comm_overlap``)."""
+    backward per layer and micro-batch, and the vocabulary-parallel embedding's, output
+    layer's and loss's), not communication; nothing without TP, and only the vocabulary's
+    when the layers' all-reduces are asynchronous (``tp_comm_overlap``)."""
     from cost_models.parallel import Degrees
     from cost_models.training.config import TrainingConfig
     from cost_models.training.step import estimate
@@ -175,14 +179,18 @@ def test_compute_resumes_after_each_blocking_tp_collective_and_only_then():
     model, cluster, workload, tp8 = _llama_8b_one_node()
     resumes = Profile(resume_s=1e-3)
     a, b = (estimate(model, cluster, workload, tp8, p) for p in (Profile(), resumes))
-    calls = 2 * 2 * model.num_layers * tp8.micro_batches(workload)
+    vocab = 2 + 2 + 3  # sequence parallel: see the switch cost's test above
+    calls = (2 * 2 * model.num_layers + vocab) * tp8.micro_batches(workload)
     assert b.time.compute_s - a.time.compute_s == pytest.approx(calls * 1e-3)
     assert b.time.tp_comm_s == a.time.tp_comm_s
-    for cfg in (TrainingConfig(degrees=Degrees(tp=1, pp=1, dp=8), micro_batch=1),
-                TrainingConfig(degrees=Degrees(tp=8, pp=1, dp=1), micro_batch=1,
-                               sequence_parallel=True, tp_comm_overlap=True)):
-        c, d = (estimate(model, cluster, workload, cfg, p) for p in (Profile(), resumes))
-        assert c.time.step_s == d.time.step_s
+    none = TrainingConfig(degrees=Degrees(tp=1, pp=1, dp=8), micro_batch=1)
+    c, d = (estimate(model, cluster, workload, none, p) for p in (Profile(), resumes))
+    assert c.time.step_s == d.time.step_s
+    overlap = TrainingConfig(degrees=Degrees(tp=8, pp=1, dp=1), micro_batch=1,
+                             sequence_parallel=True, tp_comm_overlap=True)
+    c, d = (estimate(model, cluster, workload, overlap, p) for p in (Profile(), resumes))
+    assert d.time.compute_s - c.time.compute_s == pytest.approx(
+        vocab * overlap.micro_batches(workload) * 1e-3)
 
 
 def test_the_run_prediction_prices_the_jobs_expert_gradient_sync(tmp_path):
@@ -499,3 +507,59 @@ def test_weighting_the_interleave_cases_holds_the_skew_when_their_error_grows_wi
         plain.append(abs(fitting.nonneg_lstsq2(rows, extra)[1] - skew))
     assert all(w <= p + 1e-12 for w, p in zip(weighted, plain))
     assert statistics.median(weighted) < statistics.median(plain) / 3
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_the_step_model_counts_the_reference_jobs_blocking_tp_collectives(monkeypatch, pp):
+    """Each blocking TP collective of a micro-batch costs ``resume_s`` of compute in the step
+    model, so the model's count is the compute a unit ``resume_s`` adds. It equals the
+    all-reduces the reference job's TP ranks really make for one micro-batch, forward and
+    backward, counted by replacing ``torch.distributed.all_reduce``: four per layer and, split
+    by vocabulary as Megatron-Core splits them, one for the embedding on the first stage and
+    four for the output layer and loss on the last (the model priced neither until the job
+    split them: a replicated head had run the full vocabulary on every TP rank)."""
+    torch = pytest.importorskip("torch")
+    from cost_models.groups import stage_views
+    from cost_models.parallel import Degrees
+    from cost_models.training.config import TrainingConfig, Workload
+    from cost_models.training.context import make_context
+    from cost_models.training.stage import stage_cost
+    from planner.inputs.models import load_model_file
+    from planner.run.reference_job.model import Stage, batch
+    from planner.run.reference_job.shape import JobShape
+    from planner.run.reference_job.timers import Timers
+    from planner.run.reference_job.tp import shard_block, shard_vocab
+    from topologies.standard import homogeneous_cluster
+
+    model = load_model_file("benchmarks/data/reference-gpt.yaml")
+    cluster = homogeneous_cluster("H100-SXM5-80GB", 1)
+    cfg = TrainingConfig(degrees=Degrees(tp=2, pp=pp, dp=4 // pp), micro_batch=1)
+    views = stage_views(cluster, cfg.degrees, None)
+    per = model.num_layers // pp
+
+    def modelled(stage: int) -> float:
+        def compute(resume_s: float) -> float:
+            ctx = make_context(model, cluster, Workload(128, 8), cfg, Profile(resume_s=resume_s),
+                               views).on_stage(stage)
+            return stage_cost(ctx, stage, range(stage * per, (stage + 1) * per), {}).compute_s
+        return (compute(1e-3) - compute(0.0)) / 1e-3
+
+    calls = []
+    monkeypatch.setattr(torch.distributed, "all_reduce", lambda *a, **k: calls.append(1))
+    shape = JobShape(num_layers=model.num_layers, hidden=model.hidden_size,
+                     heads=model.num_heads, vocab=model.vocab_size, seq_len=16)
+    for stage in range(pp):
+        calls.clear()
+        layers = tuple(range(stage * per, (stage + 1) * per))
+        job = Stage(shape, layers, stage == 0, stage == pp - 1)
+        timers, group = Timers(None), object()  # all_reduce is the counter: any group does
+        for block in job.blocks:
+            shard_block(block, 0, 2, group, timers)
+        shard_vocab(job, 0, 2, group, timers)
+        x, y = batch(shape, 0)
+        inp = x[:1] if stage == 0 else torch.randn(1, 16, shape.hidden, requires_grad=True)
+        out = job(inp)
+        (job.loss(out, y[:1], y[:1].numel()) if stage == pp - 1 else out.sum()).backward()
+        expected = 4 * per + (1 if stage == 0 else 0) + (4 if stage == pp - 1 else 0)
+        assert len(calls) == expected
+        assert modelled(stage) == pytest.approx(expected)

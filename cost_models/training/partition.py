@@ -16,7 +16,8 @@ from cost_models.profile import Profile
 from cost_models.training.config import TrainingConfig, Workload
 from cost_models.training.context import make_context
 from cost_models.training.memory import in_flight_chunks, layer_params_split, state_bytes
-from cost_models.training.stage import layer_cost, mtp_cost, pp_link_s, unpaired_share
+from cost_models.training.stage import (layer_cost, mtp_cost, pp_link_s, unpaired_share,
+                                        vocab_parallel_comm)
 from cost_models.training.stage_memory import activation_terms, state_bytes_per_param, usable_bytes
 from topologies.cluster import Cluster
 
@@ -30,8 +31,10 @@ class PartitionInputs:
     ``layer_time_s[l]``: forward + backward (+ recompute, TP/CP/EP comm) of layer l for one
     micro-batch on stage 0's links and GPUs; ``stage_slowdown[s]``: how much slower the same
     layers run on stage s's links and GPUs; ``head_time_s``: LM head and loss on the last
-    stage's GPUs, divided by that stage's slowdown; ``stage_link_s[s]``: stage s's pipeline send/recv per micro-batch on its two links
-    (``stage.pp_link_s``, the term the step estimate adds to the stage). Memory:
+    stage's GPUs, divided by that stage's slowdown; ``embedding_time_s``: the first stage's
+    vocabulary-parallel embedding collectives; ``stage_link_s[s]``: stage s's pipeline
+    send/recv per micro-batch on its two links (``stage.pp_link_s``, the term the step
+    estimate adds to the stage). Memory:
     ``layer_state_bytes`` (weights, grads, optimizer after sharding), ``layer_activation_bytes``
     (one micro-batch), ``in_flight[s]`` micro-batches held by stage s, the embedding's and
     head's bytes, and ``limit_bytes``: what states + activations may use on one GPU.
@@ -46,6 +49,7 @@ class PartitionInputs:
     embedding_bytes: float
     head_bytes: float
     limit_bytes: float
+    embedding_time_s: float = 0.0
     stage_limit_bytes: tuple[float, ...] = ()  # per stage, on its own GPUs (min is limit_bytes)
     stage_link_s: tuple[float, ...] = ()  # per stage: its pipeline send/recv per micro-batch
 
@@ -80,9 +84,13 @@ def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg
     k = terms.slices
     # the last stage's own head time, in stage-0 units (the DP scales it by that stage's
     # slowdown, and the head's is not the layers': it is never launch bound), with the MTP
-    # modules Megatron-Core also puts there (stage_cost adds both to the last stage)
+    # modules Megatron-Core also puts there and the output layer's and loss's TP collectives
+    # (stage_cost adds them all to the last stage)
     last = ctx.on_stage(d.pp - 1)
+    vocab_s, vocab_calls = vocab_parallel_comm(last, views[d.pp - 1], d.pp - 1)
+    embedding_s, embedding_calls = vocab_parallel_comm(ctx.on_stage(0), views[0], 0)
     head = (3 * k * lm_head_forward_time(model, ctx.slice_shard, last.rates, prof)
+            + vocab_s + vocab_calls * prof.resume_s
             + sum(mtp_cost(last, views[d.pp - 1], unpaired_share(
                 cfg, cfg.micro_batches(workload), d.pp - 1))[:5])) / slowdown[-1]
     # Step 2: model states per layer, and of the embedding and the LM head
@@ -111,6 +119,8 @@ def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg
     in_flight = tuple(in_flight_chunks(s, d.pp, 1, m, k) for s in range(d.pp))
     return PartitionInputs(layer_time_s=tuple(base), stage_slowdown=tuple(slowdown),
                            head_time_s=head, layer_state_bytes=tuple(states),
+                           embedding_time_s=(embedding_s + embedding_calls * prof.resume_s
+                                             if d.pp > 1 else 0.0),
                            layer_activation_bytes=tuple(acts), in_flight=in_flight,
                            embedding_bytes=emb, head_bytes=head_states + terms.logits_bytes,
                            limit_bytes=min(limits), stage_limit_bytes=limits,

@@ -67,11 +67,11 @@ from cost_models.training.context import StepContext
 from cost_models.training.layers import kind_counts
 from cost_models.training.memory import interleaved_warmup_chunks
 
-__all__ = ["COMM_SM_SHARE", "NCCL_A2A_SM_SHARE", "pp_link_s",
+__all__ = ["CE_TP_ALL_REDUCES", "COMM_SM_SHARE", "NCCL_A2A_SM_SHARE", "pp_link_s",
            "SELECTIVE_UNFUSED_ELEMENTWISE_SHARE", "StageCost", "a2a_exposed_s", "a2a_sm_share",
            "fully_recomputed", "layer_cost", "mtp_cost", "op_gemms",
            "overlapped_exposed_s", "op_recompute_s", "selective_recompute_s",
-           "selective_recompute_work", "stage_cost", "unpaired_share"]
+           "selective_recompute_work", "stage_cost", "unpaired_share", "vocab_parallel_comm"]
 
 # Selective recompute with unfused attention re-runs the attention core (Korthikanti et al.
 # 2022, sec. 5: QK^T, softmax, dropout, AV) and its scale/mask/softmax/dropout kernels, taken
@@ -158,6 +158,45 @@ def _layer_comm_fwd_shard(ctx: StepContext, views: GroupViews, layer: int,
             one = comm.all_to_all_s(views.ep, send, prof)
         ep = 2 * (one + prof.collective_switch_s)  # dispatch + combine
     return tp, cp, ep
+
+
+# Megatron-Core's unfused vocab-parallel cross entropy all-reduces three fp32 values per token
+# over the TP group in its forward (the largest logit, the target's logit, the sum of
+# exponentials; ``megatron/core/tensor_parallel/cross_entropy.py``,
+# ``_VocabParallelCrossEntropy.forward``) and none in its backward.
+CE_TP_ALL_REDUCES = 3
+
+
+def vocab_parallel_comm(ctx: StepContext, views: GroupViews, stage: int) -> tuple[float, int]:
+    """TP collectives of the vocabulary-parallel embedding (first stage) and output layer and
+    loss (last stage) for one micro-batch, forward + backward: (seconds, blocking calls).
+
+    Megatron-Core splits both by vocabulary over the TP group (Shoeybi et al. 2019, sec. 3;
+    ``VocabParallelEmbedding``, the ``ColumnParallelLinear`` output layer): the embedding
+    all-reduces its output in the forward (under sequence parallelism: reduce-scatter
+    forward, all-gather backward), the output layer its input gradient in the backward
+    (all-gather forward, reduce-scatter backward), and the loss three values a token
+    (:data:`CE_TP_ALL_REDUCES`). Each is priced exposed: Megatron-Core launches the output
+    layer's input-gradient collective asynchronously beside its weight-gradient GEMM
+    (``LinearWithGradAccumulationAndAsyncCommunication``), which is not credited here (one
+    activation collective a micro-batch, against two to four per layer)."""
+    if views.tp.size <= 1:
+        return 0.0, 0
+    cfg, prof, sh = ctx.cfg, ctx.prof, ctx.slice_shard
+    act_bytes = sh.tokens * ctx.model.hidden_size * ctx.rates.elem_bytes
+    if cfg.sequence_parallel:
+        act_s, act_calls = (comm.all_gather_s(views.tp, act_bytes, prof)
+                            + comm.reduce_scatter_s(views.tp, act_bytes, prof)), 2
+    else:
+        act_s, act_calls = comm.all_reduce_s(views.tp, act_bytes, prof), 1
+    seconds, calls = 0.0, 0
+    if stage == 0:
+        seconds, calls = act_s, act_calls
+    if stage == cfg.degrees.pp - 1:
+        seconds += act_s + CE_TP_ALL_REDUCES * comm.all_reduce_s(views.tp, 4.0 * sh.tokens, prof)
+        calls += act_calls + CE_TP_ALL_REDUCES
+    k = cfg.seq_slices
+    return k * (seconds + calls * prof.collective_switch_s), k * calls
 
 
 def _tp_blocks(ctx: StepContext, layer: int) -> int:
@@ -561,6 +600,9 @@ def stage_cost(ctx: StepContext, stage: int, layers: Sequence[int],
     if stage == cfg.degrees.pp - 1:  # LM head and loss: forward + 2x backward; MTP modules
         parts[0] += 3 * k * lm_head_forward_time(m, ctx.slice_shard, ctx.rates, ctx.prof)
         parts = [a + b for a, b in zip(parts, mtp_cost(ctx, views, unpaired))]
+    vocab_s, vocab_calls = vocab_parallel_comm(ctx, views, stage)
+    parts[2] += vocab_s
+    parts[0] += vocab_calls * ctx.prof.resume_s  # compute resumes after each blocking call
     link = pp_link_s(ctx, stage)
     pp = pp_exposed_s(cfg, link, sum(parts[:5]))
     return StageCost(stage=stage, layers=len(layers), compute_s=parts[0], recompute_s=parts[1],

@@ -29,7 +29,8 @@ def partition_problem(model: ModelSpec, cluster: Cluster, workload: Workload, es
     inputs = partition_inputs(model, cluster, workload, replace(cfg, stage_layer_counts=None),
                               prof, views, est.node_order)
     return PartitionProblem(
-        layer_time_s=inputs.layer_time_s, num_stages=cfg.degrees.pp, first_extra_s=0.0,
+        layer_time_s=inputs.layer_time_s, num_stages=cfg.degrees.pp,
+        first_extra_s=inputs.embedding_time_s,
         last_extra_s=inputs.head_time_s, stage_slowdown=inputs.stage_slowdown,
         layer_state_bytes=inputs.layer_state_bytes,
         layer_activation_bytes=inputs.layer_activation_bytes, in_flight=inputs.in_flight,

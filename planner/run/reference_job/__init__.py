@@ -10,8 +10,9 @@ process groups and trains only the layers of its pipeline stage. The modules:
 * :mod:`.model`: the seeded GPT (blocks, experts, stages) and :func:`reference_losses` (one
   process, whole batch: the losses the parallel run must reproduce);
 * :mod:`.tp`: **TP** (dense models), Megatron-LM's split, attention by heads and the MLP by
-  columns, with the ``f`` / ``g`` all-reduce operators (Shoeybi et al. 2019, sec. 3); weights
-  are cut from the same seeded full layers;
+  columns, with the ``f`` / ``g`` all-reduce operators (Shoeybi et al. 2019, sec. 3), and the
+  embedding, output layer and cross entropy split by vocabulary as Megatron-Core splits them;
+  weights are cut from the same seeded full layers;
 * :mod:`.ep`: **EP**, MoE layers hold only their EP rank's slots of the plan's expert
   placement; the dispatch all-gathers the micro-batch's per-expert counts, computes the
   planner's real-time quotas (the runtime kernel :func:`planner.run.kernels.expert_quotas`),

@@ -6,7 +6,8 @@ the same weights, and the single-process losses a parallel run must reproduce.
   (:func:`planner.run.reference_job.tp.shard_block`) it runs its heads and MLP columns only;
 * :class:`MoE`: top-k routed :class:`Expert` s (the dense MLP then stays unused);
 * :class:`Stage`: the layers of one pipeline stage, plus the embedding on the first and the
-  head (LayerNorm + untied linear) on the last;
+  head (LayerNorm + untied linear) on the last, both split by vocabulary under tensor
+  parallelism (:func:`planner.run.reference_job.tp.shard_vocab`);
 * :func:`reference_losses`: one process, whole model, whole batch.
 
 Every parameter is initialised from a seed derived from its layer (and expert) index.
@@ -21,7 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from planner.run.reference_job.shape import JobShape
-from planner.run.reference_job.tp import copy_to_tp, reduce_from_tp
+from planner.run.reference_job.tp import (copy_to_tp, reduce_from_tp,
+                                          vocab_parallel_cross_entropy)
 
 __all__ = ["Block", "Expert", "MoE", "Stage", "batch", "loss_of", "reference_losses", "seeded"]
 
@@ -137,13 +139,25 @@ class Stage(nn.Module):
                 block.moe = MoE(shape, i, held)
         self.head = seeded(s + 20_000, lambda: nn.Sequential(
             nn.LayerNorm(shape.hidden), nn.Linear(shape.hidden, shape.vocab))) if last else None
+        self.vocab_part = None  # this TP rank's vocabulary slice, set by tp.shard_vocab
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.embed is not None:
             x = self.embed(x)
         for block in self.blocks:
             x = block(x)
-        return self.head(x) if self.head is not None else x
+        if self.head is None:
+            return x
+        if self.vocab_part is None:
+            return self.head(x)
+        norm, out = self.head  # vocab-parallel: Megatron's ``f`` before the output layer
+        return out(copy_to_tp(norm(x), self.vocab_part.group, self.vocab_part.timers))
+
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor, total_tokens: int) -> torch.Tensor:
+        """:func:`loss_of` this last stage's ``logits`` (their vocabulary slice under TP)."""
+        if self.vocab_part is None:
+            return loss_of(logits, targets, total_tokens)
+        return vocab_parallel_cross_entropy(logits, targets, self.vocab_part).sum() / total_tokens
 
 
 def batch(shape: JobShape, step: int) -> tuple[torch.Tensor, torch.Tensor]:

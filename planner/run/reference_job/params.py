@@ -24,10 +24,15 @@ from planner.run.reference_job.shape import JobShape
 __all__ = ["ParamCheck", "global_params", "param_errors", "reference_params"]
 
 
+# A stage's parameters split by vocabulary under TP (tp.shard_vocab): rows of the full ones
+VOCAB_SPLIT = ("embed.weight", "head.1.weight", "head.1.bias")
+
+
 def global_params(model: Stage, layers: tuple[int, ...]) -> dict[str, tuple]:
     """Name in the whole model -> ``(rows, cols, values)`` of this stage's parameters:
     ``blocks.<global layer>...``, experts by logical id (a second replica on the same rank gets
-    ``#1``), TP shards with the rows and columns they hold (None: all)."""
+    ``#1``), TP shards with the rows and columns they hold (None: all), the vocabulary-split
+    embedding and output layer with their rows."""
     out: dict[str, tuple] = {}
     for name, param in model.named_parameters():
         parts = name.split(".")
@@ -39,6 +44,8 @@ def global_params(model: Stage, layers: tuple[int, ...]) -> dict[str, tuple]:
                 parts[4] = str(block.moe.slots[int(parts[4])])
             elif block.tp_index is not None and len(parts) == 4:
                 rows, cols = block.tp_index.get(f"{parts[2]}.{parts[3]}", (None, None))
+        elif model.vocab_part is not None and name in VOCAB_SPLIT:
+            rows = model.vocab_part.rows()
         key = ".".join(parts)
         copy = 0
         while f"{key}#{copy}" in out or (copy == 0 and key in out):

@@ -19,7 +19,7 @@ from torch import nn
 
 from planner.run.reference_job.device import JobDevice
 from planner.run.reference_job.dp import sync_grads
-from planner.run.reference_job.model import batch, loss_of
+from planner.run.reference_job.model import batch
 from planner.run.reference_job.shape import JobShape
 from planner.run.reference_job.timers import Timers
 
@@ -80,7 +80,7 @@ def run_step(ctx: StageContext, model: nn.Module, opt: torch.optim.Optimizer, st
             with timers.timed("forward"):
                 outp = model(inp)
                 if s == pp - 1:
-                    outp = loss_of(outp, y_mine[rows], total)
+                    outp = model.loss(outp, y_mine[rows], total)
             if s == pp - 1:
                 loss_sum = loss_sum + outp.detach().float()
             else:

@@ -1,17 +1,23 @@
 """Tensor parallelism of the reference job: Megatron-LM's column / row split of a block and its
-``f`` / ``g`` all-reduce operators (Shoeybi et al. 2019, "Megatron-LM", sec. 3, fig. 3).
+``f`` / ``g`` all-reduce operators (Shoeybi et al. 2019, "Megatron-LM", sec. 3, fig. 3), and
+its vocabulary-parallel embedding, output layer and cross entropy (same section; Megatron-Core
+``VocabParallelEmbedding`` and ``_VocabParallelCrossEntropy``).
 
 The operators take the caller's :class:`~planner.run.reference_job.timers.Timers` and time
 their all-reduces as ``tp_comm`` (forward and backward)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import nn
 
 from planner.run.reference_job.timers import Timers
 
-__all__ = ["copy_to_tp", "reduce_from_tp", "shard_block", "tp_index"]
+__all__ = ["VocabParallel", "copy_to_tp", "reduce_from_tp", "shard_block", "shard_vocab",
+           "tp_index", "vocab_parallel_cross_entropy"]
 
 
 class _CopyToTP(torch.autograd.Function):
@@ -101,3 +107,94 @@ def _sliced(linear: nn.Linear, rows, cols) -> nn.Linear:
     out.weight.copy_(weight)
     out.bias.copy_(linear.bias if rows is None else linear.bias[rows])
     return out
+
+
+@dataclass(frozen=True)
+class VocabParallel:
+    """This TP rank's slice of the vocabulary, ``[start, start + size)``, and its group."""
+
+    start: int
+    size: int
+    group: object
+    timers: Timers
+
+    def rows(self) -> torch.Tensor:
+        return torch.arange(self.start, self.start + self.size)
+
+    def local(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token ids as rows of this slice (0 where outside) and the mask of those outside."""
+        local = tokens - self.start
+        outside = (local < 0) | (local >= self.size)
+        return local.masked_fill(outside, 0), outside
+
+
+class _VocabParallelEmbedding(nn.Module):
+    """An embedding holding the rows of this rank's vocabulary slice: it looks up the tokens
+    in the slice, zeroes the others, and all-reduces (Megatron's ``g``) the partial sums."""
+
+    def __init__(self, full: nn.Embedding, part: VocabParallel) -> None:
+        super().__init__()
+        self.part = part
+        self.weight = nn.Parameter(full.weight.detach()[part.rows()].clone())
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        local, outside = self.part.local(tokens)
+        out = F.embedding(local, self.weight).masked_fill(outside.unsqueeze(-1), 0.0)
+        return reduce_from_tp(out, self.part.group, self.part.timers)
+
+
+class _VocabParallelCrossEntropy(torch.autograd.Function):
+    """Per-token cross entropy of logits split by vocabulary: the largest logit, the target's
+    logit and the sum of exponentials are all-reduced over the TP group (three calls, as
+    Megatron-Core's unfused version makes), the gradient (softmax minus the target's one-hot,
+    this slice's columns) needs none."""
+
+    @staticmethod
+    def forward(ctx, logits, target, part):
+        logits = logits.float()
+        with part.timers.timed("tp_comm"):
+            top = logits.max(dim=-1)[0]
+            dist.all_reduce(top, op=dist.ReduceOp.MAX, group=part.group)
+        shifted = logits - top.unsqueeze(-1)
+        local, outside = part.local(target)
+        picked = shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
+        exp = shifted.exp()
+        total = exp.sum(dim=-1)
+        with part.timers.timed("tp_comm"):
+            dist.all_reduce(picked, group=part.group)
+            dist.all_reduce(total, group=part.group)
+        softmax = exp.div_(total.unsqueeze(-1))
+        ctx.save_for_backward(softmax, local, outside)
+        return total.log() - picked
+
+    @staticmethod
+    def backward(ctx, grad):
+        softmax, local, outside = ctx.saved_tensors
+        hit = (~outside).to(softmax.dtype).unsqueeze(-1)
+        out = softmax.scatter_add(-1, local.unsqueeze(-1), -hit)
+        return out * grad.unsqueeze(-1), None, None
+
+
+def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor,
+                                 part: VocabParallel) -> torch.Tensor:
+    """Per-token cross entropy (``target``'s shape) of ``logits`` holding ``part``'s columns."""
+    return _VocabParallelCrossEntropy.apply(logits, target, part)
+
+
+def shard_vocab(stage: nn.Module, rank: int, size: int, group, timers: Timers) -> None:
+    """Split a :class:`~planner.run.reference_job.model.Stage`'s embedding (first stage) and
+    output layer (last stage) by vocabulary over the TP group, in place: each rank keeps rows
+    ``[rank * V / size, (rank + 1) * V / size)`` of the embedding table and of the output
+    layer's weight and bias; the final LayerNorm stays replicated. The stage then computes
+    its logits' slice, and its loss with :func:`vocab_parallel_cross_entropy`."""
+    table = stage.embed if stage.embed is not None else stage.head[1]
+    vocab = table.weight.shape[0]
+    if vocab % size:
+        raise ValueError(f"vocabulary {vocab} does not split over {size} TP ranks")
+    part = VocabParallel(rank * (vocab // size), vocab // size, group, timers)
+    with torch.no_grad():
+        if stage.embed is not None:
+            stage.embed = _VocabParallelEmbedding(stage.embed, part)
+        if stage.head is not None:
+            stage.head[1] = _sliced(stage.head[1], part.rows(), None)
+    stage.vocab_part = part

@@ -23,7 +23,7 @@ from planner.run.reference_job.params import global_params
 from planner.run.reference_job.pipeline import StageContext, run_step
 from planner.run.reference_job.shape import IMPLEMENTATION, JobShape, plan_shares
 from planner.run.reference_job.timers import Timers
-from planner.run.reference_job.tp import shard_block
+from planner.run.reference_job.tp import shard_block, shard_vocab
 from planner.run.runtime import degrees_of, expert_maps, init
 from planner.run.speed_probe import machine_probes, probe_record
 from planner.run.affinity import Pinning, pin_rank_for
@@ -126,6 +126,8 @@ def build_stage(rt, shape: JobShape, log: list, timers: Timers) -> Stage:
         if deg["tp"] > 1:
             for block in model.blocks:
                 shard_block(block, view.coords["tp"], deg["tp"], rt.groups["tp"], timers)
+            if first or last:
+                shard_vocab(model, view.coords["tp"], deg["tp"], rt.groups["tp"], timers)
         return model
     maps, S = expert_maps(rt.plan)
     ep_group = next(g for g in rt.plan.groups["ep"] if view.rank in g)
