@@ -563,3 +563,35 @@ def test_the_step_model_counts_the_reference_jobs_blocking_tp_collectives(monkey
         expected = 4 * per + (1 if stage == 0 else 0) + (4 if stage == pp - 1 else 0)
         assert len(calls) == expected
         assert modelled(stage) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("name", ["reference-gpt", "reference-moe"])
+def test_the_jobs_gradient_bucket_holds_the_parameters_the_model_syncs(name):
+    """The reference job all-reduces its dense parameters' gradients in one bucket
+    (``dp.dense_params``): exactly the non-expert parameters the step model prices for the DP
+    all-reduce (``layers.stage_params``), plus the LM head's bias and the final LayerNorm,
+    which the model leaves out (1,536 values here). MoE layers hold no dense MLP beside their
+    experts: the job had kept one, unused, and all-reduced its 1.6M zero gradients every step
+    (the MoE plan's bucket 75% larger than priced)."""
+    pytest.importorskip("torch")
+    from cost_models.parallel import Degrees
+    from cost_models.training.config import TrainingConfig
+    from cost_models.training.layers import stage_params
+    from planner.inputs.models import load_model_file
+    from planner.run.reference_job.dp import dense_params
+    from planner.run.reference_job.model import Stage
+    from planner.run.reference_job.shape import JobShape
+
+    m = load_model_file(f"benchmarks/data/{name}.yaml")
+    moe = m.moe
+    ep = 2 if moe else 1
+    dense, _ = stage_params(m, TrainingConfig(degrees=Degrees(dp=2, ep=ep)), 0,
+                            tuple(range(m.num_layers)))
+    shape = JobShape(num_layers=m.num_layers, hidden=m.hidden_size, heads=m.num_heads,
+                     vocab=m.vocab_size, ffn=m.ffn_hidden_size,
+                     expert_ffn=moe.expert_ffn_hidden if moe else 0,
+                     moe_layers=tuple(m.moe_layers) if moe else (),
+                     num_experts=moe.num_experts if moe else 0, top_k=moe.top_k if moe else 0)
+    job = Stage(shape, tuple(range(m.num_layers)), True, True)
+    bucket = sum(p.numel() for p in dense_params(job, ep))
+    assert bucket == dense + m.vocab_size + 2 * m.hidden_size

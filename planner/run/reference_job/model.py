@@ -4,7 +4,7 @@ the same weights, and the single-process losses a parallel run must reproduce.
 * :class:`Block`: pre-LayerNorm causal self-attention (multi-head, no positional embedding)
   and a plain ``fc1 -> gelu -> fc2`` MLP (exact erf GELU); with tensor parallelism
   (:func:`planner.run.reference_job.tp.shard_block`) it runs its heads and MLP columns only;
-* :class:`MoE`: top-k routed :class:`Expert` s (the dense MLP then stays unused);
+* :class:`MoE`: top-k routed :class:`Expert` s, in place of the block's dense MLP;
 * :class:`Stage`: the layers of one pipeline stage, plus the embedding on the first and the
   head (LayerNorm + untied linear) on the last, both split by vocabulary under tensor
   parallelism (:func:`planner.run.reference_job.tp.shard_vocab`);
@@ -41,7 +41,7 @@ class Block(nn.Module):
         self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
         self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
         self.fc1, self.fc2 = nn.Linear(hidden, ffn), nn.Linear(ffn, hidden)
-        self.moe: nn.Module | None = None  # set for MoE layers (the dense MLP then stays unused)
+        self.moe: nn.Module | None = None  # set for MoE layers (Stage drops fc1 and fc2 then)
         self.moe_forward = None  # expert-parallel forward, set by the parallel job
         self.tp_group = None  # set by shard_block for tensor parallelism
         self.tp_index = None  # shard_block: name -> (rows, cols) of the full parameter kept
@@ -137,6 +137,10 @@ class Stage(nn.Module):
             if shape.moe_layers and shape.moe_layers[i]:
                 held = tuple(range(shape.num_experts)) if slots is None else slots[i]
                 block.moe = MoE(shape, i, held)
+                # no dense MLP beside the experts, as in the model the plan prices: kept, it
+                # would be all-reduced and stepped for nothing (its seeds stay consumed, so
+                # every other parameter is as before)
+                block.fc1 = block.fc2 = None
         self.head = seeded(s + 20_000, lambda: nn.Sequential(
             nn.LayerNorm(shape.hidden), nn.Linear(shape.hidden, shape.vocab))) if last else None
         self.vocab_part = None  # this TP rank's vocabulary slice, set by tp.shard_vocab
