@@ -156,9 +156,10 @@ def test_the_switch_cost_is_paid_per_blocking_collective_of_a_tp_layer():
     model, cluster, workload, cfg = _llama_8b_one_node()
     a, b = (estimate(model, cluster, workload, cfg, p)
             for p in (Profile(), Profile(collective_switch_s=1e-3)))
-    # 2 fwd + 2 bwd per layer; under sequence parallelism the vocabulary-parallel embedding
-    # and output layer 2 each (gather and scatter), and the loss 3 (stage.vocab_parallel_comm)
-    vocab = 2 + 2 + 3
+    # 2 fwd + 2 bwd per layer (a gather and its scatter counted as one call under sequence
+    # parallelism); the vocabulary-parallel embedding and output layer 1 each and the loss 3
+    # (stage.vocab_parallel_comm)
+    vocab = 1 + 1 + 3
     calls = (2 * 2 * model.num_layers + vocab) * cfg.micro_batches(workload)
     assert b.time.tp_comm_s - a.time.tp_comm_s == pytest.approx(calls * 1e-3)
     none = TrainingConfig(degrees=Degrees(tp=1, pp=1, dp=8), micro_batch=1)
@@ -179,7 +180,7 @@ def test_compute_resumes_after_each_blocking_tp_collective_and_only_then():
     model, cluster, workload, tp8 = _llama_8b_one_node()
     resumes = Profile(resume_s=1e-3)
     a, b = (estimate(model, cluster, workload, tp8, p) for p in (Profile(), resumes))
-    vocab = 2 + 2 + 3  # sequence parallel: see the switch cost's test above
+    vocab = 1 + 1 + 3  # see the switch cost's test above
     calls = (2 * 2 * model.num_layers + vocab) * tp8.micro_batches(workload)
     assert b.time.compute_s - a.time.compute_s == pytest.approx(calls * 1e-3)
     assert b.time.tp_comm_s == a.time.tp_comm_s
@@ -595,3 +596,36 @@ def test_the_jobs_gradient_bucket_holds_the_parameters_the_model_syncs(name):
     job = Stage(shape, tuple(range(m.num_layers)), True, True)
     bucket = sum(p.numel() for p in dense_params(job, ep))
     assert bucket == dense + m.vocab_size + 2 * m.hidden_size
+
+
+def test_each_mtp_module_runs_the_vocabulary_parallel_embedding_head_and_loss_again():
+    """DeepSeek-V3's MTP module on the last stage embeds the shifted tokens, projects and runs
+    the shared output layer and a loss (DeepSeek-V3 report, sec. 2.2): under TP that is the
+    embedding's all-reduce, the output layer's and the loss's three again. The last stage of
+    a TP2 PP2 layout makes 4 + 5 blocking vocabulary collectives a micro-batch, the first 1;
+    the module adds the embedding's and the output layer's and loss's time."""
+    from cost_models.groups import stage_views
+    from cost_models.parallel import Degrees
+    from cost_models.training.config import TrainingConfig, Workload
+    from cost_models.training.context import make_context
+    from cost_models.training.stage import vocab_parallel_comm
+    from dataclasses import replace
+    from planner.inputs.models import load_model
+    from topologies.standard import homogeneous_cluster
+
+    with_mtp = load_model("deepseek-v3")
+    assert with_mtp.mtp_layers == 1
+    cluster = homogeneous_cluster("H100-SXM5-80GB", 4)
+    cfg = TrainingConfig(degrees=Degrees(tp=2, pp=2, dp=8, ep=8), micro_batch=1)
+    views = stage_views(cluster, cfg.degrees, None)
+    out = {}
+    for model in (with_mtp, replace(with_mtp, mtp_layers=0)):
+        ctx = make_context(model, cluster, Workload(4096, 64), cfg, Profile(), views)
+        out[model.mtp_layers] = [vocab_parallel_comm(ctx.on_stage(s), views[s], s)
+                                 for s in range(2)]
+    assert [calls for _, calls in out[1]] == [1, 4 + 5]
+    assert [calls for _, calls in out[0]] == [1, 4]
+    embedding, head_and_loss = out[0][0][0], out[0][1][0]  # one activation collective, and
+    assert out[1][0][0] == embedding                       # one plus the loss's three
+    assert embedding > 0 and head_and_loss > embedding
+    assert out[1][1][0] == pytest.approx(head_and_loss + embedding + head_and_loss)

@@ -31,8 +31,9 @@ class PartitionInputs:
     ``layer_time_s[l]``: forward + backward (+ recompute, TP/CP/EP comm) of layer l for one
     micro-batch on stage 0's links and GPUs; ``stage_slowdown[s]``: how much slower the same
     layers run on stage s's links and GPUs; ``head_time_s``: LM head and loss on the last
-    stage's GPUs, divided by that stage's slowdown; ``embedding_time_s``: the first stage's
-    vocabulary-parallel embedding collectives; ``stage_link_s[s]``: stage s's pipeline
+    stage's GPUs with their TP collectives (the embedding's too when pp = 1), divided by that
+    stage's slowdown; ``embedding_time_s``: the first stage's vocabulary-parallel embedding
+    collectives (0 when pp = 1); ``stage_link_s[s]``: stage s's pipeline
     send/recv per micro-batch on its two links (``stage.pp_link_s``, the term the step
     estimate adds to the stage). Memory:
     ``layer_state_bytes`` (weights, grads, optimizer after sharding), ``layer_activation_bytes``

@@ -163,7 +163,8 @@ def _layer_comm_fwd_shard(ctx: StepContext, views: GroupViews, layer: int,
 # Megatron-Core's unfused vocab-parallel cross entropy all-reduces three fp32 values per token
 # over the TP group in its forward (the largest logit, the target's logit, the sum of
 # exponentials; ``megatron/core/tensor_parallel/cross_entropy.py``,
-# ``_VocabParallelCrossEntropy.forward``) and none in its backward.
+# ``_VocabParallelCrossEntropy.forward``) and none in its backward. Its fused version
+# (``cross_entropy_loss_fusion``) joins the last two into one; the planner does not emit it.
 CE_TP_ALL_REDUCES = 3
 
 
@@ -176,25 +177,34 @@ def vocab_parallel_comm(ctx: StepContext, views: GroupViews, stage: int) -> tupl
     all-reduces its output in the forward (under sequence parallelism: reduce-scatter
     forward, all-gather backward), the output layer its input gradient in the backward
     (all-gather forward, reduce-scatter backward), and the loss three values a token
-    (:data:`CE_TP_ALL_REDUCES`). Each is priced exposed: Megatron-Core launches the output
-    layer's input-gradient collective asynchronously beside its weight-gradient GEMM
-    (``LinearWithGradAccumulationAndAsyncCommunication``), which is not credited here (one
-    activation collective a micro-batch, against two to four per layer)."""
+    (:data:`CE_TP_ALL_REDUCES`). Each MTP module on the last stage runs the shared embedding
+    and output layer and a loss once more (DeepSeek-V3 report, sec. 2.2). Blocking calls are
+    counted as the layers' are (:func:`_restarts`): an all-reduce, or under sequence
+    parallelism its gather and scatter together, is one call.
+
+    Each is priced exposed: Megatron-Core launches the output layer's input-gradient
+    collective asynchronously beside its weight-gradient GEMM
+    (``LinearWithGradAccumulationAndAsyncCommunication``; under sequence parallelism it also
+    gathers the input again for that GEMM, not priced), which is not credited here (one
+    activation collective a micro-batch, against two to four per layer). No arrival skew is
+    charged on them (the layers' collectives pay it, :func:`_skew_s`)."""
     if views.tp.size <= 1:
         return 0.0, 0
     cfg, prof, sh = ctx.cfg, ctx.prof, ctx.slice_shard
     act_bytes = sh.tokens * ctx.model.hidden_size * ctx.rates.elem_bytes
     if cfg.sequence_parallel:
-        act_s, act_calls = (comm.all_gather_s(views.tp, act_bytes, prof)
-                            + comm.reduce_scatter_s(views.tp, act_bytes, prof)), 2
+        act_s = (comm.all_gather_s(views.tp, act_bytes, prof)
+                 + comm.reduce_scatter_s(views.tp, act_bytes, prof))
     else:
-        act_s, act_calls = comm.all_reduce_s(views.tp, act_bytes, prof), 1
+        act_s = comm.all_reduce_s(views.tp, act_bytes, prof)
     seconds, calls = 0.0, 0
     if stage == 0:
-        seconds, calls = act_s, act_calls
+        seconds, calls = act_s, 1
     if stage == cfg.degrees.pp - 1:
-        seconds += act_s + CE_TP_ALL_REDUCES * comm.all_reduce_s(views.tp, 4.0 * sh.tokens, prof)
-        calls += act_calls + CE_TP_ALL_REDUCES
+        loss_s = CE_TP_ALL_REDUCES * comm.all_reduce_s(views.tp, 4.0 * sh.tokens, prof)
+        mtp = ctx.model.mtp_layers  # each: the embedding, the output layer and a loss again
+        seconds += act_s + loss_s + mtp * (2 * act_s + loss_s)
+        calls += 1 + CE_TP_ALL_REDUCES + mtp * (2 + CE_TP_ALL_REDUCES)
     k = cfg.seq_slices
     return k * (seconds + calls * prof.collective_switch_s), k * calls
 
@@ -511,9 +521,10 @@ def _restarts(ctx: StepContext, layer: int, tp: bool, ep: bool) -> int:
     the count exchange, and dispatch and combine both ways unless overlapped
     (``moe_a2a_overlap``). With SlimPipe each runs once per slice. On the 2-vCPU Xeon
     (2026-11-28, ranks pinned) TP2's compute at micro-batch 1, with its 128 blocking
-    all-reduces a step replaced by nothing, by 4-byte ones, and by the real 128 KiB ones:
-    117-130, 132-146 and 135-143 ms a step (three alternating runs each), 0.08-0.16 ms more
-    per all-reduce whatever its size, where calibrate measured resume_s at 0.12-0.15 ms."""
+    all-reduces a step (before the job split its output layer by vocabulary) replaced by
+    nothing, by 4-byte ones, and by the real 128 KiB ones: 117-130, 132-146 and 135-143 ms a
+    step (three alternating runs each), 0.08-0.16 ms more per all-reduce whatever its size,
+    where calibrate measured resume_s at 0.12-0.15 ms."""
     count = 0
     if tp and not ctx.cfg.tp_comm_overlap:
         count += 2 * _tp_blocks(ctx, layer)

@@ -8,7 +8,8 @@ The kinds (``TIMED_KINDS``) are disjoint, so they add up to at most the step:
 
 * ``forward`` / ``backward``: compute of all micro-batches of the step (the loss included on
   the last stage), without the TP / EP communication and quota solving nested in them;
-* ``tp_comm``: the all-reduces of Megatron's ``f`` and ``g`` (forward and backward);
+* ``tp_comm``: the all-reduces of Megatron's ``f`` and ``g`` (forward and backward), and the
+  vocabulary-parallel embedding's and cross entropy's;
 * ``ep_comm``: the all-gather of expert counts and both all-to-alls, forward and backward;
 * ``quota_solve``: the dispatch's CPU work (quotas, dispatch matrix, slot of each token);
 * ``pp_wait``: time blocked in ``dist.recv`` and in the final waits on the ``isend`` works

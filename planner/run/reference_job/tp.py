@@ -152,8 +152,8 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, target, part):
         logits = logits.float()
+        top = logits.max(dim=-1)[0]
         with part.timers.timed("tp_comm"):
-            top = logits.max(dim=-1)[0]
             dist.all_reduce(top, op=dist.ReduceOp.MAX, group=part.group)
         shifted = logits - top.unsqueeze(-1)
         local, outside = part.local(target)
