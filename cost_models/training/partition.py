@@ -89,7 +89,9 @@ def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg
     # (stage_cost adds them all to the last stage)
     last = ctx.on_stage(d.pp - 1)
     vocab_s, vocab_calls = vocab_parallel_comm(last, views[d.pp - 1], d.pp - 1)
-    embedding_s, embedding_calls = vocab_parallel_comm(ctx.on_stage(0), views[0], 0)
+    # with one stage the head's call above holds the embedding's collectives too
+    embedding_s, embedding_calls = (vocab_parallel_comm(ctx.on_stage(0), views[0], 0)
+                                    if d.pp > 1 else (0.0, 0))
     head = (3 * k * lm_head_forward_time(model, ctx.slice_shard, last.rates, prof)
             + vocab_s + vocab_calls * prof.resume_s
             + sum(mtp_cost(last, views[d.pp - 1], unpaired_share(
@@ -120,8 +122,7 @@ def partition_inputs(model: ModelSpec, cluster: Cluster, workload: Workload, cfg
     in_flight = tuple(in_flight_chunks(s, d.pp, 1, m, k) for s in range(d.pp))
     return PartitionInputs(layer_time_s=tuple(base), stage_slowdown=tuple(slowdown),
                            head_time_s=head, layer_state_bytes=tuple(states),
-                           embedding_time_s=(embedding_s + embedding_calls * prof.resume_s
-                                             if d.pp > 1 else 0.0),
+                           embedding_time_s=embedding_s + embedding_calls * prof.resume_s,
                            layer_activation_bytes=tuple(acts), in_flight=in_flight,
                            embedding_bytes=emb, head_bytes=head_states + terms.logits_bytes,
                            limit_bytes=min(limits), stage_limit_bytes=limits,
